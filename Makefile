@@ -1,0 +1,40 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# The CPU wheel of torch that a machine without a GPU gets (small, no CUDA download).
+CPU_TORCH ?= torch==2.13.0
+
+.PHONY: demo test bench lint setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		echo "GPU found: installing the default (CUDA) torch build"; \
+	else \
+		echo "no GPU: installing the CPU build $(CPU_TORCH)"; \
+		$(BIN)/python -m pip install -q "$(CPU_TORCH)" || \
+		$(BIN)/python -m pip install -q "$(CPU_TORCH)" --index-url https://download.pytorch.org/whl/cpu; \
+	fi
+	$(BIN)/python -m pip install -q -e ".[postgres,demo,bench,test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/preflight describe
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+lint: $(STAMP)
+	$(BIN)/ruff check nas service worker bench tests
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,286 @@
+"""Architecture spec v1: the wire contract between NAS controllers, the service and workers.
+
+The format is `shared/spec-format.md`. A spec is parsed once, where it enters, into frozen
+pydantic models; every error names the JSON path at fault (``blocks[3].layers[1] (linear)``)
+and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "ActivationLayer",
+    "ArchitectureSpec",
+    "Block",
+    "Conv2dLayer",
+    "DropoutLayer",
+    "FlattenLayer",
+    "GlobalAvgPoolLayer",
+    "GroupNormLayer",
+    "Init",
+    "LAYER_TYPES",
+    "Layer",
+    "LeakyReluLayer",
+    "LinearLayer",
+    "NormLayer",
+    "PoolLayer",
+    "ResidualLayer",
+    "ScaleLayer",
+    "SpecError",
+    "SpecIssue",
+    "WEIGHTED_LAYER_TYPES",
+    "json_path",
+]
+
+SPEC_FORMAT_VERSION = 1
+
+
+class _Strict(BaseModel):
+    """Frozen, closed models: unknown fields are errors, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+InitScheme = Literal["fan_in", "fan_out", "arithmetic", "geometric", "torch_default", "normal"]
+
+
+class Init(_Strict):
+    """Weight initialization: Gaussian, mean 0, the scheme's variance times ``gain**2``."""
+
+    scheme: InitScheme = "fan_in"
+    gain: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    std: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def _std_only_for_normal(self) -> Init:
+        if self.scheme == "normal" and self.std is None:
+            raise ValueError('scheme "normal" needs a positive "std"')
+        if self.scheme != "normal" and self.std is not None:
+            raise ValueError(f'"std" is only used by scheme "normal", not by {self.scheme!r}')
+        return self
+
+
+class LinearLayer(_Strict):
+    type: Literal["linear"]
+    out: PositiveInt
+    bias: bool = True
+    init: Init | None = None
+
+
+class Conv2dLayer(_Strict):
+    type: Literal["conv2d"]
+    out: PositiveInt
+    kernel: PositiveInt
+    stride: PositiveInt = 1
+    padding: Literal["same"] | NonNegativeInt = "same"
+    groups: PositiveInt = 1
+    bias: bool = True
+    init: Init | None = None
+
+    @model_validator(mode="after")
+    def _groups_divide_out(self) -> Conv2dLayer:
+        if self.out % self.groups:
+            raise ValueError(f"groups={self.groups} must divide out={self.out}")
+        return self
+
+
+class NormLayer(_Strict):
+    """BatchNorm (1d or 2d from the input rank) or LayerNorm; affine weight 1, bias 0."""
+
+    type: Literal["batchnorm", "layernorm"]
+
+
+class GroupNormLayer(_Strict):
+    type: Literal["groupnorm"]
+    groups: PositiveInt
+
+
+class ActivationLayer(_Strict):
+    type: Literal["relu", "gelu", "silu", "tanh", "sigmoid", "identity"]
+
+
+class LeakyReluLayer(_Strict):
+    type: Literal["leaky_relu"]
+    slope: Annotated[float, Field(allow_inf_nan=False)] = 0.01
+
+
+class PoolLayer(_Strict):
+    type: Literal["maxpool", "avgpool"]
+    kernel: PositiveInt
+    stride: PositiveInt | None = None  # None means "= kernel"
+
+    @property
+    def effective_stride(self) -> int:
+        return self.stride if self.stride is not None else self.kernel
+
+
+class GlobalAvgPoolLayer(_Strict):
+    type: Literal["global_avgpool"]
+
+
+class FlattenLayer(_Strict):
+    type: Literal["flatten"]
+
+
+class DropoutLayer(_Strict):
+    type: Literal["dropout"]
+    p: Annotated[float, Field(ge=0, lt=1)]
+
+
+class ScaleLayer(_Strict):
+    type: Literal["scale"]
+    factor: Annotated[float, Field(allow_inf_nan=False)]
+
+
+class ResidualLayer(_Strict):
+    """``y = alpha * shortcut(x) + beta * body(x)``; both paths must give the same shape."""
+
+    type: Literal["residual"]
+    body: Annotated[list[Layer], Field(min_length=1)]
+    shortcut: list[Layer] = Field(default_factory=list)
+    alpha: Annotated[float, Field(allow_inf_nan=False)] = 1.0
+    beta: Annotated[float, Field(allow_inf_nan=False)] = 1.0
+
+
+Layer = Annotated[
+    LinearLayer
+    | Conv2dLayer
+    | NormLayer
+    | GroupNormLayer
+    | ActivationLayer
+    | LeakyReluLayer
+    | PoolLayer
+    | GlobalAvgPoolLayer
+    | FlattenLayer
+    | DropoutLayer
+    | ScaleLayer
+    | ResidualLayer,
+    Field(discriminator="type"),
+]
+ResidualLayer.model_rebuild()
+
+LAYER_TYPES: tuple[str, ...] = (
+    "linear", "conv2d", "batchnorm", "layernorm", "groupnorm", "relu", "gelu", "silu", "tanh",
+    "sigmoid", "identity", "leaky_relu", "maxpool", "avgpool", "global_avgpool", "flatten",
+    "dropout", "scale", "residual",
+)  # fmt: skip
+WEIGHTED_LAYER_TYPES: tuple[str, ...] = ("linear", "conv2d")
+
+
+class Block(_Strict):
+    """A run of layers; block boundaries are where APJN and K are measured."""
+
+    name: str | None = None
+    layers: Annotated[list[Layer], Field(min_length=1)]
+
+
+class ArchitectureSpec(_Strict):
+    """One candidate architecture (format v1)."""
+
+    name: str | None = None
+    input_shape: Annotated[list[PositiveInt], Field(min_length=1, max_length=3)]
+    init: Init = Field(default_factory=Init)
+    blocks: Annotated[list[Block], Field(min_length=1, max_length=512)]
+
+    @field_validator("input_shape")
+    @classmethod
+    def _vector_or_image(cls, shape: list[int]) -> list[int]:
+        if len(shape) == 2:
+            raise ValueError(
+                f"input_shape {shape} has rank 2; use [D] for vectors or [C, H, W] for images"
+            )
+        return shape
+
+
+class SpecIssue(BaseModel):
+    """One thing wrong with a spec: where (JSON path) and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class SpecError(ValueError):
+    """The spec is not a valid v1 architecture; ``issues`` says where and why."""
+
+    def __init__(self, issues: list[SpecIssue]) -> None:
+        self.issues = issues
+        super().__init__("; ".join(str(issue) for issue in issues) or "invalid spec")
+
+    @classmethod
+    def at(cls, path: str, message: str) -> SpecError:
+        return cls([SpecIssue(path=path, message=message)])
+
+
+def json_path(loc: tuple[int | str, ...]) -> str:
+    """Render a pydantic location as a JSON path: ``blocks[3].layers[1] (linear).out``.
+
+    A layer-type tag that pydantic inserts after a list index (the discriminated union)
+    is shown in parentheses, as a reader of the spec names that layer.
+    """
+    out = ""
+    previous_was_index = False
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            previous_was_index = True
+            continue
+        if previous_was_index and part in LAYER_TYPES:
+            out += f" ({part})"
+        else:
+            out += f".{part}" if out else str(part)
+        previous_was_index = False
+    return out or "$"
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "unknown field; remove it (see `preflight schema` for the fields of each type)"
+    if kind == "union_tag_invalid":
+        tag = error.get("ctx", {}).get("tag", "?")
+        return f"unknown layer type {tag!r}; expected one of: {', '.join(LAYER_TYPES)}"
+    if kind == "union_tag_not_found":
+        return 'layer has no "type"; expected one of: ' + ", ".join(LAYER_TYPES)
+    if kind == "missing":
+        return "required field is missing"
+    message = str(error["msg"])
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    return f"{message} (got {error['input']!r})" if kind != "value_error" else message
+
+
+def issues_from_validation_error(exc: ValidationError) -> list[SpecIssue]:
+    """Turn pydantic's errors into path + message pairs a spec author can act on."""
+    return [
+        SpecIssue(path=json_path(tuple(error["loc"])), message=_message(error))
+        for error in exc.errors(include_url=False)
+    ]
+
+
+def load_spec_json(text: str | bytes) -> Any:
+    """Decode JSON text, turning syntax errors into a SpecError at the root."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError.at("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+

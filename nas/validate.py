@@ -1,0 +1,84 @@
+"""The one entry point that turns untrusted JSON into a valid, size-checked spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from nas.shapes import ShapeTrace, trace_shapes
+from nas.spec import ArchitectureSpec, SpecError, issues_from_validation_error, load_spec_json
+
+__all__ = ["SpecLimits", "check_limits", "parse_spec"]
+
+
+class SpecLimits(BaseSettings):
+    """Size limits enforced before anything is allocated (env ``PREFLIGHT_SPEC_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="PREFLIGHT_SPEC_", frozen=True)
+
+    max_blocks: int = Field(512, ge=1, le=512)
+    max_layers: int = Field(4096, ge=1)
+    max_parameters: int = Field(100_000_000, ge=1)
+    max_activation_bytes: int = Field(4 * 2**30, ge=1)
+    activation_batch_size: int = Field(256, ge=1)  # the batch the activation limit assumes
+    bytes_per_element: int = Field(4, ge=1)
+
+
+def check_limits(spec: ArchitectureSpec, trace: ShapeTrace, limits: SpecLimits) -> None:
+    """Reject a spec that is too large to build, with the limit and the setting that sets it."""
+    if len(spec.blocks) > limits.max_blocks:
+        raise SpecError.at(
+            "blocks",
+            f"{len(spec.blocks)} blocks exceed the limit of {limits.max_blocks} "
+            "(setting PREFLIGHT_SPEC_MAX_BLOCKS)",
+        )
+    if len(trace.layers) > limits.max_layers:
+        raise SpecError.at(
+            "blocks",
+            f"{len(trace.layers)} layers exceed the limit of {limits.max_layers} "
+            "(setting PREFLIGHT_SPEC_MAX_LAYERS)",
+        )
+    if trace.parameters > limits.max_parameters:
+        raise SpecError.at(
+            "blocks",
+            f"{trace.parameters:,} parameters exceed the limit of {limits.max_parameters:,} "
+            "(setting PREFLIGHT_SPEC_MAX_PARAMETERS)",
+        )
+    activation_bytes = trace.activation_elements * limits.activation_batch_size * limits.bytes_per_element
+    if activation_bytes > limits.max_activation_bytes:
+        raise SpecError.at(
+            "blocks",
+            f"activations need {activation_bytes / 2**20:,.0f} MiB at batch "
+            f"{limits.activation_batch_size}, over the limit of "
+            f"{limits.max_activation_bytes / 2**20:,.0f} MiB (setting PREFLIGHT_SPEC_MAX_ACTIVATION_BYTES)",
+        )
+
+
+def parse_spec(
+    data: ArchitectureSpec | dict[str, Any] | str | bytes,
+    limits: SpecLimits | None = None,
+) -> ArchitectureSpec:
+    """Validate a spec (dict, JSON text or parsed model): fields, shapes through every
+    layer, and size limits. Raises SpecError whose issues name the JSON path and reason.
+
+    >>> parse_spec({"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 2}]}]}).blocks[0].layers[0].out
+    2
+    """
+    if isinstance(data, (str, bytes)):
+        data = load_spec_json(data)
+    if isinstance(data, ArchitectureSpec):
+        spec = data
+    else:
+        if not isinstance(data, dict):
+            raise SpecError.at("$", f"a spec is a JSON object, not {type(data).__name__}")
+        try:
+            spec = ArchitectureSpec.model_validate(data)
+        except ValidationError as exc:
+            raise SpecError(issues_from_validation_error(exc)) from None
+        except RecursionError:
+            raise SpecError.at("$", "layers nest too deeply") from None
+    trace = trace_shapes(spec)
+    check_limits(spec, trace, limits if limits is not None else SpecLimits())
+    return spec

@@ -1,0 +1,1 @@
+"""The Preflight REST service: API, SQL store, job queue and the `preflight` CLI."""

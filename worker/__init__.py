@@ -1,0 +1,1 @@
+"""The conditioning engine (one module per paper's method) and the job runner."""
