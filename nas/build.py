@@ -35,7 +35,7 @@ from nas.spec import (
 )
 from nas.validate import parse_spec
 
-__all__ = ["GlobalAvgPool", "PreflightNet", "Residual", "Scale", "build_model", "init_variance"]
+__all__ = ["GlobalAvgPool", "PreflightNet", "Residual", "Scale", "SameConv2d", "build_model", "init_variance"]
 
 
 class Scale(nn.Module):
@@ -73,6 +73,16 @@ class Residual(nn.Module):
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}, beta={self.beta}"
+
+
+class SameConv2d(nn.Conv2d):
+    """A stride-1 conv with an even kernel and "same" padding, padded asymmetrically as
+    PyTorch's ``padding="same"`` does, without its per-call warning and input copy."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        total = self.kernel_size[0] - 1
+        x = nn.functional.pad(x, (total // 2, total - total // 2, total // 2, total - total // 2))
+        return super().forward(x)
 
 
 class PreflightNet(nn.Module):
@@ -183,8 +193,10 @@ def _module(layer: Layer, info: LayerInfo, infos: dict[str, LayerInfo], default_
         _init_weighted_(linear, layer.init or default_init)
         return linear
     if isinstance(layer, Conv2dLayer):
-        conv = nn.Conv2d(
-            x[0], layer.out, layer.kernel, stride=layer.stride, padding=conv_padding(layer),
+        padding = conv_padding(layer)
+        even_same = padding == "same" and layer.kernel % 2 == 0
+        conv = (SameConv2d if even_same else nn.Conv2d)(
+            x[0], layer.out, layer.kernel, stride=layer.stride, padding=0 if even_same else padding,
             groups=layer.groups, bias=layer.bias,
         )  # fmt: skip
         _init_weighted_(conv, layer.init or default_init)

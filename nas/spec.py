@@ -8,7 +8,6 @@ and says how to fix it.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -246,6 +245,8 @@ def json_path(loc: tuple[int | str, ...]) -> str:
             continue
         if previous_was_index and part in LAYER_TYPES:
             out += f" ({part})"
+        elif not part.isidentifier():
+            continue  # pydantic's label of a union member ("literal['same']"), not a field
         else:
             out += f".{part}" if out else str(part)
         previous_was_index = False
@@ -270,11 +271,14 @@ def _message(error: Mapping[str, Any]) -> str:
 
 
 def issues_from_validation_error(exc: ValidationError) -> list[SpecIssue]:
-    """Turn pydantic's errors into path + message pairs a spec author can act on."""
-    return [
-        SpecIssue(path=json_path(tuple(error["loc"])), message=_message(error))
-        for error in exc.errors(include_url=False)
-    ]
+    """Turn pydantic's errors into path + message pairs a spec author can act on; the
+    alternatives of a union at one path become one issue ("... or ...")."""
+    by_path: dict[str, list[str]] = {}
+    for error in exc.errors(include_url=False):
+        messages = by_path.setdefault(json_path(tuple(error["loc"])), [])
+        if (message := _message(error)) not in messages:
+            messages.append(message)
+    return [SpecIssue(path=path, message=" or ".join(messages)) for path, messages in by_path.items()]
 
 
 def load_spec_json(text: str | bytes) -> Any:

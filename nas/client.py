@@ -1,0 +1,543 @@
+"""REST client of the Preflight service, synchronous and asynchronous (httpx).
+
+Each operation (submit, wait, fetch, ...) is written once, as a generator that yields the
+I/O it needs (an ``httpx.Request`` to send, or a pause before a retry) and receives the
+answer; :class:`PreflightClient` drives these generators with ``httpx.Client`` and
+``time.sleep``, :class:`AsyncPreflightClient` with ``httpx.AsyncClient`` and
+``asyncio.sleep``. Retry, backoff, long-polling and the decoding of answers and
+problem+json errors therefore exist once and behave the same in both clients.
+
+Configuration comes from the arguments, else the environment: ``PREFLIGHT_URL`` (default
+``http://127.0.0.1:8000``) and ``PREFLIGHT_API_TOKEN`` (sent as ``Authorization: Bearer``).
+
+Submitting is safe to retry: the service keys a candidate by its canonical spec and
+options, so a submission repeated after a lost answer returns the same candidate.
+
+>>> with PreflightClient() as client:                        # doctest: +SKIP
+...     candidate = client.condition(spec, options={"study": "mlp"}, timeout=120)
+...     candidate.verdict, candidate.score, candidate.report["scales"]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from nas.errors import (
+    CandidateFailed,
+    PreflightConnectionError,
+    WaitTimeout,
+    error_for_status,
+)
+from nas.spec import ArchitectureSpec
+
+__all__ = [
+    "DEFAULT_URL",
+    "AsyncPreflightClient",
+    "Candidate",
+    "PreflightClient",
+    "RetryPolicy",
+    "SpecLike",
+]
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+TERMINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
+SpecLike = ArchitectureSpec | Mapping[str, Any] | str | bytes
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and after how long a failed request is tried again.
+
+    A request is retried after a connection error, a timeout, or an HTTP 5xx or 429
+    answer, at most ``attempts`` tries in all. The pause before try ``n + 1`` is
+    ``min(max_backoff, backoff * multiplier**(n - 1))``, spread by up to ``jitter`` (a
+    fraction) so that many controllers do not retry in step; a ``Retry-After`` header
+    that asks for longer wins (capped at ``max_backoff``).
+    """
+
+    attempts: int = 5
+    backoff: float = 0.25
+    multiplier: float = 2.0
+    max_backoff: float = 8.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        attempts, backoff, multiplier = self.attempts, self.backoff, self.multiplier
+        max_backoff, jitter = self.max_backoff, self.jitter
+        if attempts < 1:
+            raise ValueError(f"attempts must be at least 1, but got {attempts=}.")
+        if not (math.isfinite(backoff) and backoff >= 0):
+            raise ValueError(f"backoff must be a finite number >= 0, but got {backoff=}.")
+        if not (math.isfinite(multiplier) and multiplier >= 1):
+            raise ValueError(f"multiplier must be a finite number >= 1, but got {multiplier=}.")
+        if not (math.isfinite(max_backoff) and max_backoff >= backoff):
+            raise ValueError(
+                f"max_backoff must be finite and at least backoff={backoff}, but got {max_backoff=}."
+            )
+        if not 0 <= jitter <= 1:
+            raise ValueError(f"jitter must be in [0, 1], but got {jitter=}.")
+
+    def retries_status(self, status: int) -> bool:
+        """Whether an answer with this HTTP status is worth another try."""
+        return status >= 500 or status == 429
+
+    def retries_error(self, error: BaseException) -> bool:
+        """Whether this transport error is worth another try (a URL the client cannot
+        speak to is not)."""
+        return isinstance(error, httpx.TransportError) and not isinstance(
+            error, httpx.UnsupportedProtocol
+        )
+
+    def delay(
+        self, attempt: int, rng: random.Random | None = None, retry_after: float | None = None
+    ) -> float:
+        """Seconds to wait after failed try number ``attempt`` (1-based)."""
+        base = min(self.max_backoff, self.backoff * self.multiplier ** (attempt - 1))
+        if rng is not None and self.jitter:
+            base *= 1.0 + self.jitter * (2.0 * rng.random() - 1.0)
+        if retry_after is not None and retry_after > base:
+            base = min(self.max_backoff, retry_after)
+        return max(0.0, base)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate as the service describes it: id, status and (once done) its report."""
+
+    id: str
+    status: str
+    report: dict[str, Any] | None = None
+    data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Candidate:
+        report = data.get("report")
+        return cls(
+            id=str(data["id"]),
+            status=str(data["status"]),
+            report=dict(report) if isinstance(report, Mapping) else None,
+            data=dict(data),
+        )
+
+    @property
+    def finished(self) -> bool:
+        """Done, failed or cancelled: waiting longer changes nothing."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def score(self) -> float | None:
+        """The conditioning score (higher is better conditioned), once done."""
+        return None if self.report is None else _as_float(self.report.get("score"))
+
+    @property
+    def verdict(self) -> str | None:
+        """``"keep"`` or ``"prune"``, once done."""
+        return None if self.report is None else self.report.get("verdict")
+
+    def require_report(self) -> dict[str, Any]:
+        """The report; raises :class:`CandidateFailed` when the job did not produce one."""
+        if self.status == "done" and self.report is not None:
+            return self.report
+        reason = self.data.get("error") or self.data.get("detail") or "no reason given"
+        raise CandidateFailed(f"candidate {self.id} ended {self.status!r}: {reason}", candidate=self)
+
+
+def _as_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class _Sleep:
+    seconds: float
+
+
+# An operation yields requests and pauses, receives responses, returns its result.
+_Operation = Generator["httpx.Request | _Sleep", "httpx.Response | None", T]
+
+
+def spec_payload(spec: SpecLike) -> Any:
+    """A spec as the JSON value the service receives (unvalidated: the service judges)."""
+    if isinstance(spec, ArchitectureSpec):
+        return spec.model_dump(mode="json", exclude_none=True)
+    if isinstance(spec, (str, bytes)):
+        return json.loads(spec)
+    return dict(spec)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return None if parsed is None else max(0.0, parsed.timestamp() - time.time())
+
+
+def _problem(response: httpx.Response) -> dict[str, Any]:
+    """The problem+json document of an error answer, or the text as its detail."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        return body
+    text = response.text.strip()
+    return {"status": response.status_code, "detail": text[:2000] if text else None}
+
+
+def decode(response: httpx.Response) -> Any:
+    """The JSON of a 2xx answer; the typed :class:`~nas.errors.PreflightError` otherwise."""
+    if response.is_success:
+        return response.json() if response.content else None
+    raise error_for_status(response.status_code, _problem(response))
+
+
+class _Core:
+    """The operations, free of I/O: what both clients share."""
+
+    def __init__(
+        self,
+        url: str | None,
+        token: str | None,
+        timeout: float,
+        retry: RetryPolicy,
+        max_poll: float,
+        rng: random.Random | None,
+    ) -> None:
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, but got {timeout=}.")
+        if not (math.isfinite(max_poll) and max_poll > 0):
+            raise ValueError(f"max_poll must be a positive number of seconds, but got {max_poll=}.")
+        self.url = (url or os.environ.get("PREFLIGHT_URL") or DEFAULT_URL).rstrip("/")
+        token = token if token is not None else os.environ.get("PREFLIGHT_API_TOKEN")
+        self.headers = {"accept": "application/json, application/problem+json"}
+        if token:
+            self.headers["authorization"] = f"Bearer {token}"
+        self.timeout = timeout
+        self.retry = retry
+        self.max_poll = max_poll
+        self.rng = rng if rng is not None else random.Random()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        timeout: float | None = None,
+    ) -> _Operation[Any]:
+        """One API call with retries; returns the decoded JSON."""
+        request = httpx.Request(
+            method,
+            self.url + path,
+            params=params,
+            json=body,
+            headers=self.headers,
+            extensions={"timeout": httpx.Timeout(timeout or self.timeout, connect=10.0).as_dict()},
+        )
+        for attempt in range(1, self.retry.attempts + 1):
+            last = attempt == self.retry.attempts
+            try:
+                response = yield request
+            except httpx.TransportError as exc:
+                if last or not self.retry.retries_error(exc):
+                    raise PreflightConnectionError(
+                        f"{method} {request.url} failed after {attempt} tries: "
+                        f"{type(exc).__name__}: {exc}; is the service running at {self.url}?"
+                    ) from exc
+                yield _Sleep(self.retry.delay(attempt, self.rng))
+                continue
+            assert response is not None
+            if not last and self.retry.retries_status(response.status_code):
+                yield _Sleep(self.retry.delay(attempt, self.rng, _retry_after(response)))
+                continue
+            return decode(response)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def submit(self, spec: SpecLike, options: Mapping[str, Any] | None) -> _Operation[Candidate]:
+        body = {"spec": spec_payload(spec), "options": dict(options or {})}
+        return Candidate.from_json((yield from self.request("POST", "/v1/candidates", body=body)))
+
+    def submit_many(
+        self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None
+    ) -> _Operation[list[Candidate]]:
+        body = {"specs": [spec_payload(s) for s in specs], "options": dict(options or {})}
+        if not body["specs"]:
+            return []
+        data = yield from self.request("POST", "/v1/candidates", body=body)
+        return [Candidate.from_json(item) for item in data["candidates"]]
+
+    def get(self, candidate_id: str) -> _Operation[Candidate]:
+        return Candidate.from_json((yield from self.request("GET", _candidate_path(candidate_id))))
+
+    def cancel(self, candidate_id: str) -> _Operation[Candidate | None]:
+        data = yield from self.request("DELETE", _candidate_path(candidate_id))
+        return Candidate.from_json(data) if isinstance(data, Mapping) and "id" in data else None
+
+    def wait(self, candidate_id: str, timeout: float | None) -> _Operation[Candidate]:
+        """Long-poll until the candidate is finished or ``timeout`` seconds have passed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = self.max_poll if deadline is None else deadline - time.monotonic()
+            poll = max(0.0, min(self.max_poll, left))
+            data = yield from self.request(
+                "GET",
+                _candidate_path(candidate_id) + "/wait",
+                params={"timeout": round(poll, 3)},
+                timeout=poll + self.timeout,
+            )
+            candidate = Candidate.from_json(data)
+            if candidate.finished:
+                return candidate
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(
+                    f"candidate {candidate.id} is still {candidate.status!r} after {timeout} s",
+                    candidate=candidate,
+                )
+
+    def wait_many(self, ids: Iterable[str], timeout: float | None) -> _Operation[list[Candidate]]:
+        """Wait for every candidate, all within one ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = []
+        for candidate_id in ids:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            out.append((yield from self.wait(candidate_id, left)))
+        return out
+
+    def condition(
+        self, spec: SpecLike, options: Mapping[str, Any] | None, timeout: float | None
+    ) -> _Operation[Candidate]:
+        candidate = yield from self.submit(spec, options)
+        if candidate.finished:
+            return candidate
+        return (yield from self.wait(candidate.id, timeout))
+
+    def condition_many(
+        self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None, timeout: float | None
+    ) -> _Operation[list[Candidate]]:
+        submitted = yield from self.submit_many(specs, options)
+        pending = [c.id for c in submitted if not c.finished]
+        waited = iter((yield from self.wait_many(pending, timeout)))
+        return [c if c.finished else next(waited) for c in submitted]
+
+    def study_summary(self, study: str) -> _Operation[dict[str, Any]]:
+        return (yield from self.request("GET", f"/v1/studies/{quote(study, safe='')}/summary"))
+
+
+def _candidate_path(candidate_id: str) -> str:
+    return f"/v1/candidates/{quote(str(candidate_id), safe='')}"
+
+
+class PreflightClient:
+    """Blocking client of the Preflight REST API; safe to share between threads.
+
+    Args:
+        url: the service's base URL; default ``PREFLIGHT_URL``, else ``http://127.0.0.1:8000``.
+        token: the API token; default ``PREFLIGHT_API_TOKEN`` (none sent when unset).
+        timeout: seconds allowed for one request (a long-poll gets its poll time on top).
+        retry: when and how long to back off and retry.
+        max_poll: the longest single long-poll; :meth:`wait` polls again until its timeout.
+        rng: randomness of the backoff jitter (seed it in tests).
+        transport: an httpx transport, e.g. ``httpx.MockTransport`` in tests.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        max_poll: float = 30.0,
+        rng: random.Random | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._core = _Core(url, token, timeout, retry or RetryPolicy(), max_poll, rng)
+        self._http = httpx.Client(transport=transport)
+
+    @property
+    def url(self) -> str:
+        return self._core.url
+
+    def _run(self, operation: _Operation[T]) -> T:
+        try:
+            step = next(operation)
+            while True:
+                if isinstance(step, _Sleep):
+                    time.sleep(step.seconds)
+                    step = operation.send(None)
+                    continue
+                try:
+                    response = self._http.send(step)
+                except httpx.TransportError as exc:
+                    step = operation.throw(exc)
+                else:
+                    step = operation.send(response)
+        except StopIteration as stop:
+            return stop.value
+
+    def submit(self, spec: SpecLike, options: Mapping[str, Any] | None = None) -> Candidate:
+        """Queue one spec for conditioning (or find it done already); returns at once."""
+        return self._run(self._core.submit(spec, options))
+
+    def submit_many(
+        self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None = None
+    ) -> list[Candidate]:
+        """Queue many specs in one request, so the worker pool takes them in parallel."""
+        return self._run(self._core.submit_many(specs, options))
+
+    def get(self, candidate_id: str) -> Candidate:
+        """The candidate's status and, once done, its report."""
+        return self._run(self._core.get(candidate_id))
+
+    def wait(self, candidate_id: str, timeout: float | None = None) -> Candidate:
+        """Long-poll until the candidate is done, failed or cancelled; raises
+        :class:`~nas.errors.WaitTimeout` after ``timeout`` seconds (None: no limit)."""
+        return self._run(self._core.wait(candidate_id, timeout))
+
+    def wait_many(self, ids: Iterable[str], timeout: float | None = None) -> list[Candidate]:
+        """:meth:`wait` for each id, all within one ``timeout``."""
+        return self._run(self._core.wait_many(ids, timeout))
+
+    def condition(
+        self, spec: SpecLike, options: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> Candidate:
+        """Submit and wait."""
+        return self._run(self._core.condition(spec, options, timeout))
+
+    def condition_many(
+        self,
+        specs: Iterable[SpecLike],
+        options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> list[Candidate]:
+        """Submit all specs in one request and wait for all, in the order given."""
+        return self._run(self._core.condition_many(specs, options, timeout))
+
+    def cancel(self, candidate_id: str) -> Candidate | None:
+        """Cancel a queued or running candidate."""
+        return self._run(self._core.cancel(candidate_id))
+
+    def study_summary(self, study: str) -> dict[str, Any]:
+        """Counts and score quantiles of a study's candidates."""
+        return self._run(self._core.study_summary(study))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> PreflightClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncPreflightClient:
+    """The same API as :class:`PreflightClient`, for asyncio; same arguments."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        max_poll: float = 30.0,
+        rng: random.Random | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._core = _Core(url, token, timeout, retry or RetryPolicy(), max_poll, rng)
+        self._http = httpx.AsyncClient(transport=transport)
+
+    @property
+    def url(self) -> str:
+        return self._core.url
+
+    async def _run(self, operation: _Operation[T]) -> T:
+        try:
+            step = next(operation)
+            while True:
+                if isinstance(step, _Sleep):
+                    await asyncio.sleep(step.seconds)
+                    step = operation.send(None)
+                    continue
+                try:
+                    response = await self._http.send(step)
+                except httpx.TransportError as exc:
+                    step = operation.throw(exc)
+                else:
+                    step = operation.send(response)
+        except StopIteration as stop:
+            return stop.value
+
+    async def submit(self, spec: SpecLike, options: Mapping[str, Any] | None = None) -> Candidate:
+        return await self._run(self._core.submit(spec, options))
+
+    async def submit_many(
+        self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None = None
+    ) -> list[Candidate]:
+        return await self._run(self._core.submit_many(specs, options))
+
+    async def get(self, candidate_id: str) -> Candidate:
+        return await self._run(self._core.get(candidate_id))
+
+    async def wait(self, candidate_id: str, timeout: float | None = None) -> Candidate:
+        return await self._run(self._core.wait(candidate_id, timeout))
+
+    async def wait_many(self, ids: Iterable[str], timeout: float | None = None) -> list[Candidate]:
+        return await self._run(self._core.wait_many(ids, timeout))
+
+    async def condition(
+        self, spec: SpecLike, options: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> Candidate:
+        return await self._run(self._core.condition(spec, options, timeout))
+
+    async def condition_many(
+        self,
+        specs: Iterable[SpecLike],
+        options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> list[Candidate]:
+        return await self._run(self._core.condition_many(specs, options, timeout))
+
+    async def cancel(self, candidate_id: str) -> Candidate | None:
+        return await self._run(self._core.cancel(candidate_id))
+
+    async def study_summary(self, study: str) -> dict[str, Any]:
+        return await self._run(self._core.study_summary(study))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncPreflightClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

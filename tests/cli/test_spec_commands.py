@@ -1,0 +1,44 @@
+"""`preflight schema`, `validate` and `describe` through the real console entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nas.examples import EXAMPLE_CNN
+from service.cli import main
+
+
+def test_schema_is_the_published_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["$schema"].endswith("2020-12/schema")
+    assert set(schema["required"]) == {"input_shape", "blocks"}
+    assert "LinearLayer" in schema["$defs"]
+
+
+def test_validate_prints_the_canonical_hash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(EXAMPLE_CNN))
+    assert main(["validate", str(path)]) == 0
+    assert "canonical hash" in capsys.readouterr().out
+
+
+def test_validate_reports_the_json_path_of_a_bad_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"input_shape": [3, 8, 8], "blocks": [{"layers": [{"type": "linear", "out": 2}]}]}))
+    assert main(["validate", str(path)]) == 2
+    assert "blocks[0].layers[0] (linear): expects a vector input" in capsys.readouterr().err
+
+
+def test_describe_runs_as_a_console_script() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "describe", "--json"], capture_output=True, text=True, check=True
+    )
+    described = json.loads(done.stdout)
+    assert described["summary"]["output_shape"] == [10]
+    assert len(described["hash"]) == 64
