@@ -1,0 +1,151 @@
+"""Prune at the first check by conditioning, then by a wrapped pruner during training."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import TYPE_CHECKING
+
+import numpy as np
+import optuna
+from optuna.pruners import BasePruner
+
+from nas.gate import ATTR_CANDIDATE_ID, ATTR_SCORE, ATTR_VERDICT, earlier_scores
+
+if TYPE_CHECKING:
+    from nas.client import PreflightClient
+
+__all__ = ["ConditioningPruner"]
+
+
+class ConditioningPruner(BasePruner):
+    """Pruner that prunes ill-conditioned candidates at the first ``should_prune()``.
+
+    The conditioning report of a trial is read from its user attributes, where
+    :meth:`nas.gate.ConditioningGate.check` (with ``prune=False``) records it; a trial that
+    has only a candidate id (:meth:`~nas.gate.ConditioningGate.submit`) is waited for
+    through ``client``. The decision is taken once per trial, at its first check:
+
+    - ``threshold``: prune when ``score < threshold``;
+    - ``percentile``: as :class:`optuna.pruners.PercentilePruner`, keep the top
+      ``percentile`` percent: prune when the score is below the ``100 - percentile``
+      percentile of the scores recorded by the study's other trials (higher scores are
+      better). Until ``n_startup_trials`` other scores exist, the verdict decides;
+    - neither: the report's verdict (``"prune"``) decides.
+
+    A trial kept by conditioning (or never conditioned) is judged at every check by the
+    ``wrapped`` pruner, e.g. :class:`optuna.pruners.MedianPruner` on the reported
+    validation accuracy.
+
+    NaN policy: a trial whose score is NaN, infinite-negative or missing from a report is
+    pruned (the engine could not measure it); NaN scores of other trials are left out of
+    the percentile, as :class:`optuna.pruners.PercentilePruner` leaves out NaN values.
+
+    Works with ``study.optimize(n_jobs > 1)`` (decisions are cached under a lock), with
+    ask-and-tell, and with several processes sharing an RDB storage (the scores of other
+    trials are read from the storage).
+
+    Example::
+
+        study = optuna.create_study(
+            direction="maximize",
+            pruner=ConditioningPruner(percentile=75.0, wrapped=optuna.pruners.MedianPruner()),
+        )
+        gate = ConditioningGate(client, prune=False)
+
+        def objective(trial):
+            spec = space(trial)
+            report = gate.check(trial, spec)   # records the score; does not prune
+            if trial.should_prune():            # conditioning decides here
+                raise optuna.TrialPruned()
+            model = nas.build_model(spec, scales=report["scales"])
+            for epoch in range(epochs):
+                trial.report(train_one_epoch(model), epoch)
+                if trial.should_prune():        # the wrapped pruner decides here
+                    raise optuna.TrialPruned()
+            ...
+
+    Args:
+        threshold: absolute score below which a trial is pruned.
+        percentile: keep the top ``percentile`` percent of scores, in [0, 100].
+        wrapped: pruner for the checks after the first, or None for no later pruning.
+        n_startup_trials: other scored trials needed before the percentile rule applies.
+        client: to wait for a trial that has only a candidate id.
+        timeout: seconds to wait for such a report.
+    """
+
+    def __init__(
+        self,
+        threshold: float | None = None,
+        percentile: float | None = None,
+        wrapped: BasePruner | None = None,
+        *,
+        n_startup_trials: int = 5,
+        client: PreflightClient | None = None,
+        timeout: float | None = 600.0,
+    ) -> None:
+        if threshold is not None and percentile is not None:
+            raise ValueError(
+                f"Give threshold or percentile, not both, but got {threshold=} and {percentile=}."
+            )
+        if threshold is not None and not math.isfinite(threshold):
+            raise ValueError(f"threshold must be a finite number, but got {threshold=}.")
+        if percentile is not None and not 0.0 <= percentile <= 100.0:
+            raise ValueError(f"percentile must be between 0 and 100 inclusive, but got {percentile=}.")
+        if n_startup_trials < 0:
+            raise ValueError(f"n_startup_trials cannot be negative, but got {n_startup_trials=}.")
+        if wrapped is not None and not isinstance(wrapped, BasePruner):
+            raise TypeError(f"wrapped must be an optuna.pruners.BasePruner or None, but got {wrapped=}.")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be positive seconds or None, but got {timeout=}.")
+        self._threshold = threshold
+        self._percentile = percentile
+        self._wrapped = wrapped
+        self._n_startup_trials = n_startup_trials
+        self._client = client
+        self._timeout = timeout
+        self._decisions: dict[tuple[str, int], bool] = {}
+        self._lock = threading.Lock()
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        key = (study.study_name, trial.number)
+        with self._lock:
+            decided = self._decisions.get(key)
+        if decided is None:
+            decided = self._prunes_by_conditioning(study, trial)
+            with self._lock:
+                decided = self._decisions.setdefault(key, decided)
+        if decided:
+            return True
+        if self._wrapped is None:
+            return False
+        return self._wrapped.prune(study, trial)
+
+    def _prunes_by_conditioning(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        attrs = trial.user_attrs
+        if ATTR_VERDICT not in attrs and ATTR_SCORE not in attrs:
+            if ATTR_CANDIDATE_ID not in attrs or self._client is None:
+                return False  # not gated: nothing to judge by conditioning
+            report = self._client.wait(str(attrs[ATTR_CANDIDATE_ID]), self._timeout).report or {}
+            verdict, score = report.get("verdict"), _as_float(report.get("score"))
+        else:
+            verdict, score = attrs.get(ATTR_VERDICT), _as_float(attrs.get(ATTR_SCORE))
+        if verdict == "failed:keep":
+            return False  # the gate chose to train candidates it could not condition
+        if math.isnan(score) or score == -math.inf:
+            return True
+        if self._threshold is not None:
+            return score < self._threshold
+        if self._percentile is None:
+            return verdict == "prune"
+        others = earlier_scores(study.get_trials(deepcopy=False), exclude_number=trial.number)
+        if len(others) < max(1, self._n_startup_trials):
+            return verdict == "prune"
+        return score < float(np.percentile(np.asarray(others, dtype=np.float64), 100.0 - self._percentile))
+
+
+def _as_float(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan

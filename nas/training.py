@@ -1,0 +1,176 @@
+"""A small, real training loop for searches on small datasets (the demo uses it).
+
+:func:`load_digits` gives scikit-learn's bundled handwritten digits (1,797 images of
+8 x 8, 10 classes; extra ``demo``) as standardized tensors, split into training and
+validation sets; :class:`Trainer` trains a model one epoch at a time, so that an Optuna
+objective can report the validation accuracy after each epoch and let a pruner stop it,
+and counts what the training cost (seconds, optimizer steps, multiply-accumulates).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Dataset", "Trainer", "accuracy", "load_digits"]
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A classification dataset split in two, as float32 inputs and int64 labels."""
+
+    x_train: Tensor
+    y_train: Tensor
+    x_val: Tensor
+    y_val: Tensor
+    n_classes: int
+
+    @property
+    def input_shape(self) -> list[int]:
+        return list(self.x_train.shape[1:])
+
+
+def load_digits(*, image: bool = False, val_fraction: float = 0.25, seed: int = 0) -> Dataset:
+    """scikit-learn's digits, standardized with the training split's mean and std.
+
+    ``image=False`` gives vectors ``[64]``, ``image=True`` images ``[1, 8, 8]``. The split
+    is stratified and fixed by ``seed``.
+    """
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), but got {val_fraction=}.")
+    try:
+        from sklearn.datasets import load_digits as sklearn_digits
+        from sklearn.model_selection import train_test_split
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise ImportError('the digits dataset needs scikit-learn: pip install "nas-preflight[demo]"') from exc
+    x, y = sklearn_digits(return_X_y=True)
+    x_train, x_val, y_train, y_val = train_test_split(
+        x, y, test_size=val_fraction, random_state=seed, stratify=y
+    )
+    mean = x_train.mean(axis=0)
+    std = x_train.std(axis=0) + 1.0  # +1: constant border pixels (std 0) stay 0, not inf
+    shape = (-1, 1, 8, 8) if image else (-1, 64)
+
+    def tensor(a: object) -> Tensor:
+        return torch.as_tensor(a, dtype=torch.float32).reshape(shape)
+
+    return Dataset(
+        x_train=tensor((x_train - mean) / std),
+        y_train=torch.as_tensor(y_train, dtype=torch.int64),
+        x_val=tensor((x_val - mean) / std),
+        y_val=torch.as_tensor(y_val, dtype=torch.int64),
+        n_classes=10,
+    )
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: Tensor, y: Tensor, batch_size: int = 1024) -> float:
+    """Fraction of ``x`` classified as ``y``, in evaluation mode; 0 for non-finite logits."""
+    was_training = model.training
+    model.eval()
+    try:
+        correct = 0
+        for start in range(0, len(x), batch_size):
+            logits = model(x[start : start + batch_size])
+            finite = torch.isfinite(logits).all(dim=1)
+            correct += int(((logits.argmax(dim=1) == y[start : start + batch_size]) & finite).sum())
+        return correct / max(1, len(x))
+    finally:
+        model.train(was_training)
+
+
+class Trainer:
+    """Train a classifier one epoch at a time with cross-entropy.
+
+    Args:
+        model: the network (e.g. ``nas.build_model(spec, scales=report["scales"])``).
+        data: the dataset.
+        lr: learning rate.
+        batch_size: minibatch size.
+        momentum: of SGD (the default optimizer).
+        optimizer: a factory ``params -> torch.optim.Optimizer`` to use instead of SGD,
+            e.g. a BNP-preconditioned optimizer.
+        macs_per_sample: forward multiply-accumulates of one sample; default from the
+            model's spec (``nas.summarize``) when it has one.
+        generator: randomness of the minibatch order (seed it).
+
+    ``seconds``, ``steps`` and ``macs`` (forward + backward, counted as 3x forward) say
+    what the training cost so far; ``diverged`` turns true at the first non-finite loss,
+    after which :meth:`epoch` stops training and returns 0 accuracy.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        data: Dataset,
+        *,
+        lr: float = 0.05,
+        batch_size: int = 64,
+        momentum: float = 0.9,
+        optimizer: OptimizerFactory | None = None,
+        macs_per_sample: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if not (math.isfinite(lr) and lr > 0):
+            raise ValueError(f"lr must be a positive number, but got {lr=}.")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, but got {batch_size=}.")
+        self.model = model
+        self.data = data
+        self.batch_size = batch_size
+        self.optimizer = (
+            optimizer(model.parameters())
+            if optimizer is not None
+            else torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+        )
+        if macs_per_sample is None:
+            spec = getattr(model, "spec", None)
+            if spec is not None:
+                from nas.summary import summarize
+
+                macs_per_sample = summarize(spec).macs
+        self.macs_per_sample = macs_per_sample or 0
+        self.generator = generator
+        self.seconds = 0.0
+        self.steps = 0
+        self.macs = 0
+        self.epochs = 0
+        self.diverged = False
+        self.history: list[float] = []
+
+    def epoch(self) -> float:
+        """One pass over the training set; returns the validation accuracy."""
+        start = time.perf_counter()
+        if not self.diverged:
+            self._train_one_epoch()
+        accuracy_now = 0.0 if self.diverged else accuracy(self.model, self.data.x_val, self.data.y_val)
+        self.seconds += time.perf_counter() - start
+        self.epochs += 1
+        self.history.append(accuracy_now)
+        return accuracy_now
+
+    def _train_one_epoch(self) -> None:
+        x, y = self.data.x_train, self.data.y_train
+        order = torch.randperm(len(x), generator=self.generator)
+        loss_fn = nn.CrossEntropyLoss()
+        self.model.train()
+        for start in range(0, len(x), self.batch_size):
+            index = order[start : start + self.batch_size]
+            if len(index) < 2:
+                continue  # BatchNorm needs two samples
+            loss = loss_fn(self.model(x[index]), y[index])
+            if not torch.isfinite(loss):
+                self.diverged = True
+                return
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            self.steps += 1
+            self.macs += 3 * self.macs_per_sample * len(index)
