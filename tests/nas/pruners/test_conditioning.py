@@ -1,0 +1,170 @@
+"""ConditioningPruner in real Optuna studies, with the scores a gate records (the full
+path through the service is in tests/nas/test_end_to_end.py)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from nas.gate import ATTR_SCORE, ATTR_VERDICT
+from nas.pruners import ConditioningPruner
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def gated_objective(scores: dict[int, Any], verdicts: dict[int, str] | None = None, epochs: int = 3):
+    """An objective that records a score as the gate would, checks, then 'trains'."""
+
+    def objective(trial: optuna.Trial) -> float:
+        score = scores.get(trial.number)
+        if score is not None or verdicts:
+            trial.set_user_attr(ATTR_SCORE, None if score is None or math.isnan(score) else score)
+            trial.set_user_attr(ATTR_VERDICT, (verdicts or {}).get(trial.number, "keep"))
+        if trial.should_prune():
+            trial.set_user_attr("pruned_at", "conditioning")
+            raise optuna.TrialPruned()
+        for epoch in range(epochs):
+            trial.report(float(trial.number % 5), epoch)
+            if trial.should_prune():
+                trial.set_user_attr("pruned_at", f"epoch {epoch}")
+                raise optuna.TrialPruned()
+        return float(trial.number % 5)
+
+    return objective
+
+
+def pruned_by_conditioning(study: optuna.Study) -> list[int]:
+    return sorted(t.number for t in study.trials if t.user_attrs.get("pruned_at") == "conditioning")
+
+
+@pytest.mark.parametrize(
+    ("pruner", "scores", "verdicts", "expected"),
+    [
+        # Verdict rule: the engine's verdict decides.
+        (ConditioningPruner(), {0: 1.0, 1: -5.0, 2: 2.0}, {1: "prune"}, [1]),
+        # Threshold rule: score < threshold, whatever the verdict.
+        (ConditioningPruner(threshold=0.0), {0: 1.0, 1: -5.0, 2: -0.1, 3: 0.0}, {}, [1, 2]),
+        # Percentile rule: keep the top 50 % of the other trials' scores once 3 exist.
+        (ConditioningPruner(percentile=50.0, n_startup_trials=3), {0: 1.0, 1: 2.0, 2: 3.0, 3: 1.5, 4: 2.9}, {}, [3]),
+        # Before n_startup_trials the verdict decides.
+        (ConditioningPruner(percentile=50.0, n_startup_trials=3), {0: 1.0, 1: 0.5}, {1: "prune"}, [1]),
+        # NaN policy: a NaN score is pruned under every rule.
+        (ConditioningPruner(threshold=-100.0), {0: 1.0, 1: math.nan}, {}, [1]),
+        (ConditioningPruner(percentile=100.0, n_startup_trials=1), {0: 1.0, 1: math.nan, 2: 3.0}, {}, [1]),
+    ],
+)
+def test_the_first_check_prunes_by_conditioning(pruner: ConditioningPruner, scores: dict, verdicts: dict, expected: list[int]) -> None:
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    study.optimize(gated_objective(scores, verdicts), n_trials=len(scores))
+    assert pruned_by_conditioning(study) == expected
+    assert all(study.trials[n].state == optuna.trial.TrialState.PRUNED for n in expected)
+
+
+def test_nan_scores_of_other_trials_are_left_out_of_the_percentile() -> None:
+    pruner = ConditioningPruner(percentile=50.0, n_startup_trials=2)
+    # Others: 1.0, NaN, 3.0 -> median of {1, 3} is 2: 2.5 is kept, 1.5 pruned.
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    study.optimize(gated_objective({0: 1.0, 1: math.nan, 2: 3.0, 3: 2.5, 4: 1.5}), n_trials=5)
+    assert pruned_by_conditioning(study) == [1, 4]
+
+
+def test_ungated_trials_are_left_to_the_wrapped_pruner() -> None:
+    wrapped = optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
+    study = optuna.create_study(direction="maximize", pruner=ConditioningPruner(wrapped=wrapped))
+    study.optimize(gated_objective({}), n_trials=8)
+    assert pruned_by_conditioning(study) == []
+    epochs = [t.user_attrs.get("pruned_at") for t in study.trials]
+    assert any(e and e.startswith("epoch") for e in epochs), "MedianPruner prunes during training"
+
+
+def test_later_steps_are_delegated_to_the_wrapped_pruner_for_kept_trials() -> None:
+    wrapped = optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
+    scores = {n: (-1.0 if n == 6 else 1.0) for n in range(10)}
+    study = optuna.create_study(direction="maximize", pruner=ConditioningPruner(threshold=0.0, wrapped=wrapped))
+    study.optimize(gated_objective(scores), n_trials=10)
+    assert pruned_by_conditioning(study) == [6]
+    during = [t.number for t in study.trials if str(t.user_attrs.get("pruned_at")).startswith("epoch")]
+    assert during, "the wrapped MedianPruner still prunes kept trials during training"
+
+
+def test_the_decision_is_taken_once_per_trial() -> None:
+    # Once kept, a trial stays kept even when later scores move the percentile above it.
+    pruner = ConditioningPruner(percentile=50.0, n_startup_trials=1)
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    study.optimize(gated_objective({0: 1.0, 1: 2.0}), n_trials=2)
+    trial = study.ask()
+    trial.set_user_attr(ATTR_SCORE, 1.6)
+    trial.set_user_attr(ATTR_VERDICT, "keep")
+    assert trial.should_prune() is False  # median of {1, 2} is 1.5
+    study.tell(study.ask(), 0.0)
+    for number, score in ((3, 9.0), (4, 9.5)):
+        other = study.ask()
+        other.set_user_attr(ATTR_SCORE, score)
+        study.tell(other, 0.0)
+        assert other.number == number + 1
+    assert trial.should_prune() is False
+
+
+def test_ask_and_tell() -> None:
+    study = optuna.create_study(direction="maximize", pruner=ConditioningPruner(threshold=0.5))
+    outcomes = []
+    for score in (1.0, 0.1, 0.9, -3.0):
+        trial = study.ask()
+        trial.set_user_attr(ATTR_SCORE, score)
+        trial.set_user_attr(ATTR_VERDICT, "keep")
+        if trial.should_prune():
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            outcomes.append("pruned")
+        else:
+            study.tell(trial, score)
+            outcomes.append("kept")
+    assert outcomes == ["kept", "pruned", "kept", "pruned"]
+
+
+@pytest.mark.parametrize("storage_kind", ["inmemory", "rdb"])
+def test_parallel_workers_share_the_pruner(storage_kind: str, tmp_path: Path) -> None:
+    storage = None if storage_kind == "inmemory" else f"sqlite:///{tmp_path / 'optuna.db'}"
+    scores = {n: (-1.0 if n % 3 == 0 else 1.0) for n in range(24)}
+    study = optuna.create_study(direction="maximize", storage=storage,
+                                pruner=ConditioningPruner(threshold=0.0))
+    study.optimize(gated_objective(scores), n_trials=24, n_jobs=4)
+    assert pruned_by_conditioning(study) == [n for n in range(24) if n % 3 == 0]
+
+
+def test_two_controllers_share_scores_through_rdb_storage(tmp_path: Path) -> None:
+    # Two study objects on one RDB storage stand for two controller processes: the
+    # percentile of the second uses the scores the first recorded.
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    first = optuna.create_study(study_name="shared", storage=storage, direction="maximize",
+                                pruner=ConditioningPruner(percentile=50.0, n_startup_trials=4))
+    first.optimize(gated_objective({n: float(n) for n in range(4)}), n_trials=4)
+    second = optuna.load_study(study_name="shared", storage=storage,
+                               pruner=ConditioningPruner(percentile=50.0, n_startup_trials=4))
+    trial = second.ask()
+    trial.set_user_attr(ATTR_SCORE, 1.0)  # median of 0..3 is 1.5
+    assert trial.should_prune() is True
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"threshold": 0.0, "percentile": 50.0}, "not both"),
+        ({"threshold": math.inf}, "threshold"),
+        ({"percentile": 101.0}, "percentile"),
+        ({"percentile": -1.0}, "percentile"),
+        ({"n_startup_trials": -1}, "n_startup_trials"),
+        ({"timeout": 0.0}, "timeout"),
+    ],
+)
+def test_bad_arguments_are_refused_and_quoted(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ConditioningPruner(**kwargs)
+
+
+def test_wrapped_must_be_a_pruner() -> None:
+    with pytest.raises(TypeError, match="wrapped"):
+        ConditioningPruner(wrapped="median")  # type: ignore[arg-type]

@@ -1,0 +1,211 @@
+"""Retry, backoff and decoding of the client, shared by the sync and async clients.
+
+The transport here is httpx's own MockTransport, to make the network fail on cue; the
+client against the real service is tests/nas/test_client_live.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from nas.client import AsyncPreflightClient, Candidate, PreflightClient, RetryPolicy
+from nas.errors import (
+    AuthenticationError,
+    CandidateFailed,
+    PreflightConnectionError,
+    ServerError,
+    SpecRejectedError,
+    WaitTimeout,
+)
+
+FAST = RetryPolicy(attempts=3, backoff=0.0, max_backoff=0.0, jitter=0.0)
+DONE = {"id": 7, "status": "done", "report": {"score": 1.5, "verdict": "keep", "scales": {}}}
+
+
+@pytest.mark.parametrize(
+    ("policy", "attempt", "expected"),
+    [
+        (RetryPolicy(backoff=0.25, multiplier=2, max_backoff=8, jitter=0), 1, 0.25),
+        (RetryPolicy(backoff=0.25, multiplier=2, max_backoff=8, jitter=0), 3, 1.0),
+        (RetryPolicy(backoff=0.25, multiplier=2, max_backoff=8, jitter=0), 10, 8.0),
+        (RetryPolicy(backoff=1.0, multiplier=1, max_backoff=1, jitter=0), 5, 1.0),
+    ],
+)
+def test_backoff_grows_geometrically_up_to_its_cap(policy: RetryPolicy, attempt: int, expected: float) -> None:
+    assert policy.delay(attempt) == pytest.approx(expected)
+
+
+def test_jitter_spreads_the_delay_within_its_fraction_and_retry_after_wins() -> None:
+    policy = RetryPolicy(backoff=1.0, max_backoff=10.0, jitter=0.5)
+    delays = [policy.delay(1, random.Random(seed)) for seed in range(50)]
+    assert all(0.5 <= d <= 1.5 for d in delays) and len(set(delays)) > 40
+    assert RetryPolicy(jitter=0).delay(1, retry_after=3.0) == 3.0
+    assert RetryPolicy(jitter=0, max_backoff=2.0).delay(1, retry_after=30.0) == 2.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"attempts": 0}, "attempts"),
+        ({"backoff": -1.0}, "backoff"),
+        ({"multiplier": 0.5}, "multiplier"),
+        ({"backoff": 2.0, "max_backoff": 1.0}, "max_backoff"),
+        ({"jitter": 2.0}, "jitter"),
+    ],
+)
+def test_bad_retry_policies_are_refused_and_quoted(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RetryPolicy(**kwargs)
+
+
+@pytest.mark.parametrize(("status", "retried"), [(500, True), (502, True), (503, True), (429, True), (404, False), (422, False)])
+def test_5xx_and_429_are_retried_4xx_are_not(status: int, retried: bool) -> None:
+    assert RetryPolicy().retries_status(status) is retried
+
+
+# The same scenarios drive both clients.
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def run_sync(handler: Handler, call: Callable[[Any], Any], **kwargs: Any) -> Any:
+    with PreflightClient("http://preflight.test", transport=httpx.MockTransport(handler), retry=FAST, **kwargs) as client:
+        return call(client)
+
+
+def run_async(handler: Handler, call: Callable[[Any], Any], **kwargs: Any) -> Any:
+    async def main() -> Any:
+        async with AsyncPreflightClient(
+            "http://preflight.test", transport=httpx.MockTransport(handler), retry=FAST, **kwargs
+        ) as client:
+            return await call(client)
+
+    return asyncio.run(main())
+
+
+RUNNERS = [pytest.param(run_sync, id="sync"), pytest.param(run_async, id="async")]
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_a_5xx_then_success_is_retried_transparently(run: Any) -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) < 3:
+            return httpx.Response(503, json={"title": "Service Unavailable"})
+        return httpx.Response(202, json={"id": 7, "status": "queued"})
+
+    candidate = run(handler, lambda c: c.submit({"input_shape": [4]}, {"study": "s"}))
+    assert candidate == Candidate(id="7", status="queued")
+    assert len(calls) == 3
+    assert json.loads(calls[0].content) == {"spec": {"input_shape": [4]}, "options": {"study": "s"}}
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_connection_errors_are_retried_then_raised_as_preflight_connection_error(run: Any) -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        raise httpx.ConnectError("refused", request=request)
+
+    with pytest.raises(PreflightConnectionError, match="after 3 tries"):
+        run(handler, lambda c: c.get("1"))
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_a_persistent_5xx_ends_as_server_error_with_the_problem(run: Any) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, json={"title": "Internal Server Error", "detail": "boom"},
+                              headers={"content-type": "application/problem+json"})
+
+    with pytest.raises(ServerError) as caught:
+        run(handler, lambda c: c.get("1"))
+    assert caught.value.status == 500 and caught.value.detail == "boom"
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+@pytest.mark.parametrize(("status", "kind"), [(422, SpecRejectedError), (401, AuthenticationError)])
+def test_4xx_are_not_retried_and_raise_their_typed_error(run: Any, status: int, kind: type) -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(status, json={"title": "no", "detail": "blocks[0]: bad", "status": status})
+
+    with pytest.raises(kind, match="blocks"):
+        run(handler, lambda c: c.submit({}))
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_the_token_comes_from_the_environment(run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFLIGHT_API_TOKEN", "secret-token")
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        return httpx.Response(200, json=DONE)
+
+    run(handler, lambda c: c.get("7"))
+    assert seen == ["Bearer secret-token"]
+
+
+def test_the_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFLIGHT_URL", "http://gpu-node:9000/")
+    assert PreflightClient().url == "http://gpu-node:9000"
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_wait_long_polls_until_the_candidate_is_finished(run: Any) -> None:
+    polls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        polls.append(float(request.url.params["timeout"]))
+        assert request.url.path == "/v1/candidates/7/wait"
+        return httpx.Response(200, json=DONE if len(polls) == 3 else {"id": 7, "status": "running"})
+
+    candidate = run(handler, lambda c: c.wait("7", timeout=60), max_poll=5.0)
+    assert candidate.score == 1.5 and candidate.verdict == "keep"
+    assert polls == [5.0, 5.0, 5.0]
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_wait_raises_wait_timeout_with_the_last_state(run: Any) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"id": 7, "status": "queued"})
+
+    with pytest.raises(WaitTimeout) as caught:
+        run(handler, lambda c: c.wait("7", timeout=0.0))
+    assert caught.value.candidate.status == "queued"
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_condition_many_submits_once_and_waits_only_for_the_unfinished(run: Any) -> None:
+    requests = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append((request.method, request.url.path))
+        if request.method == "POST":
+            assert len(json.loads(request.content)["specs"]) == 2
+            return httpx.Response(202, json={"candidates": [DONE, {"id": 8, "status": "queued"}]})
+        return httpx.Response(200, json=DONE | {"id": 8})
+
+    got = run(handler, lambda c: c.condition_many([{"a": 1}, {"b": 2}], timeout=10))
+    assert [c.id for c in got] == ["7", "8"]
+    assert requests == [("POST", "/v1/candidates"), ("GET", "/v1/candidates/8/wait")]
+
+
+def test_a_failed_candidate_has_no_report_and_says_why() -> None:
+    failed = Candidate.from_json({"id": 3, "status": "failed", "error": "non-finite output"})
+    with pytest.raises(CandidateFailed, match="non-finite output"):
+        failed.require_report()
+    assert failed.finished and failed.score is None

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+import pytest
+
+import nas
+from nas.space import (
+    NORMS,
+    CNNSpace,
+    MLPSpace,
+    ResidualSpace,
+    head_block,
+    suggest_activation,
+    suggest_init,
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+SPACES = [
+    MLPSpace([64], 10),
+    MLPSpace([64], 10, per_layer_width=True, depth=(3, 3)),
+    CNNSpace([1, 8, 8], 10),
+    CNNSpace([3, 32, 32], 100, stages=(2, 4)),
+    ResidualSpace([64], 10),
+    ResidualSpace([1, 8, 8], 10, norms=NORMS),
+]
+
+
+@pytest.mark.parametrize("space", SPACES, ids=lambda s: type(s).__name__)
+def test_every_sampled_spec_is_valid_and_builds(space: Any) -> None:
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(25):
+        trial = study.ask()
+        spec = space(trial)
+        parsed = nas.parse_spec(spec)
+        assert nas.summarize(parsed).output_shape == [space.n_classes]
+        study.tell(trial, 0.0)
+
+
+@pytest.mark.parametrize("space", SPACES, ids=lambda s: type(s).__name__)
+def test_the_same_parameters_give_the_same_spec(space: Any) -> None:
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    trial = study.ask()
+    spec = space(trial)
+    assert space(optuna.trial.FixedTrial(trial.params)) == spec
+
+
+def test_mlp_space_searches_depth_width_activation_norm_and_init() -> None:
+    params = {"depth": 3, "width": 32, "activation": "tanh", "norm": "layernorm",
+              "init_scheme": "geometric", "init_gain": 1.5}
+    spec = MLPSpace([64], 10)(optuna.trial.FixedTrial(params))
+    assert spec["init"] == {"scheme": "geometric", "gain": 1.5}
+    assert len(spec["blocks"]) == 4
+    assert spec["blocks"][0]["layers"] == [{"type": "linear", "out": 32}, {"type": "layernorm"}, {"type": "tanh"}]
+
+
+def test_cnn_space_downsamples_by_stride_or_pooling_between_stages() -> None:
+    base = {"stages": 2, "convs_per_stage": 1, "channels": 8, "kernel": 3, "head": "global_avgpool",
+            "activation": "relu", "norm": "none", "init_scheme": "fan_in", "init_gain": 1.0}
+    strided = CNNSpace([1, 8, 8], 10)(optuna.trial.FixedTrial(base | {"pooling": "stride"}))
+    pooled = CNNSpace([1, 8, 8], 10)(optuna.trial.FixedTrial(base | {"pooling": "maxpool"}))
+    assert strided["blocks"][1]["layers"][0] == {"type": "conv2d", "out": 16, "kernel": 3, "stride": 2, "padding": 1}
+    assert pooled["blocks"][1] == {"name": "pool", "layers": [{"type": "maxpool", "kernel": 2}]}
+    assert nas.summarize(strided).boundary_shapes[2] == [16, 4, 4]
+
+
+def test_residual_space_searches_the_residual_scaling() -> None:
+    params = {"depth": 2, "width": 16, "body_layers": 1, "beta": 0.25, "activation": "relu",
+              "norm": "none", "init_scheme": "fan_in", "init_gain": 1.0}
+    spec = ResidualSpace([64], 10)(optuna.trial.FixedTrial(params))
+    residual = spec["blocks"][1]["layers"][0]
+    assert residual["type"] == "residual" and residual["beta"] == 0.25 and residual["alpha"] == 1.0
+    assert spec["blocks"][1] is not spec["blocks"][2]
+
+
+def test_a_custom_space_composes_the_helpers() -> None:
+    def my_space(trial: Any) -> dict[str, Any]:
+        act = suggest_activation(trial, ("relu", "tanh"))
+        width = trial.suggest_int("width", 32, 128, log=True)
+        hidden = [{"layers": [{"type": "linear", "out": width}, act]} for _ in range(trial.suggest_int("depth", 1, 4))]
+        return {"input_shape": [64], "init": suggest_init(trial), "blocks": [*hidden, head_block(10)]}
+
+    trial = optuna.trial.FixedTrial({"activation": "relu", "width": 40, "depth": 2,
+                                     "init_scheme": "fan_in", "init_gain": 1.0})
+    assert nas.summarize(my_space(trial)).output_shape == [10]
+
+
+def test_prefix_keeps_two_parts_of_one_space_apart() -> None:
+    study = optuna.create_study()
+    trial = study.ask()
+    MLPSpace([64], 10, prefix="a_")(trial)
+    MLPSpace([64], 10, prefix="b_")(trial)
+    assert {"a_depth", "b_depth", "a_activation", "b_activation"} <= set(trial.params)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: MLPSpace([1, 8, 8], 10), "vector input"),
+        (lambda: MLPSpace([64], 0), "n_classes"),
+        (lambda: MLPSpace([64], 10, depth=(3, 1)), "depth"),
+        (lambda: MLPSpace([64], 10, activations=("relu", "swish")), "activations"),
+        (lambda: MLPSpace([64], 10, activations="relu"), "activations"),
+        (lambda: MLPSpace([64], 10, norms=("rmsnorm",)), "norms"),
+        (lambda: MLPSpace([64], 10, gain=(0.0, 1.0)), "gain"),
+        (lambda: CNNSpace([64], 10), "image input"),
+        (lambda: CNNSpace([1, 8, 8], 10, kernels=(2,)), "kernels"),
+        (lambda: CNNSpace([1, 8, 8], 10, pooling=("lppool",)), "pooling"),
+        (lambda: ResidualSpace([1, 8], 10), "input_shape"),
+        (lambda: ResidualSpace([64], 10, beta=(0.0, 1.0)), "beta"),
+    ],
+)
+def test_bad_space_arguments_are_refused_and_quoted(make: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()
