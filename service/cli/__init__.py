@@ -13,6 +13,7 @@ __all__ = ["main"]
 # Modules under service.cli that add commands, in the order `preflight --help` lists them.
 _COMMAND_MODULES = (
     "spec_commands",
+    "server_commands",
 )
 
 

@@ -1,0 +1,74 @@
+"""The application factory: settings in, a FastAPI app out, with its database, metrics and
+(optionally) an embedded worker started and stopped by the lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.auth import TokenCache
+from service.db import make_engine, make_sessionmaker
+from service.metrics import Metrics, RequestLatencyMiddleware
+from service.middleware import BodyLimitMiddleware
+from service.migrations import check_current
+from service.problems import install_problem_handlers
+from service.routes import candidates, health, studies
+from service.settings import Settings, get_settings
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "1"
+
+
+def create_app(
+    settings: Settings | None = None, *, embedded_worker: bool = False, worker_device: str = "auto"
+) -> FastAPI:
+    """Build the API. ``embedded_worker`` also runs a job runner in a thread of this process
+    (the one-machine default on SQLite)."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings.database_url)
+        if settings.check_migrations:
+            check_current(engine)
+        sessions = make_sessionmaker(engine)
+        app.state.engine = engine
+        app.state.sessions = sessions
+        app.state.tokens = TokenCache(sessions, settings.token_cache_seconds)
+        app.state.metrics = Metrics(sessions)
+        runner = None
+        if embedded_worker:
+            from worker.runner import Runner
+
+            runner = Runner(settings, device=worker_device, sessions=sessions)
+            runner.start_thread()
+        try:
+            yield
+        finally:
+            if runner is not None:
+                runner.stop()
+                runner.join(timeout=settings.shutdown_grace_seconds + 10)
+            app.state.metrics = None
+            engine.dispose()
+
+    app = FastAPI(
+        title="Preflight",
+        version=API_VERSION,
+        summary="Conditions and scores NAS candidate architectures before training.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = None
+    install_problem_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestLatencyMiddleware, get_metrics=lambda: app.state.metrics)
+    app.include_router(candidates.router)
+    app.include_router(studies.router)
+    app.include_router(health.router)
+    return app

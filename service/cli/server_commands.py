@@ -1,0 +1,202 @@
+"""`preflight serve`, `preflight worker`, `preflight db` and `preflight token`: running the
+service and looking after its store."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = subparsers.add_parser("serve", help="run the REST API (optionally with a worker)")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1; beyond localhost tokens are required)")
+    serve.add_argument("--port", type=int, help="port (default 8000)")
+    serve.add_argument("--embedded-worker", action="store_true",
+                       help="also run a job runner in this process (the one-machine default)")
+    serve.add_argument("--device", default="auto", help="device of the embedded worker (default auto)")
+    serve.add_argument("--migrate", action="store_true", help="apply pending migrations first")
+    serve.add_argument("--workers", type=int, default=1, help="API processes (default 1)")
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(handler=_serve)
+
+    worker = subparsers.add_parser("worker", help="claim and condition queued candidates")
+    where = worker.add_mutually_exclusive_group()
+    where.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+    where.add_argument("--devices", choices=["all"],
+                       help="one child process per visible GPU (one CPU worker when there is none)")
+    worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+    worker.add_argument("--max-jobs", type=int, help="exit after this many jobs")
+    worker.add_argument("--name", help="worker name stored with its jobs (default host:pid)")
+    worker.add_argument("--log-level", default="info")
+    worker.set_defaults(handler=_worker)
+
+    db = subparsers.add_parser("db", help="database migrations")
+    db_commands = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    db_commands.add_parser("upgrade", help="apply pending migrations").set_defaults(handler=_db_upgrade)
+    db_commands.add_parser("current", help="show the revision of the database").set_defaults(handler=_db_current)
+
+    token = subparsers.add_parser("token", help="API bearer tokens")
+    token_commands = token.add_subparsers(dest="token_command", metavar="ACTION", required=True)
+    create = token_commands.add_parser("create", help="create a token and print it (once)")
+    create.add_argument("name", help="who or what uses it")
+    create.set_defaults(handler=_token_create)
+    revoke = token_commands.add_parser("revoke", help="revoke a token by id or name")
+    revoke.add_argument("token", help="token id (a number) or name")
+    revoke.set_defaults(handler=_token_revoke)
+    token_commands.add_parser("list", help="list tokens").set_defaults(handler=_token_list)
+
+
+def _settings(**overrides: Any) -> Any:
+    from service.settings import Settings
+
+    return Settings(**{key: value for key, value in overrides.items() if value is not None})
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _check_schema(settings: Any) -> bool:
+    from service.db import make_engine
+    from service.migrations import MigrationsPending, check_current
+
+    engine = make_engine(settings.database_url)
+    try:
+        check_current(engine)
+    except MigrationsPending as exc:
+        print(f"preflight: {exc}", file=sys.stderr)
+        return False
+    finally:
+        engine.dispose()
+    return True
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import os
+
+    import uvicorn
+
+    from service.app import create_app
+
+    settings = _settings(host=args.host, port=args.port)
+    _logging(args.log_level)
+    if args.migrate:
+        from service.migrations import upgrade
+
+        upgrade(settings.database_url)
+    if not _check_schema(settings):
+        return 2
+    if settings.auth_required and not _any_token(settings):
+        print("preflight: bearer tokens are required here and none exists yet; "
+              "create one with `preflight token create NAME`", file=sys.stderr)  # fmt: skip
+    if args.workers > 1:
+        if args.embedded_worker:
+            print("preflight: --embedded-worker runs in one process; drop --workers", file=sys.stderr)
+            return 2
+        os.environ["PREFLIGHT_HOST"] = settings.host
+        os.environ["PREFLIGHT_PORT"] = str(settings.port)
+        uvicorn.run("service.main:app", host=settings.host, port=settings.port, workers=args.workers,
+                    log_level=args.log_level, access_log=False)  # fmt: skip
+        return 0
+    app = create_app(settings, embedded_worker=args.embedded_worker, worker_device=args.device)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, access_log=False)
+    return 0
+
+
+def _any_token(settings: Any) -> bool:
+    from sqlalchemy import select
+
+    from service.db import make_engine, make_sessionmaker
+    from service.models import ApiToken
+
+    engine = make_engine(settings.database_url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            return session.scalar(select(ApiToken.id).where(ApiToken.revoked_at.is_(None)).limit(1)) is not None
+    finally:
+        engine.dispose()
+
+
+def _worker(args: argparse.Namespace) -> int:
+    settings = _settings()
+    _logging(args.log_level)
+    if not _check_schema(settings):
+        return 2
+    if args.devices == "all":
+        from worker.supervisor import Supervisor
+
+        return Supervisor(settings, burst=args.burst, max_jobs=args.max_jobs).run()
+    from worker.runner import Runner
+
+    runner = Runner(settings, device=args.device, name=args.name, burst=args.burst, max_jobs=args.max_jobs)
+    runner.install_signal_handlers()
+    runner.run()
+    return 0
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    from service.migrations import head_revision, upgrade
+
+    settings = _settings()
+    upgrade(settings.database_url)
+    print(f"database at revision {head_revision()}")
+    return 0
+
+
+def _db_current(args: argparse.Namespace) -> int:
+    from service.db import make_engine
+    from service.migrations import current_revision, head_revision
+
+    engine = make_engine(_settings().database_url)
+    try:
+        current = current_revision(engine)
+    finally:
+        engine.dispose()
+    head = head_revision()
+    state = "up to date" if current == head else f"behind: run `preflight db upgrade` (head {head})"
+    print(f"{current or 'empty'} ({state})")
+    return 0 if current == head else 1
+
+
+def _with_session(work: Any) -> Any:
+    from service.db import make_engine, make_sessionmaker, session_scope
+
+    engine = make_engine(_settings().database_url)
+    try:
+        with session_scope(make_sessionmaker(engine), write=True) as session:
+            return work(session)
+    finally:
+        engine.dispose()
+
+
+def _token_create(args: argparse.Namespace) -> int:
+    from service.auth import create_token
+
+    created = _with_session(lambda session: create_token(session, name=args.name))
+    print(created.token)
+    print(f"token {created.id} ({created.name}) created; it is shown only this once", file=sys.stderr)
+    return 0
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    from service.auth import revoke_token
+
+    if args.token.isdigit():
+        count = _with_session(lambda session: revoke_token(session, token_id=int(args.token)))
+    else:
+        count = _with_session(lambda session: revoke_token(session, name=args.token))
+    print(f"revoked {count} token(s)")
+    return 0 if count else 1
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    from service.auth import list_tokens
+
+    for token_id, name, prefix, created, revoked in _with_session(list_tokens):
+        state = f"revoked {revoked:%Y-%m-%d %H:%M}" if revoked else "active"
+        print(f"{token_id}\t{name}\t{prefix}...\tcreated {created:%Y-%m-%d %H:%M}\t{state}")
+    return 0

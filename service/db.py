@@ -1,0 +1,75 @@
+"""Engine and sessions. SQLite runs in WAL mode with a busy timeout so that the API and
+workers in other processes can share one file; PostgreSQL connections are pre-pinged so a
+restarted server is reconnected to transparently."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+__all__ = ["WRITE_OPTION", "make_engine", "make_sessionmaker", "session_scope", "utcnow"]
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+WRITE_OPTION = "preflight_write"
+
+
+def utcnow() -> datetime:
+    """Naive UTC: what every timestamp column holds (portable across SQLite and PostgreSQL)."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url`` set up for concurrent use by API and workers."""
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+            **kwargs,
+        )
+        event.listen(engine, "connect", _sqlite_pragmas)
+        # pysqlite's own transaction handling is switched off; we emit BEGIN ourselves so
+        # that a writing transaction takes the write lock up front (BEGIN IMMEDIATE) and
+        # never fails to upgrade a read snapshot mid-transaction.
+        event.listen(engine, "begin", _sqlite_begin)
+        return engine
+    if "poolclass" not in kwargs:
+        kwargs.setdefault("pool_size", 10)
+        kwargs.setdefault("max_overflow", 20)
+    return create_engine(url, pool_pre_ping=True, pool_recycle=1800, **kwargs)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None  # autocommit at the driver; we send BEGIN
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_begin(connection: Any) -> None:
+    immediate = connection.get_execution_options().get(WRITE_OPTION, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(factory: sessionmaker[Session], *, write: bool = False) -> Iterator[Session]:
+    """A session whose transaction commits on success and rolls back on error.
+
+    ``write=True`` starts the transaction with BEGIN IMMEDIATE on SQLite (no effect on
+    PostgreSQL): use it for every transaction that may write.
+    """
+    with factory() as session, session.begin():
+        if write:
+            session.connection(execution_options={WRITE_OPTION: True})
+        yield session

@@ -1,0 +1,58 @@
+"""Typed dependencies of the routes: the settings, a database session, the caller's token."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+
+from service.auth import TokenCache
+from service.db import session_scope
+from service.problems import ProblemError
+from service.settings import Settings
+
+__all__ = ["AuthDep", "SessionDep", "SettingsDep", "WriteSessionDep", "require_token"]
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """A read transaction for one request."""
+    with session_scope(request.app.state.sessions) as session:
+        yield session
+
+
+def get_write_session(request: Request) -> Iterator[Session]:
+    """A write transaction for one request (BEGIN IMMEDIATE on SQLite)."""
+    with session_scope(request.app.state.sessions, write=True) as session:
+        yield session
+
+
+def require_token(request: Request) -> None:
+    """Refuse the request unless auth is off or it carries a valid bearer token."""
+    settings: Settings = request.app.state.settings
+    if not settings.auth_required:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    challenge = {"WWW-Authenticate": 'Bearer realm="preflight"'}
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ProblemError(
+            401, "missing bearer token; send 'Authorization: Bearer <token>' (see `preflight token create`)",
+            kind="unauthorized", headers=challenge,
+        )  # fmt: skip
+    tokens: TokenCache = request.app.state.tokens
+    if not tokens.is_valid(token.strip()):
+        raise ProblemError(
+            401, "invalid or revoked token", kind="unauthorized",
+            headers={"WWW-Authenticate": 'Bearer realm="preflight", error="invalid_token"'},
+        )  # fmt: skip
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session)]
+WriteSessionDep = Annotated[Session, Depends(get_write_session)]
+AuthDep = Depends(require_token)

@@ -1,0 +1,178 @@
+"""The SQL store: candidates (which are also the queue's jobs), who submitted them, the
+figures of their reports as queryable rows, and API tokens.
+
+A user can ask the database directly, e.g. the tuned multiplier of every first layer::
+
+    SELECT c.id, s.multiplier FROM candidate_scales s JOIN candidates c ON c.id = s.candidate_id
+    WHERE s.parameter = 'blocks.0.0.weight' AND c.status = 'done';
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+__all__ = [
+    "ApiToken",
+    "Base",
+    "BlockFigure",
+    "Candidate",
+    "LayerFigure",
+    "ScaleFactor",
+    "Status",
+    "Submission",
+]
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only gives INTEGER PRIMARY KEY the rowid alias (autoincrement); PostgreSQL gets bigint.
+IdType = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Status(enum.StrEnum):
+    """Where a candidate is in its life. Stored as its value (a short string)."""
+
+    QUEUED = "queued"
+    """Waiting for a worker; also where an expired lease or a retried failure goes back to."""
+    RUNNING = "running"
+    """Leased by a worker, whose heartbeat keeps ``leased_until`` in the future."""
+    DONE = "done"
+    """Conditioned; the report and its rows were written with this status, in one transaction."""
+    FAILED = "failed"
+    """Gave up after ``max_attempts`` attempts (or on an error that retrying cannot fix)."""
+    CANCELLED = "cancelled"
+    """Cancelled by a client before it was done; submitting it again queues it again."""
+
+    @property
+    def is_final(self) -> bool:
+        return self in (Status.DONE, Status.FAILED, Status.CANCELLED)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSONType}
+
+
+class Candidate(Base):
+    """One (canonical spec, tuning options) pair: the unit of work and of caching."""
+
+    __tablename__ = "candidates"
+    __table_args__ = (
+        Index("ix_candidates_claim", "status", "device", "priority", "id"),
+        Index("ix_candidates_lease", "status", "leased_until"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    cache_key: Mapped[str] = mapped_column(String(64), unique=True)
+    spec_hash: Mapped[str] = mapped_column(String(64), index=True)
+    spec: Mapped[dict[str, Any]]  # as parsed (nas.parse_spec), defaults left implicit
+    options: Mapped[dict[str, Any]]  # tuning options, as given to the engine
+    study: Mapped[str | None] = mapped_column(String(200))  # of the first submission
+    trial: Mapped[int | None] = mapped_column(BigInteger)
+    device: Mapped[str] = mapped_column(String(16), default="any")  # any | cpu | cuda
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[Status] = mapped_column(String(16), default=Status.QUEUED)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    lease_token: Mapped[str | None] = mapped_column(String(64))
+    leased_until: Mapped[datetime | None] = mapped_column(DateTime)
+    worker: Mapped[str | None] = mapped_column(String(200))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+    # Copied out of the report for filtering, ordering and quantiles.
+    score: Mapped[float | None] = mapped_column(Float)
+    verdict: Mapped[str | None] = mapped_column(String(16))
+    tuning_seconds: Mapped[float | None] = mapped_column(Float)
+    report: Mapped[dict[str, Any] | None]
+
+    blocks: Mapped[list[BlockFigure]] = relationship(cascade="all, delete-orphan", lazy="raise")
+    layers: Mapped[list[LayerFigure]] = relationship(cascade="all, delete-orphan", lazy="raise")
+    scales: Mapped[list[ScaleFactor]] = relationship(cascade="all, delete-orphan", lazy="raise")
+
+
+class Submission(Base):
+    """One request for a candidate by a study's trial; a cache hit adds a row here only."""
+
+    __tablename__ = "submissions"
+    __table_args__ = (Index("ix_submissions_study", "study", "candidate_id"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"), index=True)
+    study: Mapped[str | None] = mapped_column(String(200))
+    trial: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class BlockFigure(Base):
+    """APJN and K at one block boundary, before and after tuning."""
+
+    __tablename__ = "candidate_blocks"
+    __table_args__ = (UniqueConstraint("candidate_id", "block_index"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
+    block_index: Mapped[int] = mapped_column(Integer)
+    apjn_before: Mapped[float | None] = mapped_column(Float)
+    apjn_after: Mapped[float | None] = mapped_column(Float)
+    k_before: Mapped[float | None] = mapped_column(Float)
+    k_after: Mapped[float | None] = mapped_column(Float)
+
+
+class LayerFigure(Base):
+    """Scaling exponents, Hessian figures and kappa(D) of one weighted layer."""
+
+    __tablename__ = "candidate_layers"
+    __table_args__ = (UniqueConstraint("candidate_id", "name"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(300))
+    fan_in: Mapped[int | None] = mapped_column(BigInteger)
+    fan_out: Mapped[int | None] = mapped_column(BigInteger)
+    gamma: Mapped[float | None] = mapped_column(Float)
+    nu: Mapped[float | None] = mapped_column(Float)
+    hessian_top_eigenvalue: Mapped[float | None] = mapped_column(Float)
+    hessian_chain_rule: Mapped[float | None] = mapped_column(Float)
+    hessian_mean_sq_singular: Mapped[float | None] = mapped_column(Float)
+    kappa_d: Mapped[float | None] = mapped_column(Float)
+
+
+class ScaleFactor(Base):
+    """One tuned multiplier: train ``nas.build_model(spec, scales={parameter: multiplier})``."""
+
+    __tablename__ = "candidate_scales"
+    __table_args__ = (UniqueConstraint("candidate_id", "parameter"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
+    parameter: Mapped[str] = mapped_column(String(300))
+    multiplier: Mapped[float] = mapped_column(Float)
+
+
+class ApiToken(Base):
+    """A bearer token, kept as its SHA-256 (tokens are 256 random bits: no slow hash needed)."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))  # first characters, to recognise a token
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime)

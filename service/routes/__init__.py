@@ -1,0 +1,1 @@
+"""One router per resource: candidates, studies, health (incl. schema and metrics)."""

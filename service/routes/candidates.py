@@ -1,0 +1,206 @@
+"""/v1/candidates: submit (one or a batch), read, long-poll, list, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import exists, select
+from sqlalchemy.orm import Session
+
+from nas import SpecError, parse_spec, spec_hash
+from service import queue
+from service.db import session_scope
+from service.deps import AuthDep, SessionDep, SettingsDep, WriteSessionDep
+from service.models import Candidate, Status, Submission
+from service.problems import Problem, ProblemError
+from service.schemas import (
+    CandidateBatchCreate,
+    CandidateBatchPublic,
+    CandidateList,
+    CandidateOptions,
+    CandidatePublic,
+    CandidateSubmission,
+)
+from service.tuning import canonical_tuning_options
+
+__all__ = ["router"]
+
+router = APIRouter(
+    prefix="/v1/candidates",
+    tags=["candidates"],
+    dependencies=[AuthDep],
+    responses={
+        401: {"model": Problem, "description": "missing or invalid bearer token"},
+        413: {"model": Problem, "description": "request body too large"},
+        422: {"model": Problem, "description": "invalid spec or request"},
+    },
+)
+
+_NOT_FOUND = {404: {"model": Problem, "description": "no candidate with this id"}}
+_SUBMIT_EXAMPLES = {
+    "one": {"summary": "one spec", "value": {
+        "spec": {"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 8}, {"type": "relu"}]}]},
+        "options": {"study": "demo", "trial": 0},
+    }},
+    "batch": {"summary": "a batch", "value": {
+        "specs": [{"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 8}]}]}],
+        "options": {"study": "demo"},
+    }},
+}  # fmt: skip
+
+
+def _device_class(device: str) -> str:
+    return "cuda" if device.startswith("cuda") else "cpu" if device == "cpu" else "any"
+
+
+def _new_candidates(specs: list[dict[str, Any]], options: CandidateOptions, *, batch: bool) -> list[queue.NewCandidate]:
+    """Validate every spec (all or nothing) and the options, before anything is queued."""
+    tuning = canonical_tuning_options(dict(options.model_extra or {}))
+    out = []
+    for index, data in enumerate(specs):
+        try:
+            spec = parse_spec(data)
+        except SpecError as exc:
+            raise ProblemError.from_spec_error(exc, field=f"specs[{index}]" if batch else "spec") from None
+        out.append(queue.NewCandidate(
+            spec=spec.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(spec), options=tuning,
+            study=options.study, trial=options.trial, device=_device_class(options.device),
+            priority=options.priority,
+        ))  # fmt: skip
+    return out
+
+
+def _load(session: Session, ids: list[int]) -> dict[int, Candidate]:
+    return {row.id: row for row in session.scalars(select(Candidate).where(Candidate.id.in_(ids)))}
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=CandidatePublic | CandidateBatchPublic,
+    summary="Submit one candidate ({spec, options}) or a batch ({specs, options})",
+)
+def submit_candidates(
+    session: WriteSessionDep,
+    settings: SettingsDep,
+    body: Annotated[CandidateSubmission, Body(openapi_examples=_SUBMIT_EXAMPLES)],
+) -> CandidatePublic | CandidateBatchPublic:
+    """Queue candidates for conditioning. The same canonical spec with the same tuning
+    options is never tuned twice: its existing candidate comes back (``cached: true``),
+    with its report when it is done."""
+    batch = isinstance(body, CandidateBatchCreate)
+    specs = body.specs if isinstance(body, CandidateBatchCreate) else [body.spec]
+    if len(specs) > settings.max_batch:
+        raise ProblemError(
+            413, f"{len(specs)} specs in one batch exceed the limit of {settings.max_batch} "
+            "(setting PREFLIGHT_MAX_BATCH)", kind="too-large",
+        )  # fmt: skip
+    new = _new_candidates(specs, body.options, batch=batch)
+    enqueued = queue.submit(session, candidates=new, max_attempts=settings.max_attempts)
+    rows = _load(session, [e.id for e in enqueued])
+    public = [CandidatePublic.of(rows[e.id], cached=not e.created) for e in enqueued]
+    return CandidateBatchPublic(candidates=public) if batch else public[0]
+
+
+@router.get("/{candidate_id}", responses=_NOT_FOUND, summary="A candidate and its report")
+def get_candidate(candidate_id: int, session: SessionDep) -> CandidatePublic:
+    row = session.get(Candidate, candidate_id)
+    if row is None:
+        raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
+    return CandidatePublic.of(row)
+
+
+def _read_once(request: Request, candidate_id: int) -> Candidate | None:
+    with session_scope(request.app.state.sessions) as session:
+        return session.get(Candidate, candidate_id)
+
+
+@router.get("/{candidate_id}/wait", responses=_NOT_FOUND, summary="Long-poll until final or timeout")
+async def wait_for_candidate(
+    request: Request,
+    candidate_id: int,
+    settings: SettingsDep,
+    timeout: Annotated[float, Query(ge=0, le=3600, description="seconds; capped by the server")] = 30.0,
+) -> CandidatePublic:
+    """Answer when the candidate is done, failed or cancelled, or when ``timeout`` seconds
+    have passed (then with its current status). Polls the store; costs no worker time."""
+    deadline = time.monotonic() + min(timeout, settings.max_wait_seconds)
+    interval = 0.05
+    while True:
+        row = await run_in_threadpool(_read_once, request, candidate_id)
+        if row is None:
+            raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
+        left = deadline - time.monotonic()
+        if Status(row.status).is_final or left <= 0 or await request.is_disconnected():
+            return CandidatePublic.of(row)
+        await asyncio.sleep(min(interval, left))
+        interval = min(interval * 1.5, 0.5)
+
+
+def _encode_cursor(last_id: int) -> str:
+    return base64.urlsafe_b64encode(f"c{last_id}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        if not text.startswith("c") or not text[1:].isdigit():
+            raise ValueError(cursor)
+        return int(text[1:])
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ProblemError(422, "invalid cursor; pass next_cursor from the previous page", kind="invalid-request") from None
+
+
+@router.get("", summary="List candidates, oldest first, with cursor pagination")
+def list_candidates(
+    session: SessionDep,
+    settings: SettingsDep,
+    study: Annotated[str | None, Query(max_length=200)] = None,
+    status: Status | None = None,
+    verdict: Annotated[str | None, Query(max_length=16)] = None,
+    limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    cursor: Annotated[str | None, Query(max_length=100)] = None,
+    include_report: bool = False,
+) -> CandidateList:
+    page = limit or settings.page_size
+    query = select(Candidate).order_by(Candidate.id).limit(page + 1)
+    if study is not None:
+        query = query.where(
+            exists().where(Submission.candidate_id == Candidate.id, Submission.study == study)
+        )
+    if status is not None:
+        query = query.where(Candidate.status == status)
+    if verdict is not None:
+        query = query.where(Candidate.verdict == verdict)
+    if cursor is not None:
+        query = query.where(Candidate.id > _decode_cursor(cursor))
+    rows = list(session.scalars(query))
+    more = len(rows) > page
+    rows = rows[:page]
+    return CandidateList(
+        candidates=[CandidatePublic.of(row, with_report=include_report) for row in rows],
+        next_cursor=_encode_cursor(rows[-1].id) if more and rows else None,
+    )
+
+
+@router.delete(
+    "/{candidate_id}",
+    responses={**_NOT_FOUND, 409: {"model": Problem, "description": "already done or failed"}},
+    summary="Cancel a queued or running candidate",
+)
+def cancel_candidate(candidate_id: int, session: WriteSessionDep) -> CandidatePublic:
+    """A running job's worker notices at its next heartbeat and drops its work."""
+    status = queue.cancel(session, job_id=candidate_id)
+    if status is None:
+        raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
+    if status in (Status.DONE, Status.FAILED):
+        raise ProblemError(409, f"candidate {candidate_id} is already {status.value}; nothing to cancel", kind="conflict")
+    row = session.get(Candidate, candidate_id)
+    assert row is not None
+    return CandidatePublic.of(row)

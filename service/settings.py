@@ -1,0 +1,58 @@
+"""The one settings class of the service and its workers (env ``PREFLIGHT_*``)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["LOOPBACK_HOSTS", "Settings", "get_settings"]
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+class Settings(BaseSettings):
+    """Where the store is, how the API listens, and how the queue leases jobs.
+
+    Every field reads the environment variable ``PREFLIGHT_<FIELD>`` (upper case).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PREFLIGHT_", frozen=True, extra="ignore")
+
+    database_url: str = "sqlite:///./preflight.db"
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    # None: bearer tokens are required exactly when ``host`` is not a loopback address.
+    # True forces them on localhost too; False is refused unless ``host`` is loopback.
+    require_auth: bool | None = None
+    # Revocation takes effect within this many seconds (tokens are cached in memory).
+    token_cache_seconds: float = Field(5.0, ge=0)
+    max_body_bytes: int = Field(4 * 2**20, ge=1024)
+    max_batch: int = Field(256, ge=1)
+    max_wait_seconds: float = Field(60.0, gt=0)
+    page_size: int = Field(50, ge=1, le=1000)
+    # The queue.
+    lease_seconds: float = Field(30.0, gt=0)
+    heartbeat_seconds: float = Field(5.0, gt=0)
+    max_attempts: int = Field(3, ge=1)
+    job_timeout_seconds: float = Field(1800.0, gt=0)
+    shutdown_grace_seconds: float = Field(30.0, ge=0)
+    poll_seconds: float = Field(0.5, gt=0)
+    # Start-up refuses a database whose schema is not at the latest migration.
+    check_migrations: bool = True
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def auth_required(self) -> bool:
+        if self.host not in LOOPBACK_HOSTS:
+            return True
+        return bool(self.require_auth)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()
