@@ -1,0 +1,285 @@
+"""``condition(spec, data, options)``: bring a candidate to a well-conditioned initialization
+and score it. The order (``docs/conditioning.md``):
+
+1. build the model at the spec's own initialization; measure APJN and K ("before");
+2. balancing (scaling-calculus paper: geometric re-initialization, GR multipliers, output
+   std): an analytical prior that equalises gamma_l across layers;
+3. AutoInit from there: the multipliers that make every block critical (Jacobian tuning);
+4. final scales = balancing x AutoInit, per parameter name; diagnostics on the result
+   (gamma_l and nu_l, Hessian blocks, kappa(D)); score, verdict and reasons.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from nas import ArchitectureSpec, build_model, parse_spec, spec_hash
+from nas.build import PreflightNet, apply_scales_
+from worker.autoinit import AutoInitResult, autoinit, conditioning_mode
+from worker.diagnostics import Diagnostics, run_diagnostics
+from worker.jacobian import JacobianProfile, block_jacobians
+from worker.options import ConditionOptions
+from worker.report import (
+    BlockReport,
+    ConditioningReport,
+    Environment,
+    LayerReport,
+    TuningReport,
+    finite_or_none,
+)
+from worker.score import score
+from worker.structure import TuningUnit, block_log_rho
+
+__all__ = ["condition", "select_device"]
+
+log = logging.getLogger(__name__)
+
+
+def select_device(preference: str = "auto") -> torch.device:
+    """``auto``: CUDA when present, else the CPU; ``cuda[:N]`` must be present."""
+    if preference == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(preference)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {preference!r} was asked for but CUDA is not available; use 'auto' or 'cpu'")
+    return device
+
+
+def condition(
+    spec: ArchitectureSpec | Mapping[str, Any] | str,
+    data: Tensor | Any | None = None,
+    options: ConditionOptions | Mapping[str, Any] | None = None,
+) -> ConditioningReport:
+    """Condition one candidate; see the module docstring for the steps.
+
+    ``data``: None (a Gaussian batch of the input shape), a tensor or array of inputs
+    ``[N, *input_shape]``, or a mapping with ``"x"`` and optionally integer ``"y"`` targets.
+    Raises ``nas.SpecError`` for an invalid spec and ValueError for unusable data; a network
+    that cannot be conditioned still gets a report (status and reasons say why).
+    """
+    opts = options if isinstance(options, ConditionOptions) else ConditionOptions.model_validate(options or {})
+    parsed = parse_spec(spec)
+    device = select_device(opts.device)
+    x, y, source = _batch(parsed, data, opts, device)
+    model = build_model(parsed, seed=opts.seed).to(device)
+    rho = block_log_rho(model)
+
+    with conditioning_mode(model), torch.no_grad():
+        before = block_jacobians(model, x, opts.n_vectors, _generator(opts.seed + 1, device))
+    balancing, balancing_note = _balance(model, x, opts, device)
+    if balancing:
+        apply_scales_(model, balancing)
+    tuned = autoinit(
+        model, x, loss=opts.loss, kernel_lambda=opts.kernel_lambda, steps=opts.steps, n_vectors=opts.n_vectors,
+        tolerance=opts.tolerance, output_std=opts.output_std, generator=_generator(opts.seed + 2, device),
+    )  # fmt: skip
+    apply_scales_(model, tuned.scales)
+    scales = _product(balancing, tuned.scales)
+    diagnostics = run_diagnostics(model, x, y, opts, _generator(opts.seed + 3, device)) if opts.diagnostics else Diagnostics()
+
+    components = _components(tuned, diagnostics, rho, opts)
+    result = score(components, opts.thresholds)
+    reasons = _reasons(tuned, result.over, components, diagnostics, opts, parsed) + balancing_note + diagnostics.notes
+    return ConditioningReport(
+        spec_hash=spec_hash(parsed),
+        score=finite_or_none(result.score),
+        verdict=result.verdict,  # type: ignore[arg-type]
+        reasons=reasons,
+        scales={k: float(v) for k, v in scales.items()},
+        blocks=_blocks(before, tuned, rho),
+        layers=_layers(model, diagnostics),
+        tuning=_tuning(tuned, before, opts, device, balancing),
+        components=result.components,
+        penalties=result.penalties,
+        thresholds=opts.thresholds,
+        options=opts,
+        environment=Environment(
+            batch_size=int(x.shape[0]), n_vectors=opts.n_vectors, seed=opts.seed, device=str(device),
+            data=source, versions=_versions(), diagnostics=diagnostics.ran,
+        ),  # fmt: skip
+    )
+
+
+def _generator(seed: int, device: torch.device) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def _batch(
+    spec: ArchitectureSpec, data: Any, opts: ConditionOptions, device: torch.device
+) -> tuple[Tensor, Tensor | None, str]:
+    shape = tuple(spec.input_shape)
+    if data is None:
+        g = torch.Generator().manual_seed(opts.seed)
+        return torch.randn((opts.batch_size, *shape), generator=g).to(device), None, "gaussian"
+    raw_y = None
+    if isinstance(data, Mapping):
+        if "x" not in data:
+            raise ValueError(f"data mapping needs an 'x' entry with inputs [N, {', '.join(map(str, shape))}]; got keys {sorted(data)}")
+        raw_x, raw_y = data["x"], data.get("y")
+    else:
+        raw_x = data
+    x = torch.as_tensor(raw_x, dtype=torch.float32)
+    if tuple(x.shape[1:]) != shape or x.shape[0] < 2:
+        raise ValueError(f"data must have shape [N >= 2, {', '.join(map(str, shape))}] to match input_shape, but got {list(x.shape)}")
+    x = x[: opts.batch_size].to(device)
+    y = None
+    if raw_y is not None:
+        y = torch.as_tensor(raw_y)[: x.shape[0]].to(device)
+        if y.shape[0] != x.shape[0]:
+            raise ValueError(f"data 'y' has {y.shape[0]} rows but 'x' has {x.shape[0]}")
+    return x, y, "given"
+
+
+def _balance(model: PreflightNet, x: Tensor, opts: ConditionOptions, device: torch.device) -> tuple[dict[str, float], list[str]]:
+    """Balancing's multipliers (relative to the spec's init), or none with a note."""
+    if not opts.balance:
+        return {}, []
+    try:
+        from worker.scaling import balance
+    except ImportError:
+        return {}, []
+    try:
+        with conditioning_mode(model):
+            result = balance(model, x, output_std=opts.output_std or 0.05, generator=_generator(opts.seed + 4, device))
+    except Exception as exc:  # the tuner still runs from the spec's init; the report says so
+        log.warning("balancing failed: %s", exc)
+        return {}, [f"balancing skipped: {exc}"]
+    scales = {k: float(v) for k, v in result.scales.items()}
+    if not all(math.isfinite(v) and v > 0 for v in scales.values()):
+        return {}, ["balancing skipped: it produced non-finite or non-positive multipliers"]
+    return scales, []
+
+
+def _product(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+    return {k: a.get(k, 1.0) * b.get(k, 1.0) for k in sorted(set(a) | set(b))}
+
+
+def _components(tuned: AutoInitResult, diag: Diagnostics, rho: list[float], opts: ConditionOptions) -> dict[str, float | None]:
+    after = tuned.after
+    finite = after.finite and tuned.status != "non_finite"
+    head = opts.output_std is not None
+    units = [(i, u) for i, u in enumerate(tuned.units) if u.tunable and not (head and i == len(tuned.units) - 1)]
+    jac = max((abs(tuned.residuals[i]) for i, _ in units), default=0.0) if finite else None
+    kernel = out = None
+    if finite:
+        log_k = after.log_k.tolist()
+        inner = range(1, len(log_k) - 1) if head else range(1, len(log_k))
+        kernel = max((abs(log_k[b] - log_k[0] - sum(rho[:b])) for b in inner), default=0.0)
+        out = abs(0.5 * log_k[-1] - math.log(opts.output_std)) if head else None
+    return {
+        "jacobian_log": jac,
+        "kernel_log_range": kernel,
+        "output_log_ratio": out,
+        "gamma_log_spread": diag.gamma_log_spread,
+        "hessian_log_spread": diag.hessian_log_spread,
+        "kappa_d_log": diag.kappa_d_log,
+        "non_finite": 0.0 if finite and not diag.non_finite else 1.0,
+    }
+
+
+def _reasons(
+    tuned: AutoInitResult, over: list[str], comps: dict[str, float | None], diag: Diagnostics, opts: ConditionOptions, spec: ArchitectureSpec
+) -> list[str]:
+    reasons: list[str] = []
+    if tuned.status != "converged":
+        reasons.append(f"tuning {tuned.status.replace('_', ' ')}: {tuned.message}")
+    for name in over:
+        if name == "jacobian_log":
+            reasons.extend(_jacobian_reasons(tuned, opts, spec))
+        elif name == "kernel_log_range":
+            reasons.append(f"forward second moment drifts by a factor {math.exp(comps[name] or 0):.3g} across the network after tuning")
+        elif name == "output_log_ratio":
+            std = math.exp(0.5 * tuned.after.log_k[-1].item())
+            reasons.append(f"output std is {std:.3g} after tuning; target {opts.output_std:g}")
+        elif name == "non_finite":
+            reasons.append("non-finite values in the forward pass or the diagnostics")
+        else:
+            reasons.append(diag.describe(name, comps[name]))
+    return reasons
+
+
+def _jacobian_reasons(tuned: AutoInitResult, opts: ConditionOptions, spec: ArchitectureSpec) -> list[str]:
+    out = []
+    apjn = tuned.after.apjn.tolist()
+    last = len(tuned.units) - 1
+    for i, unit in enumerate(tuned.units):
+        if not unit.tunable or (opts.output_std is not None and i == last):
+            continue
+        if abs(tuned.residuals[i]) <= opts.thresholds.jacobian_log:
+            continue
+        j = math.prod(apjn[b] for b in unit.blocks)
+        where = f"block {unit.blocks[0]}" if len(unit.blocks) == 1 else f"blocks {unit.blocks[0]}-{unit.blocks[-1]}"
+        out.append(f"APJN of {where} stays at {j:.3g} after tuning (target {math.exp(unit.log_rho):.3g}): {_cause(unit, spec, j)}")
+    return out
+
+
+def _cause(unit: TuningUnit, spec: ArchitectureSpec, j: float) -> str:
+    types = {layer.type for b in unit.blocks for layer in spec.blocks[b].layers}
+    if "residual" in types and j > math.exp(unit.log_rho):
+        return "the residual shortcut alone keeps J above the target (alpha^2 >= 1)"
+    if "maxpool" in types:
+        return "max pooling breaks scaling"
+    nonhom = sorted(types & {"gelu", "silu", "tanh", "sigmoid"})
+    if nonhom:
+        return f"{', '.join(nonhom)} is not positively homogeneous: J does not follow the gain"
+    if "batchnorm" in types:
+        return "BatchNorm makes J depend on the batch, not on the gain"
+    return "the tuner did not reach it in the allowed steps"
+
+
+def _blocks(before: JacobianProfile, tuned: AutoInitResult, rho: list[float]) -> list[BlockReport]:
+    unit_of = {b: i for i, u in enumerate(tuned.units) for b in u.blocks}
+    jb, ja = before.apjn.tolist(), tuned.after.apjn.tolist()
+    kb, ka = before.k.tolist(), tuned.after.k.tolist()
+    return [
+        BlockReport(
+            index=b, apjn_before=finite_or_none(jb[b]), apjn_after=finite_or_none(ja[b]),
+            log_apjn_before=finite_or_none(_log(jb[b])), log_apjn_after=finite_or_none(_log(ja[b])),
+            k_before=finite_or_none(kb[b + 1]), k_after=finite_or_none(ka[b + 1]),
+            apjn_target=math.exp(rho[b]), unit=unit_of[b],
+        )  # fmt: skip
+        for b in range(len(jb))
+    ]
+
+
+def _log(v: float) -> float:
+    return math.log(v) if v > 0 and math.isfinite(v) else math.nan
+
+
+def _layers(model: PreflightNet, diag: Diagnostics) -> list[LayerReport]:
+    return [
+        LayerReport(name=info.module, fan_in=info.fan_in or 0, fan_out=info.fan_out or 0, **diag.layer(info.module))
+        for info, _ in model.weighted_layers()
+    ]
+
+
+def _tuning(tuned: AutoInitResult, before: JacobianProfile, opts: ConditionOptions, device: torch.device, balancing: dict[str, float]) -> TuningReport:
+    k_after = tuned.after.k.tolist()
+    return TuningReport(
+        steps=tuned.steps, converged=tuned.converged, status=tuned.status, message=tuned.message, loss=opts.loss,
+        loss_curve=[finite_or_none(v) for v in tuned.loss_curve], seconds=tuned.seconds, device=str(device),
+        input_k=finite_or_none(k_after[0]), output_std_before=finite_or_none(math.sqrt(before.k[-1].item())),
+        output_std_after=finite_or_none(math.sqrt(k_after[-1])), invariant=tuned.invariant, balancing=balancing,
+        autoinit=tuned.scales,
+    )  # fmt: skip
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    import numpy
+    import pydantic
+
+    try:
+        ours = version("nas-preflight")
+    except PackageNotFoundError:
+        ours = "unknown"
+    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
+            "pydantic": pydantic.VERSION, "nas-preflight": ours}  # fmt: skip

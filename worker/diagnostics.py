@@ -1,0 +1,124 @@
+"""The per-layer diagnostics of a conditioned model, gathered for the report and the score.
+
+Each comes from its own module: GR scaling (``worker.scaling``: gamma_l, nu_l), the Hessian
+blocks (``worker.hessian``) and Batch Normalization Preconditioning (``worker.bnp``:
+kappa(D)). A diagnostic that fails is left out with a note; it never sinks the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from nas.build import PreflightNet
+from worker.autoinit import conditioning_mode
+from worker.options import ConditionOptions
+
+__all__ = ["Diagnostics", "run_diagnostics"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Diagnostics:
+    """Per-layer figures keyed by module name, and the summary components of the score."""
+
+    per_layer: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    ran: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    gamma_log_spread: float | None = None
+    hessian_log_spread: float | None = None
+    kappa_d_log: float | None = None
+    non_finite: bool = False
+
+    def layer(self, name: str) -> dict[str, float | None]:
+        return dict(self.per_layer.get(name, {}))
+
+    def describe(self, component: str, value: float | None) -> str:
+        v = value if value is not None else math.nan
+        return {
+            "gamma_log_spread": f"layer scaling gamma_l spreads by a factor {math.exp(v):.3g} (std of log) across layers: "
+            "some layers learn much faster than others (scaling paper, eq. 2)",
+            "hessian_log_spread": f"top Hessian eigenvalues spread by a factor {math.exp(v):.3g} (std of log) across layers",
+            "kappa_d_log": f"kappa(D) reaches {math.exp(v):.3g}: activation variances differ widely; BNP would help",
+        }.get(component, f"{component} = {v:.3g}")
+
+    def _put(self, name: str, key: str, value: float | None) -> None:
+        self.per_layer.setdefault(name, {})[key] = _finite(value)
+
+
+def _finite(v: Any) -> float | None:
+    if v is None:
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+def _log_std(values: list[float | None]) -> float | None:
+    logs = [math.log(v) for v in values if v is not None and v > 0]
+    return statistics.pstdev(logs) if len(logs) >= 2 else (0.0 if logs else None)
+
+
+def run_diagnostics(
+    model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, generator: torch.Generator
+) -> Diagnostics:
+    """gamma_l / nu_l, Hessian figures and kappa(D) of the (conditioned) model on batch x."""
+    diag = Diagnostics()
+    with conditioning_mode(model):
+        for name, run in (("scaling", _scaling), ("hessian", _hessian), ("bnp", _bnp)):
+            try:
+                if not run(diag, model, x, y, opts, generator):
+                    continue
+            except ImportError:  # that diagnostic's module is not installed
+                continue
+            except Exception as exc:  # one broken diagnostic must not sink the report
+                log.warning("%s diagnostics failed: %s", name, exc)
+                diag.notes.append(f"{name} diagnostics failed: {exc}")
+                continue
+            diag.ran.append(name)
+    return diag
+
+
+def _scaling(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, g: torch.Generator) -> bool:
+    from worker.scaling import measure_scaling
+
+    figures = measure_scaling(model, x, targets=y, generator=g)
+    for f in figures:
+        diag._put(f.name, "gamma", f.gamma)
+        diag._put(f.name, "nu", f.nu)
+    gammas = [_finite(f.gamma) for f in figures]
+    diag.gamma_log_spread = _log_std(gammas)
+    diag.non_finite |= any(v is None for v in gammas)
+    return True
+
+
+def _hessian(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, g: torch.Generator) -> bool:
+    if opts.hessian_iterations == 0:
+        return False  # switched off
+    from worker.hessian import hessian_figures
+
+    n = min(opts.hessian_batch_size, x.shape[0])
+    figures = hessian_figures(model, x[:n], None if y is None else y[:n], iterations=opts.hessian_iterations, generator=g)
+    for f in figures:
+        diag._put(f.name, "hessian_top_eigenvalue", f.top_eigenvalue)
+        diag._put(f.name, "hessian_chain_rule", f.chain_rule_estimate)
+        diag._put(f.name, "hessian_mean_sq_singular", f.mean_sq_singular_value)
+    diag.hessian_log_spread = _log_std([_finite(abs(f.top_eigenvalue)) for f in figures])
+    return True
+
+
+def _bnp(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, g: torch.Generator) -> bool:
+    from worker.bnp import kappa_d
+
+    kappas = kappa_d(model, x)
+    for name, k in kappas.items():
+        diag._put(name, "kappa_d", k)
+    finite = [k for k in kappas.values() if math.isfinite(k) and k > 0]
+    diag.kappa_d_log = math.log(max(finite)) if finite else None
+    return True

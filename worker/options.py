@@ -1,0 +1,58 @@
+"""Options of one conditioning run; part of a job's cache key (except ``device``)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["ConditionOptions", "Thresholds"]
+
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class Thresholds(BaseModel):
+    """Where the score's components start to count against a candidate (``worker.score``).
+
+    Each is the value at which a component's penalty reaches 1 (a mild problem); the
+    verdict is ``prune`` when the score falls below ``score`` or a hard failure occurs.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    score: Annotated[float, Field(allow_inf_nan=False)] = -3.0
+    jacobian_log: Positive = 0.35  # |log J / rho| left after tuning (0.35: J off by a factor 1.4)
+    kernel_log_ratio: Positive = 1.0  # |log K^{l+1}/K^l| after tuning (a factor e per block)
+    output_log_ratio: Positive = 0.7  # |log of output std / target| (a factor 2)
+    gamma_log_spread: Positive = 1.0  # std of log gamma_l across layers (scaling paper)
+    hessian_log_spread: Positive = 2.0  # std of log top Hessian eigenvalue across layers
+    kappa_d_log: Positive = 2.3  # log max kappa(D) (10: BNP would help a lot)
+
+
+class ConditionOptions(BaseModel):
+    """Everything ``worker.condition`` needs besides the spec and the data."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    loss: Literal["log", "square", "kernel"] = "log"
+    kernel_lambda: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.5
+    steps: Annotated[int, Field(ge=0, le=1000)] = 10
+    n_vectors: Annotated[int, Field(ge=1, le=64)] = 2
+    batch_size: Annotated[int, Field(ge=2, le=4096)] = 64
+    seed: Annotated[int, Field(ge=0)] = 0
+    device: str = "auto"
+    tolerance: Positive = 0.1  # |log J - log rho| at which a unit counts as critical
+    output_std: Positive | None = 0.05  # scaling paper, section 10; None: tune the head on J too
+    balance: bool = True  # geometric init + GR balancing first (scaling paper), then AutoInit
+    hessian_iterations: Annotated[int, Field(ge=0, le=200)] = 20
+    hessian_batch_size: Annotated[int, Field(ge=1, le=4096)] = 32
+    diagnostics: bool = True  # scaling, Hessian and BNP figures (cost: a few training steps)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, device: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+            raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', but got {device!r}")
+        return device

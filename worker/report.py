@@ -1,0 +1,103 @@
+"""The conditioning report: what ``worker.condition`` returns and the service stores.
+
+Top-level names are a contract (``docs/contracts.md``): ``score``, ``verdict``, ``reasons``,
+``scales``, ``blocks``, ``layers``, ``tuning``, ``components``, ``environment``,
+``spec_hash``. Non-finite figures are ``null`` in JSON (never ``NaN``, which is not JSON).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from worker.options import ConditionOptions, Thresholds
+
+__all__ = ["BlockReport", "ConditioningReport", "Environment", "LayerReport", "TuningReport", "finite_or_none"]
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` as a float, or None when it is missing, NaN or infinite."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="null")
+
+
+class BlockReport(_Model):
+    """Block ``index`` maps boundary ``index`` to ``index + 1``; K is at its output boundary."""
+
+    index: int
+    apjn_before: float | None
+    apjn_after: float | None
+    log_apjn_before: float | None
+    log_apjn_after: float | None
+    k_before: float | None
+    k_after: float | None
+    apjn_target: float  # rho: what the block's parameter-free reductions do by themselves
+    unit: int  # the tuning unit (blocks without a tunable scale join their neighbour's)
+
+
+class LayerReport(_Model):
+    """One weighted layer (linear or conv2d), by module name as in ``nas.build_model``."""
+
+    name: str
+    fan_in: int
+    fan_out: int
+    gamma: float | None = None  # scaling paper eq. 2, after conditioning
+    gamma_before: float | None = None
+    nu: float | None = None
+    hessian_top_eigenvalue: float | None = None
+    hessian_chain_rule: float | None = None
+    hessian_mean_sq_singular: float | None = None
+    kappa_d: float | None = None
+
+
+class TuningReport(_Model):
+    steps: int
+    converged: bool
+    status: str
+    message: str
+    loss: str
+    loss_curve: list[float | None]
+    seconds: float
+    device: str
+    input_k: float | None = None  # K^0 of the batch used
+    output_std_before: float | None = None
+    output_std_after: float | None = None
+    invariant: list[str] = Field(default_factory=list)  # scale-invariant layers held at 1
+    balancing: dict[str, float] = Field(default_factory=dict)  # balancing's own multipliers
+    autoinit: dict[str, float] = Field(default_factory=dict)  # AutoInit's, on top of balancing
+
+
+class Environment(_Model):
+    batch_size: int
+    n_vectors: int
+    seed: int
+    device: str
+    data: Literal["gaussian", "given"]
+    versions: dict[str, str]
+    diagnostics: list[str]  # which diagnostic modules ran
+
+
+class ConditioningReport(_Model):
+    """Result of conditioning one candidate; ``scales`` is what ``nas.build_model`` takes."""
+
+    spec_hash: str
+    score: float | None
+    verdict: Literal["keep", "prune"]
+    reasons: list[str]
+    scales: dict[str, float]
+    blocks: list[BlockReport]
+    layers: list[LayerReport]
+    tuning: TuningReport
+    components: dict[str, float | None]
+    penalties: dict[str, float | None]
+    thresholds: Thresholds
+    options: ConditionOptions
+    environment: Environment
