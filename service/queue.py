@@ -158,7 +158,11 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
             for c in candidates
         ],
     )
-    return [Enqueued(id=ids[c.cache_key], created=c.cache_key in created_ids) for c in candidates]
+    out, seen = [], set()
+    for c in candidates:  # a key repeated within the call is created once
+        out.append(Enqueued(id=ids[c.cache_key], created=c.cache_key in created_ids and c.cache_key not in seen))
+        seen.add(c.cache_key)
+    return out
 
 
 def _insert_ignoring_duplicates(session: Session, rows: list[dict[str, Any]]) -> Any:

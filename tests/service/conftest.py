@@ -1,0 +1,148 @@
+"""Real databases for the service tests: a SQLite file per test, and one PostgreSQL database
+per test session, created under a unique name through the ``postgres`` database and dropped
+at the end.
+
+PostgreSQL is found at PREFLIGHT_TEST_POSTGRES_URL (default: the CI server below). When it
+cannot be reached the PostgreSQL tests are skipped, or fail if PREFLIGHT_TEST_REQUIRE_POSTGRES=1.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from service.db import make_engine, make_sessionmaker
+from service.migrations import upgrade
+from service.settings import Settings
+
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+# Fast leases so that crash recovery shows within seconds.
+FAST_QUEUE = {"lease_seconds": 3.0, "heartbeat_seconds": 0.5, "poll_seconds": 0.05, "token_cache_seconds": 0.0}
+
+
+def _admin_url() -> str:
+    url = make_url(os.environ.get("PREFLIGHT_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL))
+    return url.set(database="postgres").render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The admin URL of a reachable PostgreSQL server, or skip (or fail, when required)."""
+    admin = _admin_url()
+    try:
+        engine = create_engine(admin, connect_args={"connect_timeout": 3})
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        engine.dispose()
+    except Exception as exc:
+        message = f"PostgreSQL not reachable at {make_url(admin).render_as_string()} ({type(exc).__name__}); set PREFLIGHT_TEST_POSTGRES_URL"
+        if os.environ.get("PREFLIGHT_TEST_REQUIRE_POSTGRES") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return admin
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A fresh, migrated database for this test session; dropped at the end."""
+    name = f"preflight_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(postgres_server).set(database=name).render_as_string(hide_password=False)
+    upgrade(url)
+    try:
+        yield url
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def truncate_all(url: str) -> None:
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        if engine.dialect.name == "postgresql":
+            connection.execute(text(
+                "TRUNCATE candidates, submissions, candidate_blocks, candidate_layers, "
+                "candidate_scales, api_tokens RESTART IDENTITY CASCADE"
+            ))  # fmt: skip
+        else:
+            for table in ("candidate_blocks", "candidate_layers", "candidate_scales", "submissions",
+                          "candidates", "api_tokens"):  # fmt: skip
+                connection.execute(text(f"DELETE FROM {table}"))
+    engine.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'preflight.db'}"
+    upgrade(url)
+    return url
+
+
+@pytest.fixture
+def pg_url(postgres_url: str) -> str:
+    """The session's PostgreSQL database, emptied for this test."""
+    truncate_all(postgres_url)
+    return postgres_url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """Each test using this runs once on SQLite and once on PostgreSQL."""
+    name = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    return str(request.getfixturevalue(name))
+
+
+@pytest.fixture
+def sessions(db_url: str) -> Iterator[object]:
+    engine = make_engine(db_url)
+    yield make_sessionmaker(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def make_settings() -> object:
+    """``make_settings(url, **overrides)``: settings with fast leases for the tests."""
+
+    def make(url: str, **overrides: object) -> Settings:
+        return Settings(database_url=url, **{**FAST_QUEUE, **overrides})
+
+    return make
+
+
+# A report as the engine returns it (worker.report.ConditioningReport, JSON), abridged.
+SAMPLE_REPORT = {
+    "score": -0.75,
+    "verdict": "keep",
+    "reasons": [],
+    "scales": {"blocks.0.0.weight": 1.25, "blocks.1.0.weight": 0.8},
+    "blocks": [
+        {"index": 0, "apjn_before": 2.0, "apjn_after": 1.0, "k_before": 1.5, "k_after": 1.0},
+        {"index": 1, "apjn_before": 0.5, "apjn_after": 1.0, "k_before": 0.7, "k_after": 1.0},
+    ],
+    "layers": [
+        {"name": "blocks.0.0", "fan_in": 16, "fan_out": 8, "gamma": 0.9, "nu": 1.1,
+         "hessian_top_eigenvalue": 3.0, "hessian_chain_rule": 2.5,
+         "hessian_mean_sq_singular": 0.4, "kappa_d": 1.2},
+    ],
+    "tuning": {"steps": 3, "converged": True, "status": "ok", "loss_curve": [1.0, 0.1],
+               "seconds": 0.25, "device": "cpu"},
+    "components": {},
+    "environment": {"batch_size": 8, "n_vectors": 1, "seed": 0, "device": "cpu"},
+    "spec_hash": "0" * 64,
+}  # fmt: skip
+
+
+@pytest.fixture
+def sample_report() -> dict[str, object]:
+    import copy
+
+    return copy.deepcopy(SAMPLE_REPORT)

@@ -1,0 +1,250 @@
+"""The SQL queue on SQLite and PostgreSQL: submit, claim, heartbeat, complete, fail, release,
+reap and cancel, called directly (the workers' tests run it through processes)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, update
+
+from nas import parse_spec, spec_hash
+from service import queue
+from service.db import session_scope, utcnow
+from service.models import BlockFigure, Candidate, LayerFigure, ScaleFactor, Status, Submission
+
+
+def spec(width: int) -> dict[str, Any]:
+    return {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}]}]}
+
+
+def new(width: int, **kwargs: Any) -> queue.NewCandidate:
+    parsed = parse_spec(spec(width))
+    return queue.NewCandidate(
+        spec=parsed.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(parsed),
+        options=kwargs.pop("options", {"steps": 1}), **kwargs,
+    )  # fmt: skip
+
+
+def submit(sessions: Any, *candidates: queue.NewCandidate, max_attempts: int = 3) -> list[queue.Enqueued]:
+    with session_scope(sessions, write=True) as session:
+        return queue.submit(session, candidates=list(candidates), max_attempts=max_attempts)
+
+
+def claim(sessions: Any, device_kind: str = "cpu", lease: float = 30.0) -> queue.Job | None:
+    with session_scope(sessions, write=True) as session:
+        return queue.claim(session, worker="w", device_kind=device_kind, lease_seconds=lease)
+
+
+def status_of(sessions: Any, job_id: int) -> Status:
+    with session_scope(sessions) as session:
+        return Status(session.scalar(select(Candidate.status).where(Candidate.id == job_id)))
+
+
+def test_same_spec_and_options_is_one_candidate_and_two_submissions(sessions: Any) -> None:
+    first, again, other_options = submit(sessions, new(8, study="a", trial=1), new(8, study="b", trial=2),
+                                         new(8, options={"steps": 2}))  # fmt: skip
+    assert first.created and not again.created and other_options.created
+    assert again.id == first.id and other_options.id != first.id
+    with session_scope(sessions) as session:
+        assert session.scalar(select(func.count()).select_from(Submission)) == 3
+
+
+def test_claim_takes_highest_priority_then_oldest(sessions: Any) -> None:
+    low, high, high_later = submit(sessions, new(1), new(2, priority=5), new(3, priority=5))
+    assert [claim(sessions).id, claim(sessions).id, claim(sessions).id] == [high.id, high_later.id, low.id]
+    assert claim(sessions) is None
+
+
+@pytest.mark.parametrize(
+    ("job_device", "worker_kind", "claimed"),
+    [("any", "cpu", True), ("any", "cuda", True), ("cpu", "cpu", True), ("cpu", "cuda", False),
+     ("cuda", "cuda", True), ("cuda", "cpu", False)],
+)  # fmt: skip
+def test_claim_respects_the_device_preference(sessions: Any, job_device: str, worker_kind: str, claimed: bool) -> None:
+    submit(sessions, new(4, device=job_device))
+    assert (claim(sessions, worker_kind) is not None) is claimed
+
+
+def test_complete_writes_report_rows_and_status_once(sessions: Any, sample_report: dict[str, Any]) -> None:
+    (entry,) = submit(sessions, new(8))
+    job = claim(sessions)
+    assert job is not None and job.attempts == 1
+    with session_scope(sessions, write=True) as session:
+        assert queue.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
+    with session_scope(sessions, write=True) as session:
+        different = {**sample_report, "score": 9.0}
+        assert not queue.complete(session, job_id=job.id, token=job.lease_token, report=different)
+    with session_scope(sessions) as session:
+        row = session.get(Candidate, entry.id)
+        assert row is not None and row.status == Status.DONE and row.score == -0.75 and row.verdict == "keep"
+        assert row.report == sample_report and row.tuning_seconds == 0.25
+        scales = dict(session.execute(select(ScaleFactor.parameter, ScaleFactor.multiplier)).all())
+        assert scales == {"blocks.0.0.weight": 1.25, "blocks.1.0.weight": 0.8}
+        assert session.scalar(select(func.count()).select_from(BlockFigure)) == 2
+        assert session.scalar(select(LayerFigure.kappa_d)) == 1.2
+
+
+def test_non_finite_figures_are_stored_as_null(sessions: Any, sample_report: dict[str, Any]) -> None:
+    submit(sessions, new(8))
+    job = claim(sessions)
+    assert job is not None
+    sample_report["score"] = float("nan")
+    sample_report["blocks"][0]["apjn_before"] = float("inf")
+    with session_scope(sessions, write=True) as session:
+        assert queue.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
+    with session_scope(sessions) as session:
+        row = session.get(Candidate, job.id)
+        assert row is not None and row.score is None and row.report["score"] is None
+        assert session.scalar(select(BlockFigure.apjn_before).where(BlockFigure.block_index == 0)) is None
+
+
+@pytest.mark.parametrize(
+    ("max_attempts", "retry", "expected"),
+    [(3, True, Status.QUEUED), (1, True, Status.FAILED), (3, False, Status.FAILED)],
+)
+def test_fail_requeues_while_attempts_remain(sessions: Any, max_attempts: int, retry: bool, expected: Status) -> None:
+    submit(sessions, new(8), max_attempts=max_attempts)
+    job = claim(sessions)
+    assert job is not None
+    with session_scope(sessions, write=True) as session:
+        assert queue.fail(session, job_id=job.id, token=job.lease_token, error="boom", retry=retry) == expected
+    with session_scope(sessions) as session:
+        row = session.get(Candidate, job.id)
+        assert row is not None and row.error == "boom" and row.lease_token is None
+        assert (row.finished_at is not None) is (expected == Status.FAILED)
+
+
+def test_a_job_failing_every_time_ends_failed_after_max_attempts(sessions: Any) -> None:
+    submit(sessions, new(8), max_attempts=3)
+    statuses = []
+    for _ in range(3):
+        job = claim(sessions)
+        assert job is not None
+        with session_scope(sessions, write=True) as session:
+            statuses.append(queue.fail(session, job_id=job.id, token=job.lease_token, error="boom"))
+    assert statuses == [Status.QUEUED, Status.QUEUED, Status.FAILED]
+    assert claim(sessions) is None
+
+
+def test_release_gives_the_job_back_without_using_an_attempt(sessions: Any) -> None:
+    submit(sessions, new(8))
+    job = claim(sessions)
+    assert job is not None
+    with session_scope(sessions, write=True) as session:
+        assert queue.release(session, job_id=job.id, token=job.lease_token)
+    again = claim(sessions)
+    assert again is not None and again.id == job.id and again.attempts == 1
+
+
+def expire(sessions: Any, job_id: int) -> None:
+    with session_scope(sessions, write=True) as session:
+        session.execute(
+            update(Candidate).where(Candidate.id == job_id).values(leased_until=utcnow() - timedelta(seconds=1))
+        )
+
+
+def test_reap_requeues_expired_leases_and_the_old_holder_loses_them(
+    sessions: Any, sample_report: dict[str, Any]
+) -> None:
+    submit(sessions, new(8))
+    job = claim(sessions)
+    assert job is not None
+    with session_scope(sessions, write=True) as session:
+        assert queue.reap(session) == 0
+    expire(sessions, job.id)
+    with session_scope(sessions, write=True) as session:
+        assert queue.reap(session) == 1
+    taken = claim(sessions)
+    assert taken is not None and taken.id == job.id and taken.attempts == 2
+    with session_scope(sessions, write=True) as session:
+        assert not queue.heartbeat(session, job_id=job.id, token=job.lease_token, lease_seconds=30)
+        assert not queue.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
+        assert queue.heartbeat(session, job_id=taken.id, token=taken.lease_token, lease_seconds=30)
+
+
+def test_reap_fails_a_job_whose_last_attempt_expired(sessions: Any) -> None:
+    submit(sessions, new(8), max_attempts=1)
+    job = claim(sessions)
+    assert job is not None
+    expire(sessions, job.id)
+    with session_scope(sessions, write=True) as session:
+        queue.reap(session)
+    assert status_of(sessions, job.id) == Status.FAILED
+
+
+@pytest.mark.parametrize("claimed", [False, True])
+def test_cancel_stops_queued_and_running_jobs(sessions: Any, claimed: bool) -> None:
+    (entry,) = submit(sessions, new(8))
+    job = claim(sessions) if claimed else None
+    with session_scope(sessions, write=True) as session:
+        assert queue.cancel(session, job_id=entry.id) == Status.CANCELLED
+    if job is not None:
+        with session_scope(sessions, write=True) as session:
+            assert not queue.heartbeat(session, job_id=job.id, token=job.lease_token, lease_seconds=30)
+    assert claim(sessions) is None
+
+
+def test_a_cancelled_candidate_submitted_again_is_queued_again(sessions: Any) -> None:
+    (entry,) = submit(sessions, new(8))
+    with session_scope(sessions, write=True) as session:
+        queue.cancel(session, job_id=entry.id)
+    (again,) = submit(sessions, new(8))
+    assert again.id == entry.id and status_of(sessions, entry.id) == Status.QUEUED
+
+
+def test_cancel_of_unknown_or_finished_jobs(sessions: Any, sample_report: dict[str, Any]) -> None:
+    submit(sessions, new(8))
+    job = claim(sessions)
+    assert job is not None
+    with session_scope(sessions, write=True) as session:
+        queue.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
+    with session_scope(sessions, write=True) as session:
+        assert queue.cancel(session, job_id=job.id) == Status.DONE
+        assert queue.cancel(session, job_id=10_000) is None
+
+
+def test_concurrent_claims_never_hand_out_a_job_twice(sessions: Any) -> None:
+    submit(sessions, *[new(width) for width in range(1, 61)])
+    taken: list[int] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while (job := claim(sessions)) is not None:
+            with lock:
+                taken.append(job.id)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(taken) == 60 and len(set(taken)) == 60
+
+
+def test_concurrent_identical_submissions_make_one_candidate(sessions: Any) -> None:
+    ids: list[int] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        for _ in range(10):
+            (entry,) = submit(sessions, new(32))
+            with lock:
+                ids.append(entry.id)
+            time.sleep(0)
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(ids)) == 1
+
+
+def test_cache_key_ignores_option_order_but_not_values() -> None:
+    assert queue.cache_key("h", {"a": 1, "b": 2}) == queue.cache_key("h", {"b": 2, "a": 1})
+    assert queue.cache_key("h", {"a": 1}) != queue.cache_key("h", {"a": 2})
+    assert queue.cache_key("h", {"a": 1}) != queue.cache_key("g", {"a": 1})
