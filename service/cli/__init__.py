@@ -14,6 +14,7 @@ __all__ = ["main"]
 _COMMAND_MODULES = (
     "spec_commands",
     "server_commands",
+    "condition_commands",
 )
 
 

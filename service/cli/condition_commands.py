@@ -1,0 +1,82 @@
+"""`preflight condition SPEC.json [--data FILE.npz] [--steps N] [--device D]`: run the
+conditioning engine locally (no service) and print the report as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cmd = subparsers.add_parser(
+        "condition",
+        help="condition and score a spec locally; print the report as JSON",
+        description="Tune the spec's initialization (balancing + AutoInit), run the diagnostics "
+        "and print the conditioning report as JSON.",
+    )
+    cmd.add_argument("spec", help="spec JSON file, or - for standard input")
+    cmd.add_argument("--data", help=".npz file with an array 'x' [N, *input_shape] (and optional 'y'); "
+                     "default: a Gaussian batch")  # fmt: skip
+    cmd.add_argument("--steps", type=int, help="AutoInit steps (default: the engine's)")
+    cmd.add_argument("--device", help="auto, cpu, cuda or cuda:N (default auto)")
+    cmd.add_argument("--options", help="JSON object of further ConditionOptions, e.g. '{\"loss\": \"kernel\"}'")
+    cmd.set_defaults(handler=_condition)
+
+
+def _load_data(path: str) -> dict[str, Any]:
+    import numpy as np
+
+    file = Path(path)
+    if not file.is_file():
+        raise SystemExit(f"preflight: no such data file: {path}")
+    with np.load(file) as archive:
+        names = list(archive.files)
+        if not names:
+            raise SystemExit(f"preflight: {path} holds no arrays")
+        x_name = "x" if "x" in names else names[0]
+        data = {"x": archive[x_name]}
+        if "y" in names:
+            data["y"] = archive["y"]
+    return data
+
+
+def _condition(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from service.cli.spec_commands import _parse_or_report, read_spec_argument
+    from worker import ConditionOptions, condition
+
+    spec = _parse_or_report(read_spec_argument(args.spec))
+    if spec is None:
+        return 2
+    try:
+        extra = json.loads(args.options) if args.options else {}
+    except json.JSONDecodeError as exc:
+        print(f"invalid --options: not JSON ({exc.msg})", file=sys.stderr)
+        return 2
+    if not isinstance(extra, dict):
+        print("invalid --options: expected a JSON object", file=sys.stderr)
+        return 2
+    if args.steps is not None:
+        extra["steps"] = args.steps
+    if args.device is not None:
+        extra["device"] = args.device
+    try:
+        options = ConditionOptions.model_validate(extra)
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            print(f"invalid option {'.'.join(map(str, error['loc']))}: {error['msg']}", file=sys.stderr)
+        return 2
+    data = _load_data(args.data) if args.data else None
+    try:
+        report = condition(spec, data=data, options=options)
+    except ValueError as exc:
+        print(f"preflight condition: {exc}", file=sys.stderr)
+        return 2
+    print(report.model_dump_json(indent=2))
+    return 0
