@@ -241,7 +241,7 @@ class Runner:
             log.info("worker %s: job %d cancelled or taken over; dropped", self.name, job.id)
 
     def _condition(self, job: queue.Job) -> dict[str, Any]:
-        from worker import condition
+        from worker.condition import condition
         from worker.options import ConditionOptions
 
         options = ConditionOptions.model_validate({**job.options, "device": self.device})

@@ -1,0 +1,260 @@
+"""The REST API through real HTTP (uvicorn on a free port): submit, dedup, long-poll, list,
+cancel, study summaries, auth refusals and problem+json errors.
+
+Jobs are finished here by calling the queue as a worker would (claim + complete), so these
+tests need no engine; tests/service/test_workers.py runs the real one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from service import queue
+from service.auth import create_token, revoke_token
+from service.db import make_engine, make_sessionmaker, session_scope
+from service.settings import Settings
+from service.testing import live_server
+
+PROBLEM = "application/problem+json"
+
+
+def spec(width: int = 8, **extra: Any) -> dict[str, Any]:
+    return {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}, {"type": "relu"}]}], **extra}
+
+
+@pytest.fixture
+def api(db_url: str, make_settings: Callable[..., Settings]) -> Iterator[httpx.Client]:
+    with live_server(make_settings(db_url)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def sqlite_api(sqlite_url: str, make_settings: Callable[..., Settings]) -> Iterator[httpx.Client]:
+    with live_server(make_settings(sqlite_url)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        yield client
+
+
+class Worker:
+    """Finishes jobs through the queue, as the runner does, with a given report."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = make_engine(url)
+        self.sessions = make_sessionmaker(self.engine)
+
+    def finish_one(self, report: dict[str, Any]) -> int | None:
+        with session_scope(self.sessions, write=True) as session:
+            job = queue.claim(session, worker="test", device_kind="cpu", lease_seconds=30)
+        if job is None:
+            return None
+        with session_scope(self.sessions, write=True) as session:
+            queue.complete(session, job_id=job.id, token=job.lease_token, report=report)
+        return job.id
+
+
+@pytest.fixture
+def worker(db_url: str) -> Iterator[Worker]:
+    w = Worker(db_url)
+    yield w
+    w.engine.dispose()
+
+
+def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    body = response.json()
+    assert body["status"] == status and body["title"] and "Traceback" not in response.text
+    return body
+
+
+def test_submit_answers_202_with_a_queued_candidate(api: httpx.Client) -> None:
+    response = api.post("/v1/candidates", json={"spec": spec(), "options": {"study": "s", "trial": 3, "steps": 2}})
+    assert response.status_code == 202
+    body = response.json()
+    assert body["status"] == "queued" and body["cached"] is False and body["study"] == "s" and body["trial"] == 3
+    assert body["options"]["steps"] == 2 and body["report"] is None
+    fetched = api.get(f"/v1/candidates/{body['id']}").json()
+    assert fetched["id"] == body["id"] and fetched["status"] == "queued"
+
+
+def test_the_same_network_and_options_is_not_tuned_twice(api: httpx.Client, worker: Worker, sample_report: dict[str, Any]) -> None:
+    first = api.post("/v1/candidates", json={"spec": spec(), "options": {"study": "a", "steps": 2}}).json()
+    # Same meaning: other key order, a name, explicit defaults, another study and trial.
+    same = {"name": "renamed", "blocks": [{"layers": [{"out": 8, "type": "linear", "bias": True}, {"type": "relu"}]}],
+            "input_shape": [4]}  # fmt: skip
+    again = api.post("/v1/candidates", json={"spec": same, "options": {"study": "b", "trial": 9, "steps": 2}}).json()
+    assert again["id"] == first["id"] and again["cached"] is True
+    other = api.post("/v1/candidates", json={"spec": spec(), "options": {"steps": 3}}).json()
+    assert other["id"] != first["id"]
+    worker.finish_one(sample_report)
+    hit = api.post("/v1/candidates", json={"spec": spec(), "options": {"steps": 2}})
+    assert hit.status_code == 202
+    assert hit.json()["status"] == "done" and hit.json()["report"]["scales"] == sample_report["scales"]
+
+
+def test_a_batch_is_answered_in_order(api: httpx.Client) -> None:
+    body = {"specs": [spec(1), spec(2), spec(1)], "options": {"study": "batch"}}
+    response = api.post("/v1/candidates", json=body)
+    assert response.status_code == 202
+    ids = [c["id"] for c in response.json()["candidates"]]
+    assert len(ids) == 3 and ids[0] == ids[2] != ids[1]
+
+
+def test_a_bad_spec_gets_422_with_its_json_path_and_nothing_is_queued(api: httpx.Client) -> None:
+    bad = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 0}]}]}
+    problem = assert_problem(api.post("/v1/candidates", json={"specs": [spec(), bad]}), 422)
+    assert problem["type"].endswith("/invalid-spec")
+    assert problem["errors"][0]["path"] == "specs[1].blocks[0].layers[0] (linear).out"
+    assert api.get("/v1/candidates").json()["candidates"] == []
+    shapes = {"input_shape": [1, 8, 8], "blocks": [{"layers": [{"type": "linear", "out": 2}, {"type": "conv2d", "out": 2, "kernel": 3}]}]}
+    problem = assert_problem(api.post("/v1/candidates", json={"spec": shapes}), 422)
+    assert problem["errors"][0]["path"].startswith("spec.blocks[0]")
+
+
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [({"spec": 3}, "spec"), ({"specs": []}, "specs"), ({"spec": {}, "options": {"steps": -1}}, "options.steps"),
+     ({"spec": {}, "options": {"no_such_option": 1}}, "options.no_such_option"),
+     ({"spec": {}, "options": {"device": "tpu"}}, "options.device"), ({"spec": {}, "extra": 1}, "extra")],
+)  # fmt: skip
+def test_bad_requests_get_422_problems_naming_the_field(sqlite_api: httpx.Client, body: Any, path: str) -> None:
+    problem = assert_problem(sqlite_api.post("/v1/candidates", json=body), 422)
+    assert path in [issue["path"] for issue in problem["errors"]]
+
+
+def test_malformed_json_is_a_problem_not_a_crash(sqlite_api: httpx.Client) -> None:
+    response = sqlite_api.post("/v1/candidates", content=b"{not json", headers={"content-type": "application/json"})
+    assert_problem(response, 422)
+
+
+def test_unknown_ids_are_404_problems(sqlite_api: httpx.Client) -> None:
+    for method, path in [("GET", "/v1/candidates/999"), ("GET", "/v1/candidates/999/wait?timeout=0"),
+                         ("DELETE", "/v1/candidates/999"), ("GET", "/v1/nothing")]:  # fmt: skip
+        problem = assert_problem(sqlite_api.request(method, path), 404)
+        assert problem["instance"] == path.split("?")[0]
+
+
+def test_oversized_bodies_and_batches_are_413(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings(sqlite_url, max_body_bytes=4096, max_batch=3)
+    with live_server(settings) as url, httpx.Client(base_url=url) as client:
+        big = {"spec": spec(name="x" * 5000)}
+        assert_problem(client.post("/v1/candidates", json=big), 413)
+        assert_problem(client.post("/v1/candidates", json={"specs": [spec(i) for i in range(1, 5)]}), 413)
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: the streamed size is counted
+            yield b'{"spec": {"name": "'
+            for _ in range(10):
+                yield b"y" * 1000
+            yield b'"}}'
+
+        assert_problem(client.post("/v1/candidates", content=chunks(), headers={"content-type": "application/json"}), 413)
+
+
+def test_spec_size_limits_apply_before_queueing(sqlite_api: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    huge = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 100_000}, {"type": "linear", "out": 100_000}]}]}
+    problem = assert_problem(sqlite_api.post("/v1/candidates", json={"spec": huge}), 422)
+    assert "PREFLIGHT_SPEC_MAX_PARAMETERS" in problem["detail"]
+
+
+def test_long_poll_returns_at_timeout_or_when_done(api: httpx.Client, worker: Worker, sample_report: dict[str, Any]) -> None:
+    candidate = api.post("/v1/candidates", json={"spec": spec()}).json()
+    started = time.monotonic()
+    still = api.get(f"/v1/candidates/{candidate['id']}/wait", params={"timeout": 0.4}).json()
+    assert still["status"] == "queued" and 0.35 < time.monotonic() - started < 5
+    threading.Timer(0.5, worker.finish_one, args=(sample_report,)).start()
+    started = time.monotonic()
+    done = api.get(f"/v1/candidates/{candidate['id']}/wait", params={"timeout": 20}).json()
+    assert done["status"] == "done" and done["score"] == sample_report["score"] and done["verdict"] == "keep"
+    assert time.monotonic() - started < 5
+    assert done["report"]["blocks"][1]["apjn_after"] == 1.0 and done["timings"]["tuning_seconds"] == 0.25
+
+
+def test_list_filters_and_pages_with_a_cursor(api: httpx.Client, worker: Worker, sample_report: dict[str, Any]) -> None:
+    ids = [api.post("/v1/candidates", json={"spec": spec(w), "options": {"study": "s" if w % 2 else "t"}}).json()["id"]
+           for w in range(1, 8)]  # fmt: skip
+    seen, cursor = [], None
+    while True:
+        page = api.get("/v1/candidates", params={"limit": 3, **({"cursor": cursor} if cursor else {})}).json()
+        seen += [c["id"] for c in page["candidates"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ids
+    study = api.get("/v1/candidates", params={"study": "s"}).json()["candidates"]
+    assert [c["id"] for c in study] == ids[0::2]
+    done_id = worker.finish_one(sample_report)
+    done = api.get("/v1/candidates", params={"status": "done", "verdict": "keep", "include_report": True}).json()
+    assert [c["id"] for c in done["candidates"]] == [done_id] and done["candidates"][0]["report"] is not None
+    assert_problem(api.get("/v1/candidates", params={"cursor": "!!"}), 422)
+    assert_problem(api.get("/v1/candidates", params={"status": "lost"}), 422)
+
+
+def test_cancel_a_queued_candidate_then_conflict_when_done(api: httpx.Client, worker: Worker, sample_report: dict[str, Any]) -> None:
+    first = api.post("/v1/candidates", json={"spec": spec(1)}).json()
+    cancelled = api.delete(f"/v1/candidates/{first['id']}")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert api.delete(f"/v1/candidates/{first['id']}").json()["status"] == "cancelled"  # idempotent
+    second = api.post("/v1/candidates", json={"spec": spec(2)}).json()
+    worker.finish_one(sample_report)
+    assert_problem(api.delete(f"/v1/candidates/{second['id']}"), 409)
+    again = api.post("/v1/candidates", json={"spec": spec(1)}).json()
+    assert again["id"] == first["id"] and again["status"] == "queued"
+
+
+def test_study_summary_counts_and_quantiles(api: httpx.Client, worker: Worker, sample_report: dict[str, Any]) -> None:
+    for width in range(1, 6):
+        api.post("/v1/candidates", json={"spec": spec(width), "options": {"study": "q"}})
+    for score in (1.0, 2.0, 3.0, 4.0):
+        worker.finish_one({**sample_report, "score": score, "verdict": "keep" if score > 1 else "prune"})
+    summary = api.get("/v1/studies/q/summary", params=[("q", 0.5), ("q", 0.25)]).json()
+    assert summary["total"] == 5 and summary["counts"]["done"] == 4 and summary["counts"]["queued"] == 1
+    assert summary["verdicts"] == {"keep": 3, "prune": 1}
+    assert summary["scores"]["quantiles"] == {"0.5": 2.5, "0.25": 1.75} and summary["scores"]["mean"] == 2.5
+    assert api.get("/v1/studies/nobody/summary").json()["total"] == 0
+    assert_problem(api.get("/v1/studies/q/summary", params={"q": 1.5}), 422)
+
+
+def test_schema_health_readiness_and_metrics(api: httpx.Client) -> None:
+    assert api.get("/v1/schema").json()["$id"].endswith("architecture-spec-v1.json")
+    assert api.get("/healthz").json() == {"status": "ok"}
+    assert api.get("/readyz").json() == {"status": "ready"}
+    api.post("/v1/candidates", json={"spec": spec()})
+    metrics = api.get("/metrics").text
+    assert "preflight_queue_depth 1.0" in metrics and 'preflight_jobs{status="queued"} 1.0' in metrics
+    assert 'route="/v1/candidates"' in metrics and "preflight_tuning_seconds_count" in metrics
+    assert api.get("/openapi.json").json()["paths"]["/v1/candidates"]["post"]
+
+
+def test_readyz_is_503_when_migrations_are_missing(tmp_path: Any, make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings(f"sqlite:///{tmp_path / 'empty.db'}", check_migrations=False)
+    with live_server(settings, migrate=False) as url:
+        problem = assert_problem(httpx.get(url + "/readyz"), 503)
+        assert "preflight db upgrade" in problem["detail"]
+
+
+def test_tokens_are_required_beyond_localhost_or_when_asked(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
+    assert Settings(host="0.0.0.0", require_auth=False).auth_required
+    assert not Settings(host="127.0.0.1").auth_required
+    engine = make_engine(sqlite_url)
+    sessions = make_sessionmaker(engine)
+    with session_scope(sessions, write=True) as session:
+        token = create_token(session, name="ci").token
+    with live_server(make_settings(sqlite_url, require_auth=True)) as url, httpx.Client(base_url=url) as client:
+        problem = assert_problem(client.post("/v1/candidates", json={"spec": spec()}), 401)
+        assert problem["type"].endswith("/unauthorized")
+        assert_problem(client.get("/v1/candidates"), 401).get("detail")
+        assert client.get("/v1/candidates").headers["www-authenticate"].startswith("Bearer")
+        assert_problem(client.get("/v1/candidates", headers={"authorization": "Bearer pf_wrong"}), 401)
+        assert_problem(client.get("/v1/candidates", headers={"authorization": f"Basic {token}"}), 401)
+        assert_problem(client.get("/metrics"), 401)
+        good = {"authorization": f"Bearer {token}"}
+        assert client.post("/v1/candidates", json={"spec": spec()}, headers=good).status_code == 202
+        assert client.get("/healthz").status_code == 200
+        with session_scope(sessions, write=True) as session:
+            assert revoke_token(session, name="ci") == 1
+        assert_problem(client.get("/v1/candidates", headers=good), 401)
+    engine.dispose()
