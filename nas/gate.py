@@ -47,6 +47,8 @@ __all__ = [
     "ConditioningGate",
     "Screened",
     "conditioning_margin",
+    "earlier_scores",
+    "report_threshold",
 ]
 
 ATTR_CANDIDATE_ID = "preflight_candidate_id"
@@ -54,6 +56,8 @@ ATTR_SCORE = "preflight_score"
 ATTR_VERDICT = "preflight_verdict"
 ATTR_REASONS = "preflight_reasons"
 CONSTRAINT_KEY = "preflight_conditioning"
+# The smallest constraint value of a candidate pruned by the engine's verdict (> 0: infeasible).
+MIN_INFEASIBLE = 1e-3
 
 OnFailure = Literal["raise", "prune", "keep"]
 
@@ -61,19 +65,25 @@ OnFailure = Literal["raise", "prune", "keep"]
 def conditioning_margin(report: Mapping[str, Any], threshold: float | None = None) -> float:
     """How far a candidate is from the keep side: ``threshold - score`` (<= 0 is kept).
 
-    ``threshold`` defaults to the one the engine's verdict used (``report["threshold"]``
-    or ``report["thresholds"]["score"]``). Without any threshold the margin is 0 for a
-    kept candidate and ``1 + max(0, -score)`` for a pruned one. A missing or NaN score is
-    ``+inf`` (infinitely infeasible), since NaN is no constraint value.
+    With an explicit ``threshold`` (the gate's own) that is the whole rule. Without one,
+    the engine's verdict decides and the margin follows it: ``report_threshold - score``
+    (the threshold the engine states in ``report["thresholds"]["score"]``), clipped to
+    ``<= 0`` for a kept candidate and to ``>= MIN_INFEASIBLE`` for a pruned one (the engine
+    also prunes on hard failures whatever the score). Without any stated threshold a
+    pruned candidate gets ``1 + max(0, -score)``. A missing or NaN score is ``+inf``
+    (infinitely infeasible), since NaN is no constraint value.
     """
     score = _finite_or_nan(report.get("score"))
     if math.isnan(score):
         return math.inf
-    if threshold is None:
-        threshold = report_threshold(report)
     if threshold is not None:
         return threshold - score
-    return 0.0 if report.get("verdict") == "keep" else 1.0 + max(0.0, -score)
+    stated = report_threshold(report)
+    keep = report.get("verdict") == "keep"
+    if stated is None or math.isnan(stated):
+        return 0.0 if keep else 1.0 + max(0.0, -score)
+    margin = stated - score
+    return min(margin, 0.0) if keep else max(margin, MIN_INFEASIBLE)
 
 
 def report_threshold(report: Mapping[str, Any]) -> float | None:

@@ -1,0 +1,356 @@
+"""`preflight demo`: an Optuna architecture search on real data, with and without Preflight.
+
+On scikit-learn's handwritten digits, the same search (same sampler, same seed, same
+number of trials) runs three times on the embedded default (a SQLite file, the API and a
+worker in this process, on a free port):
+
+1. ``no gate``: every candidate is trained from its plain initialization;
+2. ``median pruner``: the same, with Optuna's MedianPruner stopping weak trainings early;
+3. ``preflight gate``: every candidate is conditioned first; those the service prunes are
+   never trained, the others train from the tuned initialization (``report["scales"]``).
+
+It prints a table (trials, pruned before training, compute spent, best validation
+accuracy) and writes plots and ``results.json`` into the output folder. Compute is what
+was spent on this machine: training seconds, plus the worker's seconds for conditioning
+in the gated search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+SEARCHES = ("no gate", "median pruner", "preflight gate")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = subparsers.add_parser(
+        "demo", help="an Optuna NAS on scikit-learn's digits, with and without the conditioning gate"
+    )
+    demo.add_argument("--trials", type=int, default=30, help="trials per search (default 30)")
+    demo.add_argument("--epochs", type=int, default=12, help="training epochs of a survivor (default 12)")
+    demo.add_argument("--out", default="preflight-demo-output", help="output folder (default ./preflight-demo-output)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--device", default="auto", help="device of the embedded worker (auto, cpu, cuda:N)")
+    demo.add_argument("--steps", type=int, default=None, help="tuning steps per candidate (default: the engine's)")
+    demo.add_argument("--bnp", action="store_true", help="train gated survivors with the BNP preconditioner")
+    demo.add_argument("--url", help="use a running service at this URL instead of the embedded one")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bars")
+    demo.add_argument("--no-plots", action="store_true", help="skip the figures")
+    demo.set_defaults(handler=_demo)
+
+
+@dataclass
+class TrialRecord:
+    number: int
+    name: str
+    state: str  # complete | pruned-before | pruned-during
+    epochs: int
+    accuracy: float | None
+    train_seconds: float
+    condition_seconds: float = 0.0
+    score: float | None = None
+    verdict: str | None = None
+    candidate_id: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def compute(self) -> float:
+        return self.train_seconds + self.condition_seconds
+
+
+@dataclass
+class SearchResult:
+    name: str
+    wall_seconds: float = 0.0
+    trials: list[TrialRecord] = field(default_factory=list)
+
+    @property
+    def pruned_before(self) -> int:
+        return sum(t.state == "pruned-before" for t in self.trials)
+
+    @property
+    def pruned_during(self) -> int:
+        return sum(t.state == "pruned-during" for t in self.trials)
+
+    @property
+    def compute(self) -> float:
+        return sum(t.compute for t in self.trials)
+
+    @property
+    def epochs(self) -> int:
+        return sum(t.epochs for t in self.trials)
+
+    @property
+    def best(self) -> TrialRecord | None:
+        done = [t for t in self.trials if t.accuracy is not None and t.state == "complete"]
+        return max(done, key=lambda t: t.accuracy or 0.0) if done else None
+
+
+def _check_args(args: argparse.Namespace) -> str | None:
+    if args.trials < 1:
+        return f"--trials must be at least 1, but got {args.trials}"
+    if args.epochs < 1:
+        return f"--epochs must be at least 1, but got {args.epochs}"
+    if args.steps is not None and args.steps < 0:
+        return f"--steps must be at least 0, but got {args.steps}"
+    return None
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import sys
+
+    problem = _check_args(args)
+    if problem:
+        print(f"preflight demo: {problem}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    if args.url:
+        results = _run_all(args, args.url, out)
+    else:
+        from service.cli._embedded import EmbeddedService
+
+        # A fresh store each run, so every candidate is really conditioned (no cache hits).
+        with tempfile.TemporaryDirectory(prefix="preflight-demo-") as folder:
+            url = f"sqlite:///{Path(folder) / 'preflight.db'}"
+            print(f"starting the embedded service (SQLite in {folder}, worker device {args.device}) ...")
+            with EmbeddedService(url, device=args.device, poll_seconds=0.05) as service:
+                print(f"service at {service.url}")
+                results = _run_all(args, service.url, out)
+    print()
+    print(_table(results))
+    print(f"\ncompute = training seconds + the worker's conditioning seconds; "
+          f"total wall time {time.perf_counter() - started:.0f} s")  # fmt: skip
+    (out / "results.json").write_text(json.dumps(
+        {"args": {k: v for k, v in vars(args).items() if k != "handler"},
+         "searches": [{"name": r.name, "wall_seconds": r.wall_seconds,
+                       "trials": [asdict(t) for t in r.trials]} for r in results["searches"]],
+         "score_vs_accuracy": results["score_vs_accuracy"], "apjn": results["apjn"]},
+        indent=2))  # fmt: skip
+    if not args.no_plots:
+        from service.cli._demo_plots import write_plots
+
+        for path in write_plots(results, out):
+            print(f"wrote {path}")
+    print(f"wrote {out / 'results.json'}")
+    return 0
+
+
+def search_space(n_classes: int = 10) -> Any:
+    """The demo's space: MLPs or residual MLPs, chosen by the trial (a custom space built
+    from the ready families). Wide enough to hold hopeless candidates: deep sigmoid or
+    tanh stacks, gains far from 1, no normalization."""
+    from nas.space import MLPSpace, ResidualSpace
+
+    common: dict[str, Any] = {
+        "input_shape": [64], "n_classes": n_classes, "gain": (0.25, 4.0),
+        "activations": ("relu", "gelu", "tanh", "sigmoid"), "norms": ("none", "layernorm"),
+        "init_schemes": ("fan_in", "arithmetic", "geometric", "torch_default"),
+    }  # fmt: skip
+    mlp = MLPSpace(depth=(2, 14), width=(32, 128), prefix="mlp_", **common)
+    residual = ResidualSpace(depth=(2, 10), width=(32, 128), body_layers=(1, 2), prefix="res_", **common)
+
+    def space(trial: Any) -> dict[str, Any]:
+        family = trial.suggest_categorical("family", ["mlp", "residual"])
+        return mlp(trial) if family == "mlp" else residual(trial)
+
+    return space
+
+
+def _run_all(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
+    import optuna
+
+    from nas.client import PreflightClient
+    from nas.training import load_digits
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    data = load_digits(seed=args.seed)
+    options: dict[str, Any] = {"seed": args.seed}
+    if args.steps is not None:
+        options["steps"] = args.steps
+    searches = []
+    with PreflightClient(url, timeout=60.0) as client:
+        for name in SEARCHES:
+            searches.append(_search(name, args, data, client, options))
+        extra = _score_ungated(args, client, options, searches[0])
+        profiles = _apjn_profiles(client, searches[-1])
+    return {"searches": searches, "score_vs_accuracy": extra, "apjn": profiles}
+
+
+def _apjn_profiles(client: Any, gated: SearchResult) -> dict[str, Any]:
+    """The per-block APJN before and after tuning of the gated search's best candidate and
+    of its worst-scored pruned one."""
+    chosen = {}
+    if gated.best is not None:
+        chosen["best"] = gated.best
+    pruned = [t for t in gated.trials if t.state == "pruned-before" and t.candidate_id]
+    if pruned:
+        chosen["pruned"] = min(pruned, key=lambda t: t.score if _finite(t.score) else -math.inf)
+    out = {}
+    for role, record in chosen.items():
+        report = client.get(str(record.candidate_id)).report or {}
+        out[role] = {"name": record.name, "score": record.score, "verdict": record.verdict,
+                     "accuracy": record.accuracy if role == "best" else None,
+                     "blocks": report.get("blocks") or [], "reasons": report.get("reasons") or []}  # fmt: skip
+    return out
+
+
+def _search(name: str, args: argparse.Namespace, data: Any, client: Any, options: dict[str, Any]) -> SearchResult:
+    import optuna
+    import torch
+
+    import nas
+    from nas.gate import ATTR_CANDIDATE_ID, ConditioningGate
+    from nas.training import Trainer
+
+    pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
+    if name == "median pruner":
+        pruner = optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=2)
+    study = optuna.create_study(
+        study_name=f"demo-{name.replace(' ', '-')}-{int(time.time())}",
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=args.seed, n_startup_trials=10),
+        pruner=pruner,
+    )
+    gate = ConditioningGate(client, options=options, timeout=600.0) if name == "preflight gate" else None
+    space = search_space(data.n_classes)
+    result = SearchResult(name)
+    optimizer = _bnp_factory() if (args.bnp and gate is not None) else None
+
+    def objective(trial: optuna.Trial) -> float:
+        spec = space(trial)
+        record = TrialRecord(trial.number, spec["name"], "complete", 0, None, 0.0, params=dict(trial.params))
+        result.trials.append(record)
+        scales = None
+        if gate is not None:
+            try:
+                report = gate.check(trial, spec)
+            except optuna.TrialPruned:
+                _fill_conditioning(record, client, trial.user_attrs.get(ATTR_CANDIDATE_ID))
+                record.state = "pruned-before"
+                raise
+            _fill_conditioning(record, client, trial.user_attrs.get(ATTR_CANDIDATE_ID), report)
+            scales = report.get("scales") or None
+        model = nas.build_model(spec, scales=scales, seed=args.seed + trial.number)
+        trainer = Trainer(model, data, optimizer=optimizer,
+                          generator=torch.Generator().manual_seed(args.seed + trial.number))  # fmt: skip
+        accuracy = 0.0
+        for epoch in range(args.epochs):
+            accuracy = trainer.epoch()
+            record.epochs, record.train_seconds, record.accuracy = trainer.epochs, trainer.seconds, accuracy
+            trial.report(accuracy, epoch)
+            if trial.should_prune():
+                record.state = "pruned-during"
+                raise optuna.TrialPruned()
+        return accuracy
+
+    started = time.perf_counter()
+    with _progress(args, name) as bar:
+
+        def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+            best = result.best
+            bar.update(1)
+            bar.set_postfix_str(
+                f"best acc {best.accuracy:.3f}" if best and best.accuracy is not None else "best acc -"
+            )
+            bar.set_postfix_str(
+                bar.postfix + f", pruned {result.pruned_before}+{result.pruned_during}, "
+                f"compute {result.compute:.0f} s"
+            )
+
+        study.optimize(objective, n_trials=args.trials, callbacks=[callback])
+    result.wall_seconds = time.perf_counter() - started
+    return result
+
+
+def _fill_conditioning(record: TrialRecord, client: Any, candidate_id: Any, report: dict[str, Any] | None = None) -> None:
+    """Copy the score, verdict and the worker's seconds of a candidate into the record."""
+    if candidate_id is None:
+        return
+    candidate = client.get(str(candidate_id))
+    report = report or candidate.report or {}
+    record.candidate_id = candidate.id
+    record.score, record.verdict = candidate.score, candidate.verdict
+    timings = candidate.data.get("timings") or {}
+    seconds = timings.get("run_seconds")
+    if seconds is None:
+        seconds = (report.get("tuning") or {}).get("seconds") or 0.0
+    record.condition_seconds = float(seconds)
+
+
+def _score_ungated(args: argparse.Namespace, client: Any, options: dict[str, Any], baseline: SearchResult) -> list[dict[str, Any]]:
+    """Condition the ungated search's candidates in bulk, after the fact (not counted in its
+    compute): how the score relates to the accuracy a plain training reached."""
+    import optuna
+
+    space = search_space()
+    trained = [r for r in baseline.trials if r.accuracy is not None]
+    specs = [space(optuna.trial.FixedTrial(r.params)) for r in trained]
+    if not specs:
+        return []
+    candidates = client.condition_many(specs, dict(options, study="demo-score-vs-accuracy"), timeout=900.0)
+    return [
+        {"number": r.number, "name": r.name, "accuracy": r.accuracy, "score": c.score, "verdict": c.verdict}
+        for r, c in zip(trained, candidates, strict=True)
+    ]
+
+
+def _bnp_factory() -> Any:
+    """The BNP-preconditioned optimizer of the engine, imported only when asked for."""
+    from worker import bnp
+
+    factory = getattr(bnp, "optimizer_factory", None) or getattr(bnp, "make_optimizer", None)
+    if factory is None:
+        raise SystemExit("preflight demo: --bnp needs worker.bnp.optimizer_factory, which this build lacks")
+    return factory
+
+
+class _NoBar:
+    postfix = ""
+
+    def update(self, n: int) -> None: ...
+    def set_postfix_str(self, text: str) -> None:
+        self.postfix = text
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def _progress(args: argparse.Namespace, name: str) -> Any:
+    if args.no_progress:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=args.trials, desc=f"{name:>14}", unit="trial", dynamic_ncols=True)
+
+
+def _table(results: dict[str, Any]) -> str:
+    rows = [("search", "trials", "pruned before training", "pruned during", "epochs trained",
+             "compute (s)", "best val. accuracy", "best candidate")]  # fmt: skip
+    for r in results["searches"]:
+        best = r.best
+        rows.append((
+            r.name, str(len(r.trials)), str(r.pruned_before), str(r.pruned_during), str(r.epochs),
+            f"{r.compute:.1f}", f"{best.accuracy:.4f}" if best and best.accuracy is not None else "-",
+            best.name if best else "-",
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

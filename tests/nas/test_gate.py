@@ -1,0 +1,209 @@
+"""The conditioning gate in real Optuna studies against a real running service
+(tests/nas/conftest.py), and its pure decision rules."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import torch
+
+import nas
+from nas.client import PreflightClient
+from nas.gate import (
+    ATTR_CANDIDATE_ID,
+    ATTR_SCORE,
+    ATTR_VERDICT,
+    CONSTRAINT_KEY,
+    MIN_INFEASIBLE,
+    ConditioningGate,
+    conditioning_margin,
+)
+from nas.pruners import ConditioningPruner
+from nas.training import Trainer, load_digits
+from tests.nas.conftest import ILL, TINY_OPTIONS, WELL
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+PRUNED, COMPLETE = optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.COMPLETE
+SPECS = {"well": WELL, "ill": ILL}
+
+
+@pytest.mark.parametrize(
+    ("report", "threshold", "expected"),
+    [
+        ({"score": 1.0, "verdict": "keep", "thresholds": {"score": -3.0}}, None, -4.0),
+        ({"score": -5.0, "verdict": "prune", "thresholds": {"score": -3.0}}, None, 2.0),
+        # The engine also prunes on hard failures: the margin follows the verdict.
+        ({"score": 0.0, "verdict": "prune", "thresholds": {"score": -3.0}}, None, MIN_INFEASIBLE),
+        ({"score": -4.0, "verdict": "keep", "thresholds": {"score": -3.0}}, None, 0.0),
+        # The gate's own threshold is the whole rule.
+        ({"score": 0.5, "verdict": "prune", "thresholds": {"score": -3.0}}, 1.0, 0.5),
+        # No stated threshold: 0 when kept, graded by the score when pruned.
+        ({"score": -2.0, "verdict": "prune"}, None, 3.0),
+        ({"score": 2.0, "verdict": "keep"}, None, 0.0),
+        # NaN policy: a missing or NaN score is infinitely infeasible.
+        ({"score": None, "verdict": "prune"}, None, math.inf),
+        ({"score": math.nan, "verdict": "keep"}, 0.0, math.inf),
+    ],
+)
+def test_the_conditioning_margin_is_graded_and_follows_the_decision(report: dict, threshold: float | None, expected: float) -> None:
+    assert conditioning_margin(report, threshold) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("report", "threshold", "kept"),
+    [
+        ({"score": 1.0, "verdict": "keep"}, None, True),
+        ({"score": 1.0, "verdict": "prune"}, None, False),
+        ({"score": 1.0, "verdict": "prune"}, 0.5, True),
+        ({"score": 0.4, "verdict": "keep"}, 0.5, False),
+        ({"score": None, "verdict": "keep"}, None, False),
+        ({"score": math.nan, "verdict": "keep"}, -1e9, False),
+    ],
+)
+def test_the_gate_keeps_by_threshold_else_by_verdict_and_never_keeps_nan(report: dict, threshold: float | None, kept: bool) -> None:
+    gate = ConditioningGate(PreflightClient("http://unused.invalid"), threshold=threshold)
+    assert gate.keeps(report) is kept
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"timeout": 0}, "timeout"), ({"threshold": math.nan}, "threshold"), ({"on_failure": "skip"}, "on_failure")],
+)
+def test_bad_gate_arguments_are_refused_and_quoted(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ConditioningGate(PreflightClient("http://unused.invalid"), **kwargs)
+
+
+def enqueued_study(archs: list[str], **kwargs: Any) -> optuna.Study:
+    study = optuna.create_study(**kwargs)
+    for arch in archs:
+        study.enqueue_trial({"arch": arch})
+    return study
+
+
+def arch_space(trial: optuna.Trial) -> dict[str, Any]:
+    return SPECS[trial.suggest_categorical("arch", ["well", "ill"])]
+
+
+def test_an_ill_conditioned_candidate_is_pruned_and_a_well_conditioned_one_kept_end_to_end(client: PreflightClient) -> None:
+    data = load_digits()
+    gate = ConditioningGate(client, options=TINY_OPTIONS)
+
+    def objective(trial: optuna.Trial) -> float:
+        spec = arch_space(trial)
+        report = gate.check(trial, spec)  # before any training
+        model = nas.build_model(spec, scales=report["scales"], seed=0)
+        trainer = Trainer(model, data, generator=torch.Generator().manual_seed(0))
+        return max(trainer.epoch() for _ in range(3))
+
+    study = enqueued_study(["ill", "well"], direction="maximize")
+    study.optimize(objective, n_trials=2)
+    ill, well = study.trials
+    assert ill.state == PRUNED and ill.user_attrs[ATTR_VERDICT] == "prune"
+    assert well.state == COMPLETE and well.user_attrs[ATTR_VERDICT] == "keep"
+    assert well.value > 0.85  # trained from the tuned initialization, on real digits
+    assert ill.user_attrs[ATTR_CANDIDATE_ID] != well.user_attrs[ATTR_CANDIDATE_ID]
+    assert ill.user_attrs.get(ATTR_SCORE) is None or ill.user_attrs[ATTR_SCORE] < well.user_attrs[ATTR_SCORE]
+    assert ill.constraints[CONSTRAINT_KEY] > 0 >= well.constraints[CONSTRAINT_KEY]
+
+
+def test_the_gate_serves_multi_objective_studies(client: PreflightClient) -> None:
+    gate = ConditioningGate(client, options=TINY_OPTIONS)
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        spec = arch_space(trial)
+        gate.check(trial, spec)
+        return 1.0, float(nas.summarize(spec).parameters)
+
+    study = enqueued_study(["well", "ill", "well"], directions=["maximize", "minimize"])
+    study.optimize(objective, n_trials=3)
+    assert [t.state for t in study.trials] == [COMPLETE, PRUNED, COMPLETE]
+    assert len(study.best_trials) >= 1
+
+
+def test_ask_and_tell(client: PreflightClient) -> None:
+    gate = ConditioningGate(client, options=TINY_OPTIONS)
+    study = enqueued_study(["ill", "well"], direction="maximize")
+    for _ in range(2):
+        trial = study.ask()
+        try:
+            gate.check(trial, arch_space(trial))
+        except optuna.TrialPruned:
+            study.tell(trial, state=PRUNED)
+        else:
+            study.tell(trial, 1.0)
+    assert [t.state for t in study.trials] == [PRUNED, COMPLETE]
+
+
+@pytest.mark.parametrize("storage_kind", ["inmemory", "rdb"])
+def test_parallel_trials_n_jobs_2(client: PreflightClient, storage_kind: str, tmp_path: Path) -> None:
+    storage = None if storage_kind == "inmemory" else f"sqlite:///{tmp_path / 'optuna.db'}"
+    gate = ConditioningGate(client, options=TINY_OPTIONS)
+    archs = ["well", "ill"] * 3
+    study = enqueued_study(archs, direction="maximize", storage=storage)
+
+    def objective(trial: optuna.Trial) -> float:
+        gate.check(trial, arch_space(trial))
+        return 1.0
+
+    study.optimize(objective, n_trials=len(archs), n_jobs=2)
+    for trial in study.trials:
+        assert trial.state == (PRUNED if trial.params["arch"] == "ill" else COMPLETE)
+        assert trial.user_attrs[ATTR_VERDICT] == ("prune" if trial.params["arch"] == "ill" else "keep")
+
+
+def test_the_pruner_decides_at_the_first_check_and_median_pruner_later(client: PreflightClient, tmp_path: Path) -> None:
+    gate = ConditioningGate(client, options=TINY_OPTIONS, prune=False)  # records only
+    pruner = ConditioningPruner(wrapped=optuna.pruners.MedianPruner(n_startup_trials=1))
+    study = enqueued_study(["ill", "well", "well"], direction="maximize", pruner=pruner,
+                           storage=f"sqlite:///{tmp_path / 'optuna.db'}")  # fmt: skip
+    checked = []
+
+    def objective(trial: optuna.Trial) -> float:
+        report = gate.check(trial, arch_space(trial))
+        if trial.should_prune():
+            checked.append((trial.number, "conditioning"))
+            raise optuna.TrialPruned()
+        nas.build_model(arch_space(trial), scales=report["scales"])
+        for step in range(3):
+            trial.report(1.0 if trial.number == 1 else 0.0, step)  # the second 'well' trains worse
+            if trial.should_prune():
+                checked.append((trial.number, f"step {step}"))
+                raise optuna.TrialPruned()
+        return 1.0
+
+    study.optimize(objective, n_trials=3)
+    assert checked == [(0, "conditioning"), (2, "step 0")]
+    assert [t.state for t in study.trials] == [PRUNED, COMPLETE, PRUNED]
+
+
+def test_the_pruner_waits_for_a_candidate_only_submitted(client: PreflightClient) -> None:
+    gate = ConditioningGate(client, options=TINY_OPTIONS)
+    study = enqueued_study(["ill", "well"], direction="maximize",
+                           pruner=ConditioningPruner(client=client, timeout=300))  # fmt: skip
+
+    def objective(trial: optuna.Trial) -> float:
+        gate.submit(trial, arch_space(trial))  # no wait: the pruner waits at should_prune
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+        return 1.0
+
+    study.optimize(objective, n_trials=2)
+    assert [t.state for t in study.trials] == [PRUNED, COMPLETE]
+
+
+def test_prescreening_submits_all_specs_at_once_and_returns_the_kept(client: PreflightClient) -> None:
+    gate = ConditioningGate(client, options=TINY_OPTIONS)
+    study = enqueued_study(["well", "ill", "ill", "well"], direction="maximize")
+    kept = gate.prescreen(study, arch_space, n_trials=4)
+    assert [s.trial.number for s in kept] == [0, 3]
+    for screened in kept:
+        model = nas.build_model(screened.spec, scales=screened.scales)
+        assert model(torch.zeros(2, 64)).shape == (2, 10)
+        study.tell(screened.trial, 1.0)
+    assert [t.state for t in study.trials] == [COMPLETE, PRUNED, PRUNED, COMPLETE]
+    assert all(t.user_attrs[ATTR_VERDICT] == "prune" for t in study.trials if t.state == PRUNED)
