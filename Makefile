@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/preflight describe
+	$(BIN)/preflight demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

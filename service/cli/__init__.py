@@ -15,6 +15,7 @@ _COMMAND_MODULES = (
     "spec_commands",
     "server_commands",
     "condition_commands",
+    "demo_commands",
 )
 
 

@@ -53,7 +53,7 @@ def _apjn(plt: Any, results: dict[str, Any]) -> Any:
         ax.set_title(f"{label}: {profile['name']}\nscore {score:.2f}{extra}" if score is not None else label, fontsize=9)
         ax.legend(fontsize=8)
     axes[0].set_ylabel("APJN J^{l,l+1}")
-    fig.suptitle("Average partial Jacobian norm per block, before and after Preflight's tuning")
+    fig.suptitle("Average partial Jacobian norm per block, before and after Preflight's tuning", y=1.06)
     return fig
 
 
@@ -69,7 +69,8 @@ def _score_vs_accuracy(plt: Any, results: dict[str, Any]) -> Any:
         kept = [t for t in gated.trials if t.score is not None and t.accuracy is not None and t.state == "complete"]
         ax.scatter([t.score for t in kept], [t.accuracy for t in kept], marker="x", color="tab:green",
                    label=f"gated search: trained from tuned init ({len(kept)})")  # fmt: skip
-    ax.set_xlabel("conditioning score (higher is better conditioned)")
+    ax.set_xscale("symlog")  # scores of hopeless candidates reach -1e5; kept ones sit near 0
+    ax.set_xlabel("conditioning score (higher is better conditioned; symmetric log scale)")
     ax.set_ylabel("validation accuracy after training")
     ax.set_title("Conditioning score against trained accuracy (digits)")
     ax.legend(fontsize=8)

@@ -259,14 +259,13 @@ def _search(name: str, args: argparse.Namespace, data: Any, client: Any, options
 
         def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
             best = result.best
+            accuracy = f"{best.accuracy:.3f}" if best and best.accuracy is not None else "-"
+            bar.set_postfix_str(
+                f"best acc {accuracy}, pruned {result.pruned_before} before + {result.pruned_during} "
+                f"during training, compute {result.compute:.0f} s",
+                refresh=False,
+            )
             bar.update(1)
-            bar.set_postfix_str(
-                f"best acc {best.accuracy:.3f}" if best and best.accuracy is not None else "best acc -"
-            )
-            bar.set_postfix_str(
-                bar.postfix + f", pruned {result.pruned_before}+{result.pruned_during}, "
-                f"compute {result.compute:.0f} s"
-            )
 
         study.optimize(objective, n_trials=args.trials, callbacks=[callback])
     result.wall_seconds = time.perf_counter() - started
@@ -316,11 +315,8 @@ def _bnp_factory() -> Any:
 
 
 class _NoBar:
-    postfix = ""
-
     def update(self, n: int) -> None: ...
-    def set_postfix_str(self, text: str) -> None:
-        self.postfix = text
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None: ...
 
     def __enter__(self) -> _NoBar:
         return self
