@@ -1,0 +1,168 @@
+"""Shared measurement plumbing for ``scaling``, ``hessian`` and ``bnp``.
+
+Forward capture at weighted layers, the random losses of the scaling-calculus paper, the
+per-sample weight-gradient second moment, and a guard that leaves a model's buffers (BatchNorm
+running statistics) as they were. All reductions are in float64.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "Capture",
+    "capture",
+    "per_sample_weight_grad_sq",
+    "preserved_buffers",
+    "random_quadratic_loss",
+    "receptive_field",
+    "task_loss",
+]
+
+# Largest per-sample-gradient tensor materialised at once (elements), per chunk of samples.
+_CHUNK_ELEMENTS = 1 << 24
+
+
+@dataclass
+class Capture:
+    """What one module saw in the last forward pass: its input and its output."""
+
+    inputs: list[Tensor] = field(default_factory=list)
+    outputs: list[Tensor] = field(default_factory=list)
+
+    @property
+    def x(self) -> Tensor:
+        return self.inputs[-1]
+
+    @property
+    def y(self) -> Tensor:
+        return self.outputs[-1]
+
+
+@contextmanager
+def capture(modules: Sequence[nn.Module]) -> Iterator[list[Capture]]:
+    """Record each module's (first positional) input and output during forward passes."""
+    records = [Capture() for _ in modules]
+    handles = []
+    for module, record in zip(modules, records, strict=True):
+
+        def hook(
+            _m: nn.Module, args: tuple[Tensor, ...], out: Tensor, record: Capture = record
+        ) -> None:
+            record.inputs.append(args[0])
+            record.outputs.append(out)
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        yield records
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def preserved_buffers(model: nn.Module) -> Iterator[None]:
+    """Measurements must not move BatchNorm running statistics: restore every buffer after."""
+    saved = {name: buf.detach().clone() for name, buf in model.named_buffers()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, buf in model.named_buffers():
+                if name in saved:
+                    buf.copy_(saved[name])
+
+
+def random_matrix(size: int, generator: torch.Generator | None, like: Tensor) -> Tensor:
+    """An i.i.d. N(0, 1) ``size x size`` matrix drawn from ``generator`` (global RNG if None)."""
+    device = generator.device if generator is not None else like.device
+    r = torch.randn(size, size, generator=generator, device=device, dtype=torch.float64)
+    return r.to(device=like.device, dtype=like.dtype)
+
+
+def random_quadratic_loss(
+    out: Tensor,
+    generator: torch.Generator | None,
+    *,
+    reduction: str = "sum",
+    r: Tensor | None = None,
+) -> Tensor:
+    """The scaling-calculus paper's random loss ``y^T R y`` (section 5.1, Fig. 1), R i.i.d. N(0, 1).
+
+    ``y`` is the channel (feature) vector of each sample, and of each spatial position when the
+    output is an image: ``sum_{b, p} y_{b,:,p}^T R y_{b,:,p}`` (``reduction="sum"``, per-sample
+    semantics) or that sum divided by the batch size (``"mean"``).
+    """
+    channels = out.shape[1]
+    if r is None:
+        r = random_matrix(channels, generator, out)
+    flat = out.reshape(out.shape[0], channels, -1)  # [B, C, P]
+    total = torch.einsum("bcp,cd,bdp->", flat, r, flat)
+    return total / out.shape[0] if reduction == "mean" else total
+
+
+def task_loss(out: Tensor, targets: Tensor, *, reduction: str = "sum") -> Tensor:
+    """Cross-entropy for integer class targets, ``0.5 * ||y - t||^2`` for float targets."""
+    if not targets.is_floating_point():
+        return F.cross_entropy(out, targets, reduction=reduction)
+    per_sample = 0.5 * (out - targets).pow(2).reshape(out.shape[0], -1).sum(dim=1)
+    return per_sample.sum() if reduction == "sum" else per_sample.mean()
+
+
+def receptive_field(weight: Tensor) -> int:
+    """k^2 of a conv weight [out, in/groups, kh, kw]; 1 for a linear weight."""
+    return math.prod(weight.shape[2:])
+
+
+def _conv_pads(conv: nn.Conv2d) -> tuple[int, int, int, int]:
+    """(left, right, top, bottom) zero padding the convolution applies, as F.pad takes it."""
+    if isinstance(conv.padding, str):
+        if conv.padding == "valid":
+            return (0, 0, 0, 0)
+        pads = []  # PyTorch's "same": total = dilation * (k - 1), the extra one on the right
+        for k, d in zip(reversed(conv.kernel_size), reversed(conv.dilation), strict=True):
+            total = d * (k - 1)
+            pads += [total // 2, total - total // 2]
+        return (pads[0], pads[1], pads[2], pads[3])
+    ph, pw = conv.padding
+    return (pw, pw, ph, ph)
+
+
+def per_sample_weight_grad_sq(module: nn.Module, x: Tensor, dy: Tensor) -> float:
+    """``E[dW_b^2]``: mean over samples b and weight entries of the per-sample weight gradient.
+
+    ``dW_b = dy_b x_b^T`` (linear) or ``sum_p dy_b(p) patch_b(p)`` (conv), where ``dy`` is the
+    gradient of a summed loss with respect to the layer's output: batch-size-1 semantics
+    (scaling paper, section 2). For a linear layer the mean factorises exactly.
+    """
+    if isinstance(module, nn.Linear):
+        x64, dy64 = x.detach().double().flatten(1), dy.detach().double().flatten(1)
+        return float((dy64.pow(2).mean(1) * x64.pow(2).mean(1)).mean())
+    if not isinstance(module, nn.Conv2d):
+        raise TypeError(f"expected nn.Linear or nn.Conv2d, got {type(module).__name__}")
+    groups, batch = module.groups, x.shape[0]
+    weight_elems = module.weight.numel()
+    chunk = max(1, _CHUNK_ELEMENTS // max(weight_elems, 1))
+    total = torch.zeros((), dtype=torch.float64, device=x.device)
+    for start in range(0, batch, chunk):
+        xs = F.pad(x[start : start + chunk].detach().double(), _conv_pads(module))
+        cols = F.unfold(xs, module.kernel_size, dilation=module.dilation, stride=module.stride)
+        n = cols.shape[0]
+        cols = cols.reshape(n, groups, -1, cols.shape[-1])  # [n, G, Cg*kh*kw, P]
+        g = dy[start : start + chunk].detach().double().reshape(n, groups, -1, cols.shape[-1])
+        per_sample = torch.einsum("bgop,bgkp->bgok", g, cols)  # [n, G, Og, Cg*kh*kw]
+        total = total + per_sample.pow(2).sum()
+    return float(total / (batch * weight_elems))
+
+
+def float64_copy(model: nn.Module) -> nn.Module:
+    """A float64 deep copy (for exact references and eigen-decompositions)."""
+    return copy.deepcopy(model).double()
