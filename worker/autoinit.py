@@ -149,6 +149,10 @@ class _Tuner:
         self.damping = [1.0 if unit.exact else 0.5 for unit in units]
         self.frozen = [not unit.tunable for unit in units]
         self.learn = False  # secants along a Jacobi trajectory mix in the other units' moves
+        # noise floor of the stopping rule: the largest of n_units Gaussian errors (z standard
+        # errors) of a residual that is itself the difference of two noisy estimates (sqrt 2)
+        self.z = max(2.0, math.sqrt(2.0 * math.log(2.0 * len(units))))
+        self.max_vectors = 16 * n_vectors
 
     # -- measuring ---------------------------------------------------------------------
     def params(self) -> dict[str, Tensor]:
@@ -170,7 +174,7 @@ class _Tuner:
             first, last = unit.blocks[0], unit.blocks[-1]
             r_j.append(sum(log_j[b] for b in unit.blocks) - unit.log_rho)
             r_k.append(log_k[last + 1] - log_k[first] - unit.log_rho)
-            noise.append(2.0 * math.sqrt(sum(se[b] ** 2 for b in unit.blocks)))
+            noise.append(self.z * math.sqrt(2.0 * sum(se[b] ** 2 for b in unit.blocks)))
         if self.log_target_k is not None:
             r_k[-1] = log_k[-1] - self.log_target_k  # the output unit: second moment to target
         return r_j, r_k, noise
@@ -226,7 +230,7 @@ class _Tuner:
         """Secant estimates for units that are not exactly homogeneous; a unit whose J does
         not respond to its gain at all is frozen (it cannot be tuned)."""
         for i, d in enumerate(deltas):
-            if abs(d) < 1e-3:
+            if abs(d) < 0.05 or self.units[i].exact:
                 continue
             if self.learn and not self.units[i].exact:
                 for slopes, o, n in ((self.e_j, old[0], new[0]), (self.e_k, old[1], new[1])):
@@ -258,7 +262,7 @@ class _Tuner:
         rises = 0
         for t in range(steps):
             if self.done(r_j, r_k, noise):
-                return self.finish(before, current, curve, t, "converged", "every unit is within tolerance")
+                return self.finish(before, current, curve, t, *self.converged(r_j))
             deltas = self.step_all(r_j, r_k)
             nxt = self.measure()
             if not nxt.finite:
@@ -274,6 +278,8 @@ class _Tuner:
                     best, rises = (curve[-1], list(self.u), current), 0
                 else:
                     rises += 3 if curve[-1] > 1.5 * best[0] + self.tol**2 else 1
+                    # no progress near convergence is mostly estimator noise: more vectors
+                    self.n_vectors = min(self.max_vectors, 2 * self.n_vectors)
             if rises >= 3:
                 if min(self.damping) < 1 / 16:
                     self.u = list(best[1])
@@ -283,7 +289,7 @@ class _Tuner:
                 self.damping = [d / 2 for d in self.damping]
                 rises = 0
         if self.done(r_j, r_k, noise):
-            return self.finish(before, current, curve, steps, "converged", "every unit is within tolerance")
+            return self.finish(before, current, curve, steps, *self.converged(r_j))
         if current is not best[2]:
             self.u, current = list(best[1]), best[2]
         stuck = any(self.frozen[i] and unit.tunable for i, unit in enumerate(self.units))
@@ -304,6 +310,14 @@ class _Tuner:
             if abs(self.proposal(i, r_j[i], r_k[i])) * self.e_j[i] > max(self.tol, noise[i]):
                 return False
         return True
+
+    def converged(self, r_j: list[float]) -> tuple[Status, str]:
+        """Status once every unit that can move is within tolerance."""
+        stuck = [i for i, unit in enumerate(self.units) if unit.tunable and self.frozen[i] and abs(r_j[i]) > self.tol]
+        if stuck:
+            blocks = [b for i in stuck for b in self.units[i].blocks]
+            return "unreachable", f"blocks {blocks} cannot reach criticality (J does not follow the gain); pushed as close as possible"
+        return "converged", "every unit is within tolerance"
 
     def finish(self, before: JacobianProfile, after: JacobianProfile, curve: list[float], steps: int, status: Status, message: str) -> AutoInitResult:
         r_j, r_k, _ = self.residuals(after) if after.finite else ([math.nan] * len(self.units), [], [])
