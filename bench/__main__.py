@@ -1,0 +1,155 @@
+"""``python -m bench`` (= ``make bench``): the trainability benchmark, end to end.
+
+Stages are cached under ``bench/out/<mode>/`` (git-ignored), so a rerun only computes what
+changed, and ``--report-only`` rewrites the report from the cache. ``--smoke`` is the tiny
+version the test suite runs (a handful of candidates, one epoch, one learning rate) and
+writes its report under its output folder instead of ``docs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from bench import analysis, report, scaling_table
+from bench.candidates import sample_candidates
+from bench.protocol import FULL, SMOKE, Protocol
+from bench.run import STAGES, read_json, run_stage, write_json
+from bench.targets import target_lines
+
+ROOT = Path(__file__).resolve().parent.parent
+EXTRAS = ("tuning_cost", "service_load")  # optional benchmarks other modules may provide
+
+
+def _machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} logical CPUs, no GPU used, torch {torch.__version__}, Python {platform.python_version()}"
+
+
+def _protocol_text(p: Protocol) -> str:
+    lrs = ", ".join(f"{lr:g}" for lr in p.lrs)
+    return (
+        f"SGD, momentum {p.momentum}, no weight decay, batch {p.batch_size}, {p.epochs} epochs, "
+        f"learning rates {{{lrs}}} (best final training loss kept), seed {p.seed}, weights from "
+        "`nas.build_model(spec, seed=0)`; each initialization (spec, Preflight tuned, PyTorch "
+        "default, Kaiming fan-in, Xavier, LSUV, GradInit) trained the same way."
+    )
+
+
+def _scaling(out: Path, smoke: bool, log) -> dict | None:
+    settings = {"smoke": smoke, "seeds": 1 if smoke else scaling_table.SEEDS}
+    path = out / "scaling.json"
+    if path.exists() and read_json(path).get("settings") == settings:
+        return read_json(path)
+    log("scaling table ...")
+    start = time.perf_counter()
+    if smoke:
+        table = scaling_table.scaling_table(("iris",), seeds=1, lrs=(0.5,), with_preflight=False)
+    else:
+        table = scaling_table.scaling_table()
+    table |= {"settings": settings, "seconds": time.perf_counter() - start}
+    write_json(path, table)
+    return table
+
+
+def _e2e() -> str:
+    return (
+        "Missing: the end-to-end comparison (the demo's search with the gate, without it, and "
+        "with MedianPruner, several seeds) needs the demo search, which had not landed when this "
+        "benchmark ran."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="tiny version for the test suite")
+    parser.add_argument("--candidates", type=int, default=None, help="number of candidates")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes (one thread each)")
+    parser.add_argument("--out", type=Path, default=None, help="cache folder")
+    parser.add_argument(
+        "--report-only", action="store_true", help="no computation, rewrite the report"
+    )
+    parser.add_argument(
+        "--refresh", action="append", default=[], choices=sorted(STAGES) + ["scaling"]
+    )
+    parser.add_argument("--no-scaling", action="store_true", help="skip the LIBSVM-style table")
+    parser.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        choices=EXTRAS,
+        help="run an optional extra benchmark",
+    )
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+
+    def log(message: str) -> None:
+        if not args.quiet:
+            print(message, flush=True)
+
+    protocol = SMOKE if args.smoke else FULL
+    n = args.candidates or (5 if args.smoke else 160)
+    out = args.out or ROOT / "bench" / "out" / ("smoke" if args.smoke else "full")
+    docs = out / "docs" if args.smoke else ROOT / "docs"
+    candidates = sample_candidates(n, seed=0)
+    for stage in args.refresh:
+        shutil.rmtree(out / stage, ignore_errors=True) if stage in STAGES else (
+            out / "scaling.json"
+        ).unlink(missing_ok=True)
+    start = time.perf_counter()
+    walls: dict[str, float] = {}
+    if not args.report_only:
+        for stage in STAGES:
+            walls[stage] = run_stage(stage, candidates, protocol, out, jobs=args.jobs, log=log)
+            log(f"stage {stage}: {walls[stage]:.0f} s")
+        if not args.no_scaling:
+            _scaling(out, args.smoke, log)
+    rows = analysis.collect(candidates, out)
+    figures = analysis.analyze(rows, protocol)
+    scaling = read_json(out / "scaling.json") if (out / "scaling.json").exists() else None
+    context = {
+        "command": "make bench" + (" (python -m bench --smoke)" if args.smoke else ""),
+        "machine": _machine(),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "wall": ", ".join(f"{k} {v:.0f} s" for k, v in walls.items())
+        or "report only (cached stages)",
+        "protocol_text": _protocol_text(protocol),
+        "scaling": scaling,
+        "e2e": _e2e(),
+    }
+    context["targets"] = target_lines(figures)
+    write_json(out / "figures.json", figures)
+    docs.mkdir(parents=True, exist_ok=True)
+    if figures.get("calibration"):
+        (docs / report.PLOT_DIR).mkdir(parents=True, exist_ok=True)
+        (docs / report.PLOT_DIR / "calibration.json").write_text(
+            json.dumps(figures["calibration"], indent=1)
+        )
+    report.plots(rows, docs / report.PLOT_DIR)
+    report.write_markdown(figures, context, docs / "benchmarks.md")
+    for name in args.extra:
+        module = importlib.import_module(f"bench.{name}")
+        module.main([])
+    log(f"wrote {docs / 'benchmarks.md'} in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""From the cached stage results to every figure of the report (a JSON-ready dict)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import calibrate, metrics
+from bench.candidates import Candidate
+from bench.datasets import load_key
+from bench.inits import PEERS
+from bench.median_reference import median_pruner_reference
+from bench.protocol import Protocol
+from bench.proxies import PROXIES
+from bench.run import read_json
+
+__all__ = ["analyze", "collect"]
+
+
+def _threshold_for(name: str, thresholds: dict[str, float]) -> float:
+    """The engine's threshold of a component (``kernel_log_range`` uses ``kernel_log_ratio``)."""
+    for key in (name, name.replace("_range", "_ratio")):
+        if isinstance(thresholds.get(key), int | float):
+            return float(thresholds[key])
+    return 1.0
+
+
+def collect(candidates: list[Candidate], out: Path) -> list[dict[str, Any]]:
+    """One row per candidate with every stage's results (missing stages are ``None``)."""
+    rows = []
+    for c in candidates:
+        stage = {s: out / s / f"{c.id}.json" for s in ("proxies", "preflight", "train", "tuned")}
+        got = {s: read_json(p) if p.exists() else None for s, p in stage.items()}
+        if got["proxies"] is None or got["train"] is None:
+            continue
+        chance = load_key(c.dataset).chance_loss
+        spec_run = got["train"]["spec"]
+        pre = got["preflight"] or {"score": math.nan, "verdict": None}
+        tuned = (got["tuned"] or {}).get("tuned")
+        thresholds = pre.get("thresholds") or {}
+        comps = pre.get("components") or {}
+        rows.append({
+            "id": c.id, "family": c.family, "dataset": c.dataset, "name": c.spec.get("name"),
+            "chance": chance,
+            "loss": spec_run["best_loss"], "norm_loss": spec_run["best_loss"] / chance,
+            "accuracy": spec_run["test_accuracy"],
+            "untrainable": all(spec_run["diverged"]) or not spec_run["best_loss"] < 0.5 * chance,
+            "curve": spec_run["curves"][len(spec_run["curves"]) // 2],
+            "train_seconds": spec_run["seconds"],
+            "step_seconds": got["proxies"]["step_seconds"],
+            "parameters": got["proxies"]["parameters"],
+            "proxies": {k: v["score"] for k, v in got["proxies"]["proxies"].items()},
+            "proxy_seconds": {k: v["seconds"] for k, v in got["proxies"]["proxies"].items()},
+            "preflight": math.nan if pre.get("score") is None else float(pre["score"]),
+            "verdict": pre.get("verdict"), "preflight_error": pre.get("error"),
+            "preflight_seconds": pre.get("seconds", math.nan),
+            "components": comps,
+            "component_thresholds": {k: _threshold_for(k, thresholds) for k in comps},
+            "peers": {k: got["train"][k]["best_loss"] for k in PEERS if k in got["train"]},
+            "peer_seconds": {k: got["train"][k].get("init_seconds", 0.0) for k in PEERS if k in got["train"]},
+            "tuned_loss": tuned["best_loss"] if tuned else math.nan,
+            "tuned_accuracy": tuned["test_accuracy"] if tuned else math.nan,
+        })  # fmt: skip
+    return rows
+
+
+def _method_scores(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+    methods = {name: [r["proxies"].get(name, math.nan) for r in rows] for name in PROXIES}
+    methods["preflight"] = [r["preflight"] for r in rows]
+    if rows and "calibrated" in rows[0]:
+        methods["preflight_calibrated"] = [r["calibrated"] for r in rows]
+    return methods
+
+
+def _costs(rows: list[dict[str, Any]], method: str) -> tuple[float, float]:
+    """Median seconds per candidate and the same in training-step equivalents."""
+    if method.startswith("preflight"):
+        seconds = [r["preflight_seconds"] for r in rows]
+    else:
+        seconds = [r["proxy_seconds"].get(method, math.nan) for r in rows]
+    steps = [s / r["step_seconds"] for s, r in zip(seconds, rows, strict=True)]
+    finite = [s for s in seconds if math.isfinite(s)]
+    finite_steps = [s for s in steps if math.isfinite(s)]
+    return (
+        statistics.median(finite) if finite else math.nan,
+        statistics.median(finite_steps) if finite_steps else math.nan,
+    )
+
+
+def ranking_table(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per method: correlations with -loss and accuracy, pruning figures, cost."""
+    neg_loss = [-r["norm_loss"] for r in rows]
+    accuracy = [r["accuracy"] for r in rows]
+    bad = [r["untrainable"] for r in rows]
+    table = {}
+    for method, scores in _method_scores(rows).items():
+        quarter = metrics.prune_fraction(scores, bad, 0.25)
+        seconds, steps = _costs(rows, method)
+        table[method] = {
+            "spearman_loss": metrics.spearman(scores, neg_loss),
+            "kendall_loss": metrics.kendall(scores, neg_loss),
+            "spearman_accuracy": metrics.spearman(scores, accuracy),
+            "kendall_accuracy": metrics.kendall(scores, accuracy),
+            "quarter_precision": quarter.precision,
+            "quarter_recall": quarter.recall,
+            "precision_at_recall_0.8": metrics.precision_at_recall(scores, bad, 0.8),
+            "seconds": seconds,
+            "step_equivalents": steps,
+        }
+    return table
+
+
+def _calibrate(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    usable = [r for r in rows if r["components"]]
+    if len(usable) < 10:
+        return None
+    names = sorted({k for r in usable for k in r["components"]})
+    by_family: dict[str, list[str]] = {}
+    for r in usable:
+        by_family.setdefault(r["family"], []).append(r["id"])
+    train_ids, held_ids = calibrate.split(by_family)
+    feats = {
+        r["id"]: calibrate.features(r["components"], r["component_thresholds"], names)
+        for r in usable
+    }
+    train_rows = [r for r in usable if r["id"] in set(train_ids)]
+    model = calibrate.fit(
+        [feats[r["id"]] for r in train_rows],
+        [r["norm_loss"] for r in train_rows],
+        [r["untrainable"] for r in train_rows],
+        names,
+    )
+    for r in rows:
+        r["calibrated"] = (
+            calibrate.apply(model, feats[r["id"]], names) if r["id"] in feats else math.nan
+        )
+        r["calibrated_verdict"] = "prune" if r["calibrated"] < model["prune_below"] else "keep"
+    return model | {
+        "components": names,
+        "train_ids": sorted(train_ids),
+        "heldout_ids": sorted(held_ids),
+    }
+
+
+def _tuning(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    groups = {
+        "all": [r for r in rows if not math.isnan(r["tuned_loss"])],
+        "survivors": [
+            r for r in rows if not math.isnan(r["tuned_loss"]) and r["verdict"] == "keep"
+        ],
+    }
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for group, members in groups.items():
+        tuned = [r["tuned_loss"] for r in members]
+        out[group] = {"spec": metrics.tuning_comparison(tuned, [r["loss"] for r in members])}
+        for peer in PEERS:
+            other = [r["peers"].get(peer, math.nan) for r in members]
+            out[group][peer] = metrics.tuning_comparison(tuned, other)
+    return out
+
+
+def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
+    """Every figure of the report; adds ``calibrated`` scores to the rows in place."""
+    bad = [r["untrainable"] for r in rows]
+    calibration = _calibrate(rows)
+    held = [r for r in rows if calibration and r["id"] in set(calibration["heldout_ids"])]
+    verdict = metrics.flags_figures([r["verdict"] == "prune" for r in rows], bad)
+    figures: dict[str, Any] = {
+        "n": len(rows),
+        "untrainable": int(sum(bad)),
+        "families": {
+            f: sum(r["family"] == f for r in rows) for f in sorted({r["family"] for r in rows})
+        },
+        "untrainable_by_family": {
+            f: sum(r["untrainable"] for r in rows if r["family"] == f)
+            for f in sorted({r["family"] for r in rows})
+        },
+        "preflight_errors": [
+            f"{r['id']}: {r['preflight_error']}" for r in rows if r["preflight_error"]
+        ],
+        "ranking_all": ranking_table(rows),
+        "verdict_all": verdict.__dict__,
+        "median_pruner": median_pruner_reference([r["curve"] for r in rows], bad, protocol.epochs),
+        "tuning": _tuning(rows),
+        "calibration": calibration,
+        "train_seconds_median": statistics.median(r["train_seconds"] for r in rows)
+        if rows
+        else math.nan,
+        "train_step_equivalents": protocol.epochs
+        * len(protocol.lrs)
+        * _steps_per_epoch(rows, protocol),
+    }
+    if held:
+        held_bad = [r["untrainable"] for r in held]
+        figures["ranking_heldout"] = ranking_table(held)
+        figures["heldout_n"] = len(held)
+        figures["heldout_untrainable"] = int(sum(held_bad))
+        figures["verdict_heldout"] = metrics.flags_figures(
+            [r["verdict"] == "prune" for r in held], held_bad
+        ).__dict__
+        figures["calibrated_verdict_heldout"] = metrics.flags_figures(
+            [r["calibrated_verdict"] == "prune" for r in held], held_bad
+        ).__dict__
+    return figures
+
+
+def _steps_per_epoch(rows: list[dict[str, Any]], protocol: Protocol) -> float:
+    sizes = [len(load_key(d).x_train) for d in {r["dataset"] for r in rows}]
+    return (
+        float(np.median([math.ceil(s / protocol.batch_size) for s in sizes])) if sizes else math.nan
+    )

@@ -1,0 +1,142 @@
+"""Initialization peers of Preflight's tuned initialization.
+
+Each peer re-initializes a freshly built model in place and returns it:
+
+- ``torch_default``: ``reset_parameters()`` of every ``nn.Linear`` / ``nn.Conv2d``
+  (uniform, variance ``1 / (3 fan_in)``, PyTorch's default bias);
+- ``kaiming``: He et al. 2015, eq. 10: ``N(0, 2 / fan_in)``, zero bias;
+- ``xavier``: Glorot & Bengio 2010, eq. 16 (normal form): ``N(0, 2 / (fan_in + fan_out))``;
+- ``lsuv``: Mishkin & Matas 2016, Algorithm 1: orthonormal weights, then, layer by layer in
+  forward order, ``W <- W / sqrt(Var(B_l))`` until ``|Var(B_l) - 1| < 0.1`` (10 rounds max);
+- ``gradinit``: Zhu et al. 2021, Algorithm 1 (SGD form): one scalar ``alpha`` per parameter
+  tensor, starting from the spec's weights; ``T`` Adam steps on
+  ``L(S'; theta_alpha - eta g(S; theta_alpha))`` while ``||g||_2 <= gamma``, else on ``||g||_2``;
+  ``alpha >= alpha_min``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+from torch.nn import functional as F
+
+__all__ = ["PEERS", "gradinit_", "lsuv_"]
+
+_WEIGHTED = (nn.Linear, nn.Conv2d)
+
+
+def _weighted(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if isinstance(m, _WEIGHTED)]
+
+
+@torch.no_grad()
+def torch_default_(model: nn.Module, x: Tensor, y: Tensor) -> nn.Module:
+    for m in _weighted(model):
+        m.reset_parameters()
+    return model
+
+
+@torch.no_grad()
+def kaiming_(model: nn.Module, x: Tensor, y: Tensor) -> nn.Module:
+    for m in _weighted(model):
+        nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
+        if m.bias is not None:
+            m.bias.zero_()
+    return model
+
+
+@torch.no_grad()
+def xavier_(model: nn.Module, x: Tensor, y: Tensor) -> nn.Module:
+    for m in _weighted(model):
+        nn.init.xavier_normal_(m.weight)
+        if m.bias is not None:
+            m.bias.zero_()
+    return model
+
+
+@torch.no_grad()
+def lsuv_(
+    model: nn.Module, x: Tensor, y: Tensor, tolerance: float = 0.1, rounds: int = 10
+) -> nn.Module:
+    """LSUV (Mishkin & Matas 2016, Algorithm 1) on the batch ``x``."""
+    layers = _weighted(model)
+    for m in layers:
+        nn.init.orthogonal_(m.weight)
+        if m.bias is not None:
+            m.bias.zero_()
+    model.train()
+    for m in layers:
+        seen: list[Tensor] = []
+        handle = m.register_forward_hook(lambda _m, _i, out, seen=seen: seen.append(out.detach()))
+        try:
+            for _ in range(rounds):
+                seen.clear()
+                model(x)
+                var = float(seen[0].double().var())
+                if not math.isfinite(var) or var <= 0 or abs(var - 1.0) < tolerance:
+                    break
+                m.weight.div_(math.sqrt(var))
+        finally:
+            handle.remove()
+    return model
+
+
+def gradinit_(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    steps: int = 25,
+    eta: float = 0.03,
+    gamma: float = 1.0,
+    tau: float = 0.01,
+    alpha_min: float = 0.01,
+) -> nn.Module:
+    """GradInit (Zhu et al. 2021, Algorithm 1, SGD variant with the 2-norm constraint).
+
+    ``x`` is split in two halves, S and S'. ``eta`` is the middle of the protocol's
+    learning-rate grid, ``gamma`` the gradient-norm bound, ``tau`` Adam's step on alpha.
+    """
+    model.train()
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    base = {n: p.detach().clone() for n, p in model.named_parameters() if n in names}
+    log_alpha = {n: torch.zeros((), requires_grad=True) for n in names}
+    optimizer = torch.optim.Adam(log_alpha.values(), lr=tau)
+    xs, xq = x.chunk(2)
+    ys, yq = y.chunk(2)
+    floor = math.log(alpha_min)
+    for _ in range(steps):
+        theta = {n: base[n] * log_alpha[n].exp() for n in names}
+        loss = F.cross_entropy(functional_call(model, theta, (xs,)), ys)
+        grads = torch.autograd.grad(loss, list(theta.values()), create_graph=True)
+        norm = torch.sqrt(sum((g**2).sum() for g in grads))
+        if not torch.isfinite(norm):
+            break
+        if norm > gamma:
+            objective = norm
+        else:
+            stepped = {n: t - eta * g for (n, t), g in zip(theta.items(), grads, strict=True)}
+            objective = F.cross_entropy(functional_call(model, stepped, (xq,)), yq)
+        optimizer.zero_grad()
+        objective.backward()
+        optimizer.step()
+        with torch.no_grad():
+            for a in log_alpha.values():
+                a.clamp_(min=floor)
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for n in names:
+            params[n].copy_(base[n] * log_alpha[n].exp())
+    return model
+
+
+PEERS: dict[str, Callable[[nn.Module, Tensor, Tensor], nn.Module]] = {
+    "torch_default": torch_default_,
+    "kaiming": kaiming_,
+    "xavier": xavier_,
+    "lsuv": lsuv_,
+    "gradinit": gradinit_,
+}

@@ -1,0 +1,137 @@
+"""Rank correlations, pruning precision and recall, and the tuning comparison.
+
+NaN policy: a score that is ``nan`` (the method could not score the candidate) ranks as the
+worst score, ``-inf``; a trained loss that is ``inf`` (diverged) ranks as the worst loss.
+Every score follows higher = better, so a good method has a *positive* correlation with
+``-loss`` and with accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+__all__ = [
+    "PruneFigures",
+    "kendall",
+    "precision_at_recall",
+    "precision_recall_curve",
+    "prune_fraction",
+    "spearman",
+    "tuning_comparison",
+]
+
+
+def _scores(values: Sequence[float]) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64)
+    return np.where(np.isnan(array), -np.inf, array)
+
+
+def _finite_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks with +-inf allowed (scipy's rankdata orders infinities correctly)."""
+    return stats.rankdata(values)
+
+
+def spearman(scores: Sequence[float], targets: Sequence[float]) -> float:
+    """Spearman's rho between scores and targets (nan policy above); nan if constant.
+
+    >>> spearman([1, 2, 3], [10, 20, 30])
+    1.0
+    """
+    a, b = _finite_ranks(_scores(scores)), _finite_ranks(_scores(targets))
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return math.nan
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def kendall(scores: Sequence[float], targets: Sequence[float]) -> float:
+    """Kendall's tau-b between scores and targets (nan policy above); nan if constant."""
+    a, b = _finite_ranks(_scores(scores)), _finite_ranks(_scores(targets))
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return math.nan
+    return float(stats.kendalltau(a, b).statistic)
+
+
+@dataclass(frozen=True)
+class PruneFigures:
+    flagged: int
+    precision: float  # nan when nothing is flagged
+    recall: float  # nan when nothing is untrainable
+
+
+def _figures(flag: np.ndarray, bad: np.ndarray) -> PruneFigures:
+    hits = int((flag & bad).sum())
+    precision = hits / flag.sum() if flag.sum() else math.nan
+    recall = hits / bad.sum() if bad.sum() else math.nan
+    return PruneFigures(int(flag.sum()), float(precision), float(recall))
+
+
+def prune_fraction(
+    scores: Sequence[float], untrainable: Sequence[bool], fraction: float = 0.25
+) -> PruneFigures:
+    """Flag the worst ``fraction`` of candidates by score (ties broken by position)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], but got {fraction=}.")
+    s = _scores(scores)
+    k = int(round(fraction * len(s)))
+    flag = np.zeros(len(s), dtype=bool)
+    flag[np.argsort(s, kind="stable")[:k]] = True
+    return _figures(flag, np.asarray(untrainable, dtype=bool))
+
+
+def flags_figures(flags: Sequence[bool], untrainable: Sequence[bool]) -> PruneFigures:
+    """Precision and recall of an explicit set of flags (e.g. Preflight's ``prune`` verdict)."""
+    return _figures(np.asarray(flags, dtype=bool), np.asarray(untrainable, dtype=bool))
+
+
+def precision_recall_curve(
+    scores: Sequence[float], untrainable: Sequence[bool]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Precision and recall when pruning the worst k candidates, k = 1..n."""
+    s = _scores(scores)
+    bad = np.asarray(untrainable, dtype=bool)[np.argsort(s, kind="stable")]
+    hits = np.cumsum(bad)
+    k = np.arange(1, len(s) + 1)
+    recall = hits / bad.sum() if bad.sum() else np.full(len(s), np.nan)
+    return hits / k, recall
+
+
+def precision_at_recall(
+    scores: Sequence[float], untrainable: Sequence[bool], recall: float = 0.8
+) -> float:
+    """The best precision any pruning threshold reaches with at least ``recall``."""
+    p, r = precision_recall_curve(scores, untrainable)
+    ok = r >= recall
+    return float(p[ok].max()) if ok.any() else math.nan
+
+
+def tuning_comparison(tuned: Sequence[float], other: Sequence[float]) -> dict[str, float]:
+    """Per candidate, tuned vs another initialization's trained loss (lower is better).
+
+    ``better``: fraction where tuned is strictly lower; ``median_improvement``: median of
+    ``other - tuned``; ``median_log_ratio``: median of ``ln(other / tuned)`` (positive when
+    tuned is better). Pairs where both diverged are excluded; one-sided divergence counts
+    fully for the side that trained.
+    """
+    t, o = np.asarray(tuned, dtype=np.float64), np.asarray(other, dtype=np.float64)
+    keep = ~(np.isinf(t) & np.isinf(o)) & ~np.isnan(t) & ~np.isnan(o)
+    t, o = t[keep], o[keep]
+    if len(t) == 0:
+        return {
+            "n": 0,
+            "better": math.nan,
+            "median_improvement": math.nan,
+            "median_log_ratio": math.nan,
+        }
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.log(np.maximum(o, 1e-12) / np.maximum(t, 1e-12))
+    return {
+        "n": int(len(t)),
+        "better": float((t < o).mean()),
+        "median_improvement": float(np.median(o - t)),
+        "median_log_ratio": float(np.median(ratio)),
+    }

@@ -1,0 +1,249 @@
+"""Write docs/benchmarks.md and the PNG plots beside it from the analyzed figures."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import metrics
+from bench.proxies import PROXIES
+
+__all__ = ["plots", "write_markdown"]
+
+PLOT_DIR = "benchmarks"
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    value = float(value)
+    return "n/a" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _ranking_md(table: dict[str, dict[str, float]]) -> list[str]:
+    lines = [
+        "| method | Spearman(-loss) | Kendall(-loss) | Spearman(acc) | prune worst 25 %: precision | recall "
+        "| best precision at recall >= 0.8 | median s / candidate | training-step equivalents |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    order = sorted(table, key=lambda m: -np.nan_to_num(table[m]["spearman_loss"], nan=-9))
+    for m in order:
+        t = table[m]
+        lines.append(
+            f"| {m} | {_f(t['spearman_loss'])} | {_f(t['kendall_loss'])} | {_f(t['spearman_accuracy'])} "
+            f"| {_f(t['quarter_precision'])} | {_f(t['quarter_recall'])} | {_f(t['precision_at_recall_0.8'])} "
+            f"| {_f(t['seconds'], 3)} | {_f(t['step_equivalents'], 1)} |"
+        )
+    return lines
+
+
+def _tuning_md(tuning: dict[str, dict[str, float]]) -> list[str]:
+    lines = [
+        "| tuned vs | n | tuned better | median loss improvement | median ln(other / tuned) |",
+        "|---|---|---|---|---|",
+    ]
+    for peer, t in tuning.items():
+        lines.append(
+            f"| {peer} | {t['n']} | {_f(t['better'])} | {_f(t['median_improvement'], 3)} "
+            f"| {_f(t['median_log_ratio'])} |"
+        )
+    return lines
+
+
+def _scaling_md(table: dict[str, Any] | None) -> list[str]:
+    if not table:
+        return ["Not run."]
+    datasets = list(table["datasets"])
+    lines = ["Per dataset, the best learning rate's median training loss (learning rate):", ""]
+    methods = sorted({m for row in table["datasets"].values() for m in row})
+    lines += ["| dataset | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for d in datasets:
+        row = table["datasets"][d]
+        cells = [
+            f"{_f(row[m]['loss'], 3)} ({row[m]['lr']:g})" if m in row else "n/a" for m in methods
+        ]
+        lines.append(f"| {d} | " + " | ".join(cells) + " |")
+    for key, title in (
+        ("summary", "The paper's four schemes"),
+        ("summary_with_preflight", "With Preflight"),
+    ):
+        lines += ["", f"{title} (normalized by each dataset's worst; paper: arithmetic 0.90, fan-in 0.84, "
+                  "fan-out 0.88, geometric 0.81):", "",
+                  "| method | average normalized loss | worst in # | best in # |", "|---|---|---|---|"]  # fmt: skip
+        for m, s in sorted(table[key].items(), key=lambda kv: kv[1]["normalized_loss"]):
+            lines.append(f"| {m} | {_f(s['normalized_loss'])} | {s['worst_in']} | {s['best_in']} |")
+    return lines
+
+
+def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> None:
+    """The report: protocol, machine, command, tables, targets and plots."""
+    held = fig.get("ranking_heldout", {})
+    cal = fig.get("calibration") or {}
+    lines = [
+        "# Trainability benchmark: Preflight against zero-cost proxies and init peers",
+        "",
+        f"Regenerate: `{context['command']}` (cached stages in `bench/out/`; "
+        "`python -m bench --report-only` rebuilds this page without training).",
+        "",
+        f"Machine: {context['machine']}. Date: {context['date']}. Wall time: {context['wall']}.",
+        "",
+        "## Protocol",
+        "",
+        f"- Candidates: {fig['n']} ({', '.join(f'{k} {v}' for k, v in fig['families'].items())}), "
+        "sampled by `bench/candidates.py`; digits (1x8x8 for CNNs) and breast cancer, both "
+        "bundled in scikit-learn, 70/30 stratified split.",
+        f"- Training: {context['protocol_text']}",
+        "- Untrainable: best final training loss over the learning-rate grid >= 0.5 x ln C "
+        "(the model does not halve the loss of the uniform prediction), or every rate diverged "
+        f"(a mini-batch loss non-finite or > 100 ln C). Untrainable from the spec initialization: "
+        f"{fig['untrainable']} of {fig['n']} "
+        f"({', '.join(f'{k} {v}' for k, v in fig['untrainable_by_family'].items())}).",
+        "- Scores: every proxy in log space, float64, higher = better; batch sizes and "
+        "direction fixes below. nan (cannot score) ranks worst. Correlations are with the "
+        "negated normalized training loss (loss / ln C) and with test accuracy, so higher is better.",
+        f"- Cost: seconds per candidate on one CPU thread, and the same divided by one training "
+        f"step (forward, backward, update) of that candidate at batch 64. One protocol run "
+        f"costs about {_f(fig['train_step_equivalents'], 0)} training steps per initialization.",
+        "",
+        "| proxy | batch | direction | source |",
+        "|---|---|---|---|",
+        *[
+            f"| {p.name} | {p.batch_size or 'n/a'} | {p.direction} | {p.citation} |"
+            for p in PROXIES.values()
+        ],
+        "",
+        "## Ranking trainability (all candidates, Preflight's score as shipped)",
+        "",
+        *_ranking_md(fig["ranking_all"]),
+        "",
+        f"Preflight's own verdict (prune): precision {_f(fig['verdict_all']['precision'])}, "
+        f"recall {_f(fig['verdict_all']['recall'])}, {fig['verdict_all']['flagged']} flagged.",
+        f"Optuna MedianPruner on the training curves (middle learning rate, {fig['median_pruner']['orders']} "
+        f"random orders, {fig['median_pruner']['n_startup_trials']} startup trials): precision "
+        f"{_f(fig['median_pruner']['precision'])}, recall {_f(fig['median_pruner']['recall'])}, at "
+        f"{_f(100 * fig['median_pruner']['fraction_of_training'], 0)} % of the training each candidate would get.",
+    ]
+    if fig["preflight_errors"]:
+        lines += [
+            "",
+            f"Preflight failed on {len(fig['preflight_errors'])} candidates (scored as nan = worst):",
+            "",
+        ]
+        lines += [f"- {e}" for e in fig["preflight_errors"][:10]]
+    if held:
+        lines += [
+            "",
+            f"## Held-out split ({fig['heldout_n']} candidates, {fig['heldout_untrainable']} untrainable), with the calibrated score",
+            "",
+            "The calibration (`bench/calibrate.py`) fits non-negative weights of "
+            f"`{cal.get('form')}` on the other half of the candidates (NNLS on the capped normalized "
+            "loss); the weights are in `docs/benchmarks/calibration.json`:",
+            "",
+            "| component | weight |",
+            "|---|---|",
+            *[f"| {k} | {_f(v, 4)} |" for k, v in cal.get("weights", {}).items()],
+            "",
+            f"Calibrated prune threshold: score < {_f(cal.get('prune_below'), 4)}.",
+            "",
+            *_ranking_md(held),
+            "",
+            f"Verdicts on the held-out split: shipped precision {_f(fig['verdict_heldout']['precision'])} / "
+            f"recall {_f(fig['verdict_heldout']['recall'])}; calibrated precision "
+            f"{_f(fig['calibrated_verdict_heldout']['precision'])} / recall {_f(fig['calibrated_verdict_heldout']['recall'])}.",
+        ]
+    lines += ["", "## Tuning: trained loss from Preflight's tuned initialization vs the others", ""]
+    for group, table in fig["tuning"].items():
+        lines += [f"**{group}**", "", *_tuning_md(table), ""]
+    lines += [
+        "## The scaling-calculus LIBSVM table on the bundled datasets",
+        "",
+        *_scaling_md(context.get("scaling")),
+        "",
+    ]
+    lines += ["## Targets", "", *context["targets"], ""]
+    lines += ["## End-to-end gated search", "", context["e2e"], ""]
+    lines += [
+        "## Plots",
+        "",
+        f"![score vs trained loss]({PLOT_DIR}/score_vs_loss.png)",
+        "",
+        f"![precision-recall of pruning]({PLOT_DIR}/pruning_pr.png)",
+        "",
+        f"![tuned vs default loss]({PLOT_DIR}/tuned_vs_default.png)",
+        "",
+    ]
+    path.write_text("\n".join(lines))
+
+
+def plots(rows: list[dict[str, Any]], directory: Path) -> None:
+    """score_vs_loss.png, pruning_pr.png, tuned_vs_default.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    methods = [*PROXIES, "preflight"] + (
+        ["preflight_calibrated"] if rows and "calibrated" in rows[0] else []
+    )
+    scores = {m: [r["proxies"].get(m, math.nan) for r in rows] for m in PROXIES}
+    scores["preflight"] = [r["preflight"] for r in rows]
+    if "preflight_calibrated" in methods:
+        scores["preflight_calibrated"] = [r["calibrated"] for r in rows]
+    loss = np.minimum([r["norm_loss"] for r in rows], 1.2)
+    bad = np.array([r["untrainable"] for r in rows])
+    cols = 4
+    fig, axes = plt.subplots(
+        math.ceil(len(methods) / cols), cols, figsize=(16, 3.2 * math.ceil(len(methods) / cols))
+    )
+    for ax, m in zip(axes.flat, methods, strict=False):
+        s = np.asarray(scores[m], dtype=float)
+        ax.scatter(s[~bad], loss[~bad], s=8, c="tab:blue", label="trainable")
+        ax.scatter(s[bad], loss[bad], s=8, c="tab:red", label="untrainable")
+        ax.set_title(f"{m}  rho={metrics.spearman(scores[m], -loss):.2f}", fontsize=9)
+        ax.set_xlabel("score (higher = better)", fontsize=8)
+        ax.set_ylabel("loss / ln C (capped 1.2)", fontsize=8)
+    for ax in list(axes.flat)[len(methods) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(directory / "score_vs_loss.png", dpi=80)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for m in methods:
+        p, r = metrics.precision_recall_curve(scores[m], bad)
+        style = "-" if m.startswith("preflight") else ":"
+        ax.plot(r, p, style, label=m, linewidth=2 if m.startswith("preflight") else 1)
+    ax.plot([0.8], [0.9], "k*", markersize=12, label="target (recall 0.8, precision 0.9)")
+    ax.set_xlabel("recall of untrainable candidates")
+    ax.set_ylabel("precision")
+    ax.set_title("Pruning the k worst-scored candidates, k = 1..n")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(directory / "pruning_pr.png", dpi=80)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    tuned = np.array([r["tuned_loss"] for r in rows], dtype=float)
+    for ax, (label, other) in zip(axes, (
+        ("spec initialization", [r["loss"] for r in rows]),
+        ("PyTorch default initialization", [r["peers"].get("torch_default", math.nan) for r in rows]),
+    ), strict=True):  # fmt: skip
+        o = np.minimum(np.asarray(other, dtype=float), 10.0)
+        t = np.minimum(tuned, 10.0)
+        ax.scatter(o, t, s=10, c=np.where(bad, "tab:red", "tab:blue"))
+        ax.plot([1e-4, 10], [1e-4, 10], "k--", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"trained loss from {label} (diverged = 10)")
+        ax.set_ylabel("trained loss from Preflight's tuned initialization")
+        ax.set_title(f"below the diagonal: tuned better ({np.mean(t < o):.0%})")
+    fig.tight_layout()
+    fig.savefig(directory / "tuned_vs_default.png", dpi=80)
+    plt.close(fig)

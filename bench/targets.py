@@ -1,0 +1,72 @@
+"""Issue 6's targets, checked against the measured figures: met or missed, and by how much."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["target_lines"]
+
+
+def _fmt(x: float) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+
+
+def _best_peer(table: dict[str, dict[str, float]]) -> tuple[str, float]:
+    peers = {m: t["spearman_loss"] for m, t in table.items() if not m.startswith("preflight")}
+    finite = {m: v for m, v in peers.items() if not math.isnan(v)}
+    if not finite:
+        return "none", math.nan
+    best = max(finite, key=finite.__getitem__)
+    return best, finite[best]
+
+
+def _ranking(table: dict[str, dict[str, float]], method: str, where: str) -> str:
+    if method not in table:
+        return f"- Ranking ({where}, {method}): not measured."
+    mine = table[method]["spearman_loss"]
+    peer, theirs = _best_peer(table)
+    met = not math.isnan(mine) and mine > theirs
+    gap = mine - theirs
+    return (
+        f"- Ranking ({where}): {method} Spearman {_fmt(mine)} vs best peer {peer} {_fmt(theirs)}: "
+        f"**{'met' if met else 'missed'}** (margin {gap:+.2f})."
+    )
+
+
+def _flagging(figures: dict[str, Any], key: str, where: str) -> str:
+    v = figures.get(key)
+    if not v:
+        return f"- Flagging ({where}): not measured."
+    p, r = v["precision"], v["recall"]
+    met = p >= 0.9 and r >= 0.8
+    return (
+        f"- Flagging untrainable ({where}): precision {_fmt(p)} (target >= 0.9, {p - 0.9:+.2f}), "
+        f"recall {_fmt(r)} (target >= 0.8, {r - 0.8:+.2f}): **{'met' if met else 'missed'}**."
+    )
+
+
+def target_lines(figures: dict[str, Any]) -> list[str]:
+    """One markdown bullet per target."""
+    lines = [_ranking(figures["ranking_all"], "preflight", "all candidates, shipped score")]
+    if "ranking_heldout" in figures:
+        lines.append(
+            _ranking(figures["ranking_heldout"], "preflight_calibrated", "held-out, calibrated")
+        )
+    lines.append(_flagging(figures, "verdict_all", "all candidates, shipped verdict"))
+    lines.append(_flagging(figures, "calibrated_verdict_heldout", "held-out, calibrated verdict"))
+    survivors = figures["tuning"].get("survivors", {}).get("spec", {})
+    better = survivors.get("better", math.nan)
+    if survivors.get("n"):
+        met = better >= 0.8
+        lines.append(
+            f"- Tuning: survivors better from the tuned initialization than from the spec's on "
+            f"{_fmt(100 * better)} % of {survivors['n']} (target >= 80 %): **{'met' if met else 'missed'}** "
+            f"({100 * (better - 0.8):+.0f} points)."
+        )
+    else:
+        lines.append("- Tuning: no survivors trained from the tuned initialization; not measured.")
+    lines.append(
+        "- Gated search at half the compute: **not measured** (see the end-to-end section)."
+    )
+    return lines
