@@ -16,7 +16,8 @@ elasticities re-estimated by secants along the trajectory, damped and clipped (t
 default"), stopped when every residual is within tolerance or its noise, and guarded against
 divergence (revert to the best point, halve the damping).
 
-Losses (per unit u, with rJ = log J_u - log rho_u and rK = log(K_end / K_start) - log rho_u):
+Losses (per unit u, with rJ = log J_u - log rho_u and rK = log(K_end / K_start) - log rho_K,u,
+where rho_K,u is what the unit's pooling layers do to K, measured in place):
   ``log``    eq. 12:  1/2 sum rJ^2
   ``square`` JSL:     1/2 sum (J_u / rho_u - 1)^2
   ``kernel`` eq. 24:  1/2 sum rJ^2 + lambda/2 sum rK^2
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
@@ -153,8 +154,37 @@ class _Tuner:
         # errors) of a residual that is itself the difference of two noisy estimates (sqrt 2)
         self.z = max(2.0, math.sqrt(2.0 * math.log(2.0 * len(units))))
         self.max_vectors = 16 * n_vectors
+        self.log_rho_k = self.pooling_kernel_ratios()
 
     # -- measuring ---------------------------------------------------------------------
+    def pooling_kernel_ratios(self) -> list[float]:
+        """Per unit: log of K(out) / K(in) of its pooling layers, measured in place on one
+        forward pass. The kernel term's target (eq. 24): a pooling layer changes K by an
+        amount that depends on the spatial correlation of its input (1/k^2 for white noise,
+        1 for constant maps), which no closed form knows."""
+        ratios: dict[str, float] = {}
+        modules = {name for unit in self.units for name in unit.pools}
+
+        def hook(name: str) -> Callable[[nn.Module, tuple[Tensor, ...], Tensor], None]:
+            def record(_module: nn.Module, args: tuple[Tensor, ...], out: Tensor) -> None:
+                k_in, k_out = args[0].double().pow(2).mean(), out.double().pow(2).mean()
+                ratios[name] = float(torch.log(k_out / k_in))
+
+            return record
+
+        handles = [self.model.get_submodule(name).register_forward_hook(hook(name)) for name in modules]
+        try:
+            with torch.no_grad():
+                self.model(self.x)
+        finally:
+            for handle in handles:
+                handle.remove()
+        out = []
+        for unit in self.units:
+            values = [ratios.get(name, math.nan) for name in unit.pools]
+            out.append(math.fsum(values) if all(math.isfinite(v) for v in values) else unit.log_rho)
+        return out
+
     def params(self) -> dict[str, Tensor]:
         out = {}
         for unit, u in zip(self.units, self.u, strict=True):
@@ -173,7 +203,7 @@ class _Tuner:
         for unit in self.units:
             first, last = unit.blocks[0], unit.blocks[-1]
             r_j.append(sum(log_j[b] for b in unit.blocks) - unit.log_rho)
-            r_k.append(log_k[last + 1] - log_k[first] - unit.log_rho)
+            r_k.append(log_k[last + 1] - log_k[first] - self.log_rho_k[len(r_k)])
             noise.append(self.z * math.sqrt(2.0 * sum(se[b] ** 2 for b in unit.blocks)))
         if self.log_target_k is not None:
             r_k[-1] = log_k[-1] - self.log_target_k  # the output unit: second moment to target

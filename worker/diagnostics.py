@@ -60,6 +60,12 @@ def _finite(v: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def _hidden(values: list[float | None]) -> list[float | None]:
+    """Leave out the output layer: its gamma and Hessian scale with 1/output_std^2 by
+    construction once it carries the output normalisation (docs/conditioning.md)."""
+    return values[:-1] if len(values) >= 3 else values
+
+
 def _log_std(values: list[float | None]) -> float | None:
     logs = [math.log(v) for v in values if v is not None and v > 0]
     return statistics.pstdev(logs) if len(logs) >= 2 else (0.0 if logs else None)
@@ -93,7 +99,7 @@ def _scaling(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None
         diag._put(f.name, "gamma", f.gamma)
         diag._put(f.name, "nu", f.nu)
     gammas = [_finite(f.gamma) for f in figures]
-    diag.gamma_log_spread = _log_std(gammas)
+    diag.gamma_log_spread = _log_std(_hidden(gammas))
     diag.non_finite |= any(v is None for v in gammas)
     return True
 
@@ -109,7 +115,7 @@ def _hessian(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None
         diag._put(f.name, "hessian_top_eigenvalue", f.top_eigenvalue)
         diag._put(f.name, "hessian_chain_rule", f.chain_rule_estimate)
         diag._put(f.name, "hessian_mean_sq_singular", f.mean_sq_singular_value)
-    diag.hessian_log_spread = _log_std([_finite(abs(f.top_eigenvalue)) for f in figures])
+    diag.hessian_log_spread = _log_std(_hidden([_finite(abs(f.top_eigenvalue)) for f in figures]))
     return True
 
 

@@ -23,10 +23,10 @@ class Thresholds(BaseModel):
 
     score: Annotated[float, Field(allow_inf_nan=False)] = -3.0
     jacobian_log: Positive = 0.35  # |log J / rho| left after tuning (0.35: J off by a factor 1.4)
-    kernel_log_ratio: Positive = 1.0  # |log K^{l+1}/K^l| after tuning (a factor e per block)
+    kernel_log_ratio: Positive = 2.0  # max |log K^l / K^0| after tuning (a factor 7.4)
     output_log_ratio: Positive = 0.7  # |log of output std / target| (a factor 2)
-    gamma_log_spread: Positive = 1.0  # std of log gamma_l across layers (scaling paper)
-    hessian_log_spread: Positive = 2.0  # std of log top Hessian eigenvalue across layers
+    gamma_log_spread: Positive = 2.0  # std of log gamma_l across hidden layers (scaling paper)
+    hessian_log_spread: Positive = 2.0  # std of log top Hessian eigenvalue across hidden layers
     kappa_d_log: Positive = 2.3  # log max kappa(D) (10: BNP would help a lot)
 
 
@@ -35,7 +35,9 @@ class ConditionOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    loss: Literal["log", "square", "kernel"] = "log"
+    # "kernel" (eq. 24) by default: for ReLU nets it agrees with "log" (J and K scale alike),
+    # for deep SiLU / GELU nets J alone lets K grow without bound (docs/conditioning.md)
+    loss: Literal["log", "square", "kernel"] = "kernel"
     kernel_lambda: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.5
     steps: Annotated[int, Field(ge=0, le=1000)] = 10
     n_vectors: Annotated[int, Field(ge=1, le=64)] = 2

@@ -7,8 +7,8 @@ float64 from what the engine measured *after* conditioning:
 jacobian_log           max over tuning units of |log J_u - log rho_u| (AutoInit eq. 12)
 kernel_log_range       max over inner boundaries of |log K^l / K^0 - sum log rho| (eq. 24)
 output_log_ratio       |log(output std / target)| (scaling paper, section 10)
-gamma_log_spread       std of log gamma_l across weighted layers (scaling paper, eq. 2)
-hessian_log_spread     std of log top Hessian eigenvalue across layers (Hessian paper)
+gamma_log_spread       std of log gamma_l across hidden weighted layers (scaling paper, eq. 2)
+hessian_log_spread     std of log top Hessian eigenvalue across hidden layers (Hessian paper)
 kappa_d_log            log of the largest kappa(D) (BNP paper, section 5.1)
 non_finite             1 when a forward value or the tuning was non-finite, else 0
 =====================  ============================================================
@@ -35,7 +35,7 @@ WEIGHTS: dict[str, float] = {
     "jacobian_log": 1.0,
     "kernel_log_range": 0.5,
     "output_log_ratio": 1.0,
-    "gamma_log_spread": 0.5,
+    "gamma_log_spread": 0.25,
     "hessian_log_spread": 0.25,
     "kappa_d_log": 0.25,
     "non_finite": 100.0,

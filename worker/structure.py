@@ -21,12 +21,12 @@ decide how the tuner treats them (issue 3, "Pitfalls"):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nas.build import PreflightNet
 from nas.spec import Layer, ResidualLayer
 
-__all__ = ["Gain", "TuningUnit", "analyse"]
+__all__ = ["Gain", "TuningUnit", "analyse", "block_log_rho"]
 
 _WEIGHTED = ("linear", "conv2d")
 _NORMS = ("batchnorm", "layernorm", "groupnorm")
@@ -55,6 +55,7 @@ class TuningUnit:
     exact: bool  # J_unit(u) = exp(2u) J_unit(0) exactly: positively homogeneous, equal path depths
     log_rho: float  # log APJN of the unit's parameter-free reductions
     resets_scale: bool  # contains a top-level normalization: the forward scale restarts here
+    pools: tuple[str, ...] = ()  # top-level pooling modules: their effect on K is measured
 
     @property
     def tunable(self) -> bool:
@@ -69,14 +70,25 @@ class _Walk:
     log_rho: list[float]
     exact: list[bool]
     resets: list[bool]
+    pools: list[list[str]] = field(default_factory=list)
 
 
 def analyse(model: PreflightNet) -> list[TuningUnit]:
     """Gains, invariances, reduction factors and tuning units of a built spec model."""
+    walk, depth = _walk(model)
+    return _units(walk, depth, len(model.spec.blocks))
+
+
+def block_log_rho(model: PreflightNet) -> list[float]:
+    """Per block: log APJN of its parameter-free reductions (0 where it has none)."""
+    return _walk(model)[0].log_rho
+
+
+def _walk(model: PreflightNet) -> tuple[_Walk, list[int]]:
     names = set(dict(model.named_parameters())) | set(dict(model.named_buffers()))
     spec = model.spec
     n = len(spec.blocks)
-    walk = _Walk(gains=[], log_rho=[0.0] * n, exact=[True] * n, resets=[False] * n)
+    walk = _Walk(gains=[], log_rho=[0.0] * n, exact=[True] * n, resets=[False] * n, pools=[[] for _ in range(n)])
     flat = [(b, f"blocks.{b}.{j}", layer) for b, block in enumerate(spec.blocks) for j, layer in enumerate(block.layers)]
     infos = model.trace.by_module()
     invariant = _invariant_flags([layer for _, _, layer in flat])
@@ -88,6 +100,8 @@ def analyse(model: PreflightNet) -> list[TuningUnit]:
             walk.exact[b] = False
         if layer.type in _NORMS:
             walk.resets[b] = True
+        if layer.type in ("avgpool", "maxpool", "global_avgpool"):
+            walk.pools[b].append(module)
         if isinstance(layer, ResidualLayer):
             d, unequal, sub = _residual(layer, module, names, infos)
             per_block_depth[b] += d
@@ -100,7 +114,7 @@ def analyse(model: PreflightNet) -> list[TuningUnit]:
             per_block_depth[b] += 0 if inv else 1
     for b in range(n):
         walk.exact[b] = walk.exact[b] and not per_block_residual_unequal[b] and not _has_non_homogeneous_nested(spec.blocks[b].layers)
-    return _units(walk, per_block_depth, n)
+    return walk, per_block_depth
 
 
 def _units(walk: _Walk, depth: list[int], n: int) -> list[TuningUnit]:
@@ -132,6 +146,7 @@ def _units(walk: _Walk, depth: list[int], n: int) -> list[TuningUnit]:
                 exact=all(walk.exact[b] for b in blocks),
                 log_rho=sum(walk.log_rho[b] for b in blocks),
                 resets_scale=any(walk.resets[b] for b in blocks),
+                pools=tuple(m for b in blocks for m in walk.pools[b]),
             )
         )
     return units
