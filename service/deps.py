@@ -52,7 +52,9 @@ def require_token(request: Request) -> None:
         )  # fmt: skip
 
 
+# scope="function": the transaction commits before the response is sent, so a client that
+# reads right after a write sees it.
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-SessionDep = Annotated[Session, Depends(get_session)]
-WriteSessionDep = Annotated[Session, Depends(get_write_session)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+WriteSessionDep = Annotated[Session, Depends(get_write_session, scope="function")]
 AuthDep = Depends(require_token)
