@@ -1,0 +1,262 @@
+"""Workers with the real engine: the embedded worker, timeouts, cancellation and SIGTERM in
+a runner, and worker processes that are many, killed, or outlive a PostgreSQL restart."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select, text
+
+from nas.examples import EXAMPLE_MLP
+from service import queue
+from service.db import make_engine, make_sessionmaker, session_scope
+from service.models import Candidate, ScaleFactor, Status
+from service.settings import Settings
+from service.testing import live_server
+from worker.runner import Runner
+
+# Conditioning in a few milliseconds: one tuning step, no diagnostics.
+TINY = {"steps": 1, "n_vectors": 1, "batch_size": 8, "diagnostics": False, "hessian_iterations": 0}
+# Conditioning for many seconds on a 2-core CPU (big batches through the Hessian figures).
+HEAVY = {"batch_size": 1024, "hessian_iterations": 100, "hessian_batch_size": 1024}
+WORKER_ENV = {"PREFLIGHT_LEASE_SECONDS": "3", "PREFLIGHT_HEARTBEAT_SECONDS": "0.5",
+              "PREFLIGHT_POLL_SECONDS": "0.05", "OMP_NUM_THREADS": "1"}  # fmt: skip
+
+
+def spec(width: int) -> dict[str, Any]:
+    return {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}, {"type": "relu"}]},
+                                           {"layers": [{"type": "linear", "out": 2}]}]}  # fmt: skip
+
+
+def submit_many(url: str, count: int, options: dict[str, Any]) -> list[int]:
+    from nas import parse_spec, spec_hash
+
+    new = []
+    for width in range(1, count + 1):
+        parsed = parse_spec(spec(width))
+        new.append(queue.NewCandidate(spec=parsed.model_dump(mode="json", exclude_none=True),
+                                      spec_hash=spec_hash(parsed), options=options))  # fmt: skip
+    engine = make_engine(url)
+    with session_scope(make_sessionmaker(engine), write=True) as session:
+        ids = [e.id for e in queue.submit(session, candidates=new, max_attempts=3)]
+    engine.dispose()
+    return ids
+
+
+def tuning(**options: Any) -> dict[str, Any]:
+    from service.tuning import canonical_tuning_options
+
+    return canonical_tuning_options(options)
+
+
+def rows(url: str, query: Any) -> list[Any]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return list(connection.execute(query))
+    finally:
+        engine.dispose()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def statuses(url: str) -> dict[str, int]:
+    return {status: count for status, count in rows(url, select(Candidate.status, func.count()).group_by(Candidate.status))}
+
+
+class WorkerProcess:
+    """A `preflight worker` in a subprocess, its log in a file."""
+
+    def __init__(self, url: str, log: Path, *args: str) -> None:
+        self.log = log
+        env = {**os.environ, **WORKER_ENV, "PREFLIGHT_DATABASE_URL": url}
+        self.handle = log.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "worker", "--device", "cpu", *args],
+            env=env, stdout=self.handle, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def done_ids(self) -> list[int]:
+        return [int(m) for m in re.findall(r"job (\d+) done", self.log.read_text())]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.handle.close()
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(url: str, *args: str) -> WorkerProcess:
+        process = WorkerProcess(url, tmp_path / f"worker-{len(started)}.log", *args)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+def run_runner(settings: Settings, **kwargs: Any) -> Runner:
+    runner = Runner(settings, device="cpu", **kwargs)
+    runner.start_thread()
+    return runner
+
+
+def test_serve_with_embedded_worker_conditions_a_candidate(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
+    with live_server(make_settings(sqlite_url), embedded_worker=True) as url, httpx.Client(base_url=url) as client:
+        submitted = client.post("/v1/candidates", json={"spec": EXAMPLE_MLP, "options": {**TINY, "study": "e2e"}}).json()
+        done = client.get(f"/v1/candidates/{submitted['id']}/wait", params={"timeout": 60}, timeout=90).json()
+    assert done["status"] == "done", done
+    report = done["report"]
+    assert report["verdict"] in ("keep", "prune") and set(report["scales"]) and report["blocks"][0]["index"] == 0
+    assert report["environment"]["device"] == "cpu" and done["worker"].endswith(":cpu")
+    scale_rows = rows(sqlite_url, select(ScaleFactor.parameter, ScaleFactor.multiplier))
+    assert {name for name, _ in scale_rows} == set(report["scales"])
+
+
+def test_runner_fails_a_job_past_its_timeout_and_carries_on(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
+    slow, fast = submit_many(sqlite_url, 1, tuning(**HEAVY))[0], submit_many(sqlite_url, 2, tuning(**TINY))[1]
+    runner = run_runner(make_settings(sqlite_url, job_timeout_seconds=1.0, max_attempts=1))
+    try:
+        wait_until(lambda: statuses(sqlite_url).get("done", 0) == 1, 120, "the fast job")
+        wait_until(lambda: statuses(sqlite_url).get("failed", 0) == 1, 60, "the slow job to time out")
+    finally:
+        runner.stop(hard=True)
+        runner.join(60)
+    (error,) = rows(sqlite_url, select(Candidate.error).where(Candidate.id == slow))
+    assert "timed out after 1 s" in error[0]
+    assert rows(sqlite_url, select(Candidate.status).where(Candidate.id == fast))[0][0] == "done"
+
+
+def test_cancelling_a_running_job_stops_its_worker(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
+    (job_id,) = submit_many(sqlite_url, 1, tuning(**HEAVY))
+    runner = run_runner(make_settings(sqlite_url))
+    try:
+        wait_until(lambda: statuses(sqlite_url).get("running", 0) == 1, 60, "the job to start")
+        engine = make_engine(sqlite_url)
+        with session_scope(make_sessionmaker(engine), write=True) as session:
+            assert queue.cancel(session, job_id=job_id) == Status.CANCELLED
+        engine.dispose()
+        submit_many(sqlite_url, 3, tuning(**TINY))
+        wait_until(lambda: statuses(sqlite_url).get("done", 0) == 3, 120, "the next jobs")
+    finally:
+        runner.stop(hard=True)
+        runner.join(60)
+    assert statuses(sqlite_url)["cancelled"] == 1
+
+
+def test_sigterm_releases_a_job_that_outlasts_the_grace_period(sqlite_url: str, spawn: Callable[..., WorkerProcess]) -> None:
+    (job_id,) = submit_many(sqlite_url, 1, tuning(**HEAVY))
+    os.environ["PREFLIGHT_SHUTDOWN_GRACE_SECONDS"] = "1"
+    try:
+        worker = spawn(sqlite_url)
+    finally:
+        del os.environ["PREFLIGHT_SHUTDOWN_GRACE_SECONDS"]
+    wait_until(lambda: statuses(sqlite_url).get("running", 0) == 1, 60, "the job to start")
+    worker.process.send_signal(signal.SIGTERM)
+    assert worker.process.wait(60) == 0
+    ((status, attempts),) = rows(sqlite_url, select(Candidate.status, Candidate.attempts).where(Candidate.id == job_id))
+    assert (status, attempts) == ("queued", 0)
+    assert "released (shutting down)" in worker.log.read_text()
+
+
+def test_sigterm_lets_a_short_job_finish(sqlite_url: str, spawn: Callable[..., WorkerProcess]) -> None:
+    submit_many(sqlite_url, 40, tuning(**TINY))
+    worker = spawn(sqlite_url)
+    wait_until(lambda: statuses(sqlite_url).get("done", 0) >= 1, 60, "the first job")
+    worker.process.send_signal(signal.SIGTERM)
+    assert worker.process.wait(60) == 0
+    counts = statuses(sqlite_url)
+    assert counts.get("running", 0) == 0 and counts["done"] == len(worker.done_ids())
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_four_worker_processes_do_two_hundred_jobs_exactly_once(pg_url: str, spawn: Callable[..., WorkerProcess]) -> None:
+    ids = submit_many(pg_url, 200, tuning(**TINY))
+    workers = [spawn(pg_url, "--burst", "--name", f"w{i}") for i in range(4)]
+    for worker in workers:
+        assert worker.process.wait(240) == 0, worker.log.read_text()[-2000:]
+    done = [job for worker in workers for job in worker.done_ids()]
+    assert sorted(done) == sorted(ids), "each job reported done by exactly one worker"
+    assert sum(1 for worker in workers if worker.done_ids()) >= 2, "the work was shared"
+    assert rows(pg_url, select(Candidate.status, Candidate.attempts).distinct()) == [("done", 1)]
+    (scale_rows,) = rows(pg_url, text("SELECT count(DISTINCT candidate_id) FROM candidate_scales"))
+    assert scale_rows[0] == 200
+
+
+@pytest.mark.slow
+def test_a_job_whose_worker_is_killed_is_leased_again_and_completes(db_url: str, spawn: Callable[..., WorkerProcess]) -> None:
+    ids = submit_many(db_url, 30, tuning(**TINY))
+    victim = spawn(db_url, "--name", "victim")
+    running = select(Candidate.id).where(Candidate.status == "running", Candidate.worker.like("victim%"))
+    wait_until(lambda: statuses(db_url).get("done", 0) >= 2 and bool(rows(db_url, running)), 90, "the victim mid-job")
+    victim.process.send_signal(signal.SIGKILL)
+    victim.process.wait()
+    orphans = [row[0] for row in rows(db_url, running)]
+    assert orphans, "the victim held a job when it was killed"
+    survivor = spawn(db_url, "--burst", "--name", "survivor")
+    assert survivor.process.wait(180) == 0, survivor.log.read_text()[-2000:]
+    final = dict(rows(db_url, select(Candidate.id, Candidate.status)))
+    assert all(final[i] == "done" for i in ids)
+    (attempts,) = rows(db_url, select(Candidate.attempts).where(Candidate.id == orphans[0]))
+    assert attempts[0] == 2 and orphans[0] in survivor.done_ids()
+
+
+def _restart_postgres() -> None:
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/etc/postgresql").is_dir() or os.geteuid() != 0, reason="needs a local cluster and root")
+def test_workers_and_api_survive_a_postgres_restart(
+    pg_url: str, spawn: Callable[..., WorkerProcess], make_settings: Callable[..., Settings]
+) -> None:
+    ids = submit_many(pg_url, 120, tuning(**TINY))
+    workers = [spawn(pg_url, "--name", f"w{i}") for i in range(2)]
+    with live_server(make_settings(pg_url)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        wait_until(lambda: statuses(pg_url).get("done", 0) >= 10, 120, "the first jobs")
+        restart = threading.Thread(target=_restart_postgres)
+        restart.start()
+        restart.join(130)
+        late = []
+        deadline = time.monotonic() + 60
+        while len(late) < 5 and time.monotonic() < deadline:  # the API reconnects by itself
+            response = client.post("/v1/candidates", json={"spec": spec(1000 + len(late)), "options": TINY})
+            if response.status_code == 202:
+                late.append(response.json()["id"])
+            else:
+                assert response.status_code in (500, 503), response.text
+                time.sleep(0.5)
+        assert len(late) == 5, "the API accepts submissions again after the restart"
+        wait_until(lambda: statuses(pg_url).get("done", 0) == len(ids) + 5, 240, "every job after the restart")
+        assert client.get("/readyz").status_code == 200
+        listed = client.get("/v1/candidates", params={"status": "done", "limit": 1000}).json()["candidates"]
+        assert len(listed) == len(ids) + 5
+    for worker in workers:
+        assert worker.process.poll() is None, "workers stay up through the restart"
+    assert rows(pg_url, select(func.max(Candidate.attempts)))[0][0] <= 2
