@@ -68,6 +68,7 @@ class AutoInitResult:
     seconds: float
     invariant: list[str] = field(default_factory=list)
     residuals: list[float] = field(default_factory=list)  # per unit, after tuning
+    log_rho_k: list[float] = field(default_factory=list)  # per unit: pooling's measured effect on K
 
 
 @contextmanager
@@ -363,4 +364,5 @@ class _Tuner:
             scales=scales, log_gains=list(self.u), units=self.units, before=before, after=after,
             loss_curve=curve, steps=steps, converged=status in ("converged", "nothing_to_tune"),
             status=status, message=message, seconds=0.0, invariant=invariant, residuals=r_j,
+            log_rho_k=list(self.log_rho_k),
         )  # fmt: skip

@@ -84,7 +84,7 @@ def condition(
     scales = _product(balancing, tuned.scales)
     diagnostics = run_diagnostics(model, x, y, opts, _generator(opts.seed + 3, device)) if opts.diagnostics else Diagnostics()
 
-    components = _components(tuned, diagnostics, rho, opts)
+    components = _components(tuned, diagnostics, opts)
     result = score(components, opts.thresholds)
     reasons = _reasons(tuned, result.over, components, diagnostics, opts, parsed) + balancing_note + diagnostics.notes
     return ConditioningReport(
@@ -161,7 +161,7 @@ def _product(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]
     return {k: a.get(k, 1.0) * b.get(k, 1.0) for k in sorted(set(a) | set(b))}
 
 
-def _components(tuned: AutoInitResult, diag: Diagnostics, rho: list[float], opts: ConditionOptions) -> dict[str, float | None]:
+def _components(tuned: AutoInitResult, diag: Diagnostics, opts: ConditionOptions) -> dict[str, float | None]:
     after = tuned.after
     finite = after.finite and tuned.status != "non_finite"
     head = opts.output_std is not None
@@ -170,9 +170,14 @@ def _components(tuned: AutoInitResult, diag: Diagnostics, rho: list[float], opts
     kernel = out = None
     if finite:
         log_k = after.log_k.tolist()
-        inner = range(1, len(log_k) - 1) if head else range(1, len(log_k))
-        kernel = max((abs(log_k[b] - log_k[0] - sum(rho[:b])) for b in inner), default=0.0)
-        out = abs(0.5 * log_k[-1] - math.log(opts.output_std)) if head else None
+        # K at the end of each tuning unit (cut-independent), corrected by what pooling does
+        drift, reduction = [], 0.0
+        for i, unit in enumerate(tuned.units):
+            reduction += tuned.log_rho_k[i]
+            if not (head and i == len(tuned.units) - 1):
+                drift.append(abs(log_k[unit.blocks[-1] + 1] - log_k[0] - reduction))
+        kernel = max(drift, default=0.0)
+        out = abs(0.5 * log_k[-1] - math.log(opts.output_std)) if head and opts.output_std else None
     return {
         "jacobian_log": jac,
         "kernel_log_range": kernel,

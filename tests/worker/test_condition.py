@@ -1,0 +1,138 @@
+"""worker.condition end to end: the report contract, data handling, devices, block cuts."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from pydantic import ValidationError
+
+from nas import build_model
+from nas.examples import EXAMPLE_CNN, EXAMPLE_MLP
+from worker import ConditioningReport, ConditionOptions, condition
+from worker.condition import select_device
+from worker.jacobian import block_jacobians
+
+FAST = {"hessian_iterations": 3, "batch_size": 32}
+LEAN = {**FAST, "diagnostics": False}
+TOP_LEVEL = {"score", "verdict", "reasons", "scales", "blocks", "layers", "tuning", "components", "environment", "spec_hash"}
+
+
+@pytest.fixture(scope="module")
+def cnn_report() -> ConditioningReport:
+    return condition(EXAMPLE_CNN, options=FAST)
+
+
+def test_report_keeps_the_contract_fields_and_is_plain_json(cnn_report: ConditioningReport) -> None:
+    """docs/contracts.md: the top-level names the service and the NAS clients rely on; the
+    JSON has no NaN (non-finite figures are null)."""
+    data = json.loads(cnn_report.model_dump_json(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert TOP_LEVEL <= set(data)
+    assert data["verdict"] in ("keep", "prune")
+    assert set(data["blocks"][0]) >= {"index", "apjn_before", "apjn_after", "k_before", "k_after"}
+    assert set(data["layers"][0]) >= {"name", "fan_in", "fan_out", "gamma", "nu", "hessian_top_eigenvalue", "kappa_d"}
+    assert set(data["tuning"]) >= {"steps", "converged", "status", "loss_curve", "seconds", "device"}
+    assert data["environment"]["versions"]["torch"] == torch.__version__
+    assert ConditioningReport.model_validate_json(cnn_report.model_dump_json()) == cnn_report
+
+
+def test_scales_rebuild_the_conditioned_model(cnn_report: ConditioningReport) -> None:
+    """``nas.build_model(spec, scales=report.scales)`` takes the scales as they are and gives
+    the tuned network: its hidden blocks measure within 25 % of their targets, its output
+    std within a factor 2 of options.output_std."""
+    model = build_model(EXAMPLE_CNN, scales=cnn_report.scales, seed=0)
+    x = torch.randn(32, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    model.train()
+    profile = block_jacobians(model, x, 8, torch.Generator().manual_seed(1))
+    targets = torch.tensor([b.apjn_target for b in cnn_report.blocks], dtype=torch.float64)
+    ratio = profile.apjn[:-1] / targets[:-1]
+    assert torch.all((ratio > 0.75) & (ratio < 1.25)), ratio
+    out_std = math.sqrt(profile.k[-1].item())
+    assert 0.05 / 2 < out_std < 0.05 * 2
+
+
+def test_the_same_seed_gives_the_same_report() -> None:
+    a = condition(EXAMPLE_MLP, options=LEAN)
+    b = condition(EXAMPLE_MLP, options=LEAN)
+    assert a.scales == b.scales and a.score == b.score
+
+
+@pytest.mark.parametrize("form", ["tensor", "array", "mapping"])
+def test_a_real_batch_is_accepted(form: str) -> None:
+    x = np.random.default_rng(0).standard_normal((40, 64)).astype(np.float32)
+    y = np.random.default_rng(1).integers(0, 10, 40)
+    data: Any = {"tensor": torch.from_numpy(x), "array": x, "mapping": {"x": x, "y": y}}[form]
+    report = condition(EXAMPLE_MLP, data=data, options=LEAN)
+    assert report.environment.data == "given" and report.environment.batch_size == 32
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [(np.zeros((8, 63), np.float32), "input_shape"), ({"y": np.zeros(3)}, "'x' entry"), (np.zeros((1, 64), np.float32), "N >= 2")],
+)
+def test_unusable_data_is_a_clear_error(data: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        condition(EXAMPLE_MLP, data=data, options=LEAN)
+
+
+def test_non_finite_data_gives_a_prune_report_not_an_exception() -> None:
+    x = np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32)
+    x[3, 5] = np.nan
+    report = condition(EXAMPLE_MLP, data=x, options=LEAN)
+    assert report.verdict == "prune" and report.tuning.status == "non_finite"
+    assert any("non-finite" in r for r in report.reasons)
+
+
+def test_device_selection() -> None:
+    """auto picks CUDA when present and the CPU otherwise; asking for absent CUDA is an error."""
+    assert select_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert select_device("cpu").type == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            select_device("cuda")
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValidationError):
+        ConditionOptions.model_validate({"loss": "cubic"})
+    with pytest.raises(ValidationError):
+        ConditionOptions.model_validate({"device": "tpu"})
+    with pytest.raises(ValidationError):
+        ConditionOptions.model_validate({"stepz": 3})
+
+
+def _cut(spec: dict[str, Any], cut: int) -> dict[str, Any]:
+    layers = [layer for block in spec["blocks"] for layer in block["layers"]]
+    bounds = {0: [2, 4], 1: [3, 5]}[cut]
+    pieces = [layers[: bounds[0]], layers[bounds[0] : bounds[1]], layers[bounds[1] :]]
+    return {**spec, "blocks": [{"layers": p} for p in pieces]}
+
+
+GAP_CNN: dict[str, Any] = {
+    "input_shape": [3, 12, 12],
+    "blocks": [
+        {"layers": [{"type": "conv2d", "out": 16, "kernel": 3}, {"type": "relu"}]},
+        {"layers": [{"type": "conv2d", "out": 32, "kernel": 3}, {"type": "relu"}]},
+        {"layers": [{"type": "global_avgpool"}, {"type": "linear", "out": 10}]},
+    ],
+}
+
+
+def test_block_cuts_agree_on_score_verdict_and_initialization() -> None:
+    """Issue 3 pitfall 3: the same GAP-head CNN cut into blocks two ways gets scores within
+    0.25 of each other, the same verdict, and equivalent tuned initializations: the two
+    rebuilt networks compute the same function within 1 % (ReLU is positively homogeneous,
+    so gains may move between layers of one path without changing it)."""
+    reports = [condition(_cut(GAP_CNN, c), options=FAST) for c in (0, 1)]
+    assert abs((reports[0].score or 0) - (reports[1].score or 0)) < 0.25, [r.score for r in reports]
+    assert reports[0].verdict == reports[1].verdict
+    x = torch.randn(16, 3, 12, 12, generator=torch.Generator().manual_seed(0))
+    outs = []
+    for c, report in enumerate(reports):
+        with torch.no_grad():
+            outs.append(build_model(_cut(GAP_CNN, c), scales=report.scales, seed=0)(x))
+    assert ((outs[0] - outs[1]).abs().max() / outs[0].abs().max()).item() < 0.01
