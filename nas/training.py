@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 __all__ = ["Dataset", "Trainer", "accuracy", "load_digits"]
 
-OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+# model -> a torch.optim-style optimizer (``zero_grad()``, ``step()``), e.g. an SGD wrapped by
+# a gradient preconditioner that hooks into the model.
+OptimizerFactory = Callable[[nn.Module], Any]
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,9 @@ class Trainer:
         lr: learning rate.
         batch_size: minibatch size.
         momentum: of SGD (the default optimizer).
-        optimizer: a factory ``params -> torch.optim.Optimizer`` to use instead of SGD,
-            e.g. a BNP-preconditioned optimizer.
+        optimizer: a factory ``model -> optimizer`` to use instead of SGD, e.g.
+            ``lambda m: worker.bnp.BNP(torch.optim.SGD(m.parameters(), lr=0.05), m)`` for
+            the BNP preconditioner.
         macs_per_sample: forward multiply-accumulates of one sample; default from the
             model's spec (``nas.summarize``) when it has one.
         generator: randomness of the minibatch order (seed it).
@@ -126,7 +130,7 @@ class Trainer:
         self.data = data
         self.batch_size = batch_size
         self.optimizer = (
-            optimizer(model.parameters())
+            optimizer(model)
             if optimizer is not None
             else torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
         )
@@ -169,7 +173,7 @@ class Trainer:
             if not torch.isfinite(loss):
                 self.diverged = True
                 return
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad()
             loss.backward()
             self.optimizer.step()
             self.steps += 1

@@ -305,12 +305,14 @@ def _score_ungated(args: argparse.Namespace, client: Any, options: dict[str, Any
 
 
 def _bnp_factory() -> Any:
-    """The BNP-preconditioned optimizer of the engine, imported only when asked for."""
-    from worker import bnp
+    """SGD under the engine's BNP gradient preconditioner, imported only when asked for."""
+    import torch
 
-    factory = getattr(bnp, "optimizer_factory", None) or getattr(bnp, "make_optimizer", None)
-    if factory is None:
-        raise SystemExit("preflight demo: --bnp needs worker.bnp.optimizer_factory, which this build lacks")
+    from worker.bnp import BNP
+
+    def factory(model: Any) -> Any:
+        return BNP(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), model)
+
     return factory
 
 

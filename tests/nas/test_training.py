@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+import nas
+from nas.training import Dataset, Trainer, accuracy, load_digits
+
+SMALL = {"input_shape": [64], "blocks": [{"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
+                                         {"layers": [{"type": "linear", "out": 10}]}]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data() -> Dataset:
+    return load_digits(seed=0)
+
+
+def test_digits_are_standardized_on_the_training_split_and_stratified(data: Dataset) -> None:
+    assert data.input_shape == [64] and data.n_classes == 10
+    assert len(data.x_train) + len(data.x_val) == 1797
+    assert data.x_train.mean().abs() < 1e-5
+    assert torch.bincount(data.y_val).min() >= 40
+    assert load_digits(image=True).input_shape == [1, 8, 8]
+
+
+def test_a_small_mlp_learns_digits_in_a_few_epochs_and_costs_are_counted(data: Dataset) -> None:
+    trainer = Trainer(nas.build_model(SMALL, seed=0), data, generator=torch.Generator().manual_seed(0))
+    accuracies = [trainer.epoch() for _ in range(3)]
+    assert accuracies[-1] > 0.9
+    assert trainer.epochs == 3 and trainer.steps == 3 * 22
+    assert trainer.macs == 3 * nas.summarize(SMALL).macs * 3 * len(data.x_train)
+    assert trainer.seconds > 0 and not trainer.diverged
+
+
+def test_a_diverging_model_stops_training_and_scores_zero(data: Dataset) -> None:
+    # NaN policy: the first non-finite loss ends training; accuracy is 0 from then on.
+    model = nas.build_model(SMALL, seed=0, scales={"blocks.0.0.weight": 1e30, "blocks.1.0.weight": 1e30})
+    trainer = Trainer(model, data, lr=10.0)
+    assert trainer.epoch() == 0.0 and trainer.diverged
+    assert trainer.epoch() == 0.0 and trainer.steps == 0
+
+
+def test_non_finite_logits_never_count_as_correct() -> None:
+    class NaNModel(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.full((len(x), 10), float("nan"))
+
+    assert accuracy(NaNModel(), torch.zeros(4, 64), torch.zeros(4, dtype=torch.int64)) == 0.0
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [({"lr": 0.0}, "lr"), ({"batch_size": 0}, "batch_size")])
+def test_bad_trainer_arguments_are_refused(kwargs: dict, message: str, data: Dataset) -> None:
+    with pytest.raises(ValueError, match=message):
+        Trainer(nas.build_model(SMALL), data, **kwargs)
+
+
+def test_an_optimizer_factory_receives_the_model(data: Dataset) -> None:
+    seen = []
+
+    def factory(model: torch.nn.Module) -> torch.optim.Optimizer:
+        seen.append(model)
+        return torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    model = nas.build_model(SMALL, seed=0)
+    Trainer(model, data, optimizer=factory).epoch()
+    assert seen == [model]
