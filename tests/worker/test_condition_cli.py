@@ -1,0 +1,57 @@
+"""`preflight condition`: the engine from the command line, report as JSON on stdout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nas.examples import EXAMPLE_MLP
+from service.cli import main
+
+
+@pytest.fixture
+def spec_file(tmp_path: Path) -> Path:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(EXAMPLE_MLP))
+    return path
+
+
+def test_condition_prints_the_report_as_json(spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "batch.npz"
+    np.savez(data, x=np.random.default_rng(0).standard_normal((20, 64)).astype(np.float32))
+    options = '{"diagnostics": false}'
+    assert main(["condition", str(spec_file), "--data", str(data), "--steps", "2", "--device", "cpu", "--options", options]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] in ("keep", "prune")
+    assert report["environment"]["data"] == "given" and report["environment"]["batch_size"] == 20
+    assert report["options"]["steps"] == 2 and report["tuning"]["device"] == "cpu"
+    assert report["tuning"]["steps"] <= 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--steps", "-1"], "invalid option steps"),
+        (["--device", "tpu"], "invalid option device"),
+        (["--options", "[1]"], "expected a JSON object"),
+        (["--options", "{"], "not JSON"),
+    ],
+)
+def test_bad_options_exit_2_with_a_message(spec_file: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["condition", str(spec_file), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_data_of_the_wrong_shape_exits_2(spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "bad.npz"
+    np.savez(data, x=np.zeros((4, 3), np.float32))
+    assert main(["condition", str(spec_file), "--data", str(data), "--options", '{"diagnostics": false}']) == 2
+    assert "input_shape" in capsys.readouterr().err
+
+
+def test_missing_data_file_is_reported(spec_file: Path) -> None:
+    with pytest.raises(SystemExit, match="no such data file"):
+        main(["condition", str(spec_file), "--data", "/nonexistent.npz"])
