@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 from sqlalchemy.engine import make_url
 
 from service.db import make_engine, make_sessionmaker
@@ -52,7 +53,7 @@ def postgres_server() -> str:
 def postgres_url(postgres_server: str) -> Iterator[str]:
     """A fresh, migrated database for this test session; dropped at the end."""
     name = f"preflight_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(postgres_server, isolation_level="AUTOCOMMIT")
+    admin = create_engine(postgres_server, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(postgres_server).set(database=name).render_as_string(hide_password=False)
@@ -66,7 +67,7 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
 
 
 def truncate_all(url: str) -> None:
-    engine = make_engine(url)
+    engine = make_engine(url, poolclass=NullPool)
     with engine.begin() as connection:
         if engine.dialect.name == "postgresql":
             connection.execute(text(
