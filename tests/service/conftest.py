@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from service.db import make_engine, make_sessionmaker
 from service.migrations import upgrade
