@@ -64,6 +64,8 @@ def collect(candidates: list[Candidate], out: Path) -> list[dict[str, Any]]:
             "peer_seconds": {k: got["train"][k].get("init_seconds", 0.0) for k in PEERS if k in got["train"]},
             "tuned_loss": tuned["best_loss"] if tuned else math.nan,
             "tuned_accuracy": tuned["test_accuracy"] if tuned else math.nan,
+            "tuned_norm_loss": tuned["best_loss"] / chance if tuned else math.nan,
+            "tuned_untrainable": (all(tuned["diverged"]) or not tuned["best_loss"] < 0.5 * chance) if tuned else None,
         })  # fmt: skip
     return rows
 
@@ -91,11 +93,16 @@ def _costs(rows: list[dict[str, Any]], method: str) -> tuple[float, float]:
     )
 
 
-def ranking_table(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per method: correlations with -loss and accuracy, pruning figures, cost."""
-    neg_loss = [-r["norm_loss"] for r in rows]
-    accuracy = [r["accuracy"] for r in rows]
-    bad = [r["untrainable"] for r in rows]
+def ranking_table(rows: list[dict[str, Any]], target: str = "spec") -> dict[str, dict[str, float]]:
+    """Per method: correlations with -loss and accuracy, pruning figures, cost. ``target``:
+    the ground truth from the spec's initialization (``"spec"``) or from Preflight's tuned
+    one (``"tuned"``, candidates without a tuned run left out)."""
+    prefix = "" if target == "spec" else "tuned_"
+    if target == "tuned":
+        rows = [r for r in rows if r["tuned_untrainable"] is not None]
+    neg_loss = [-r[prefix + "norm_loss"] for r in rows]
+    accuracy = [r[prefix + "accuracy"] for r in rows]
+    bad = [r[prefix + "untrainable"] for r in rows]
     table = {}
     for method, scores in _method_scores(rows).items():
         quarter = metrics.prune_fraction(scores, bad, 0.25)
@@ -184,6 +191,9 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
         ],
         "ranking_all": ranking_table(rows),
         "verdict_all": verdict.__dict__,
+        "ranking_all_tuned": ranking_table(rows, "tuned"),
+        "verdict_all_tuned": _verdict(rows, "tuned_untrainable", "verdict"),
+        "untrainable_tuned": int(sum(bool(r["tuned_untrainable"]) for r in rows)),
         "median_pruner": median_pruner_reference([r["curve"] for r in rows], bad, protocol.epochs),
         "tuning": _tuning(rows),
         "calibration": calibration,
@@ -205,7 +215,20 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
         figures["calibrated_verdict_heldout"] = metrics.flags_figures(
             [r["calibrated_verdict"] == "prune" for r in held], held_bad
         ).__dict__
+        figures["ranking_heldout_tuned"] = ranking_table(held, "tuned")
+        figures["verdict_heldout_tuned"] = _verdict(held, "tuned_untrainable", "verdict")
+        figures["calibrated_verdict_heldout_tuned"] = _verdict(
+            held, "tuned_untrainable", "calibrated_verdict"
+        )
     return figures
+
+
+def _verdict(rows: list[dict[str, Any]], truth: str, verdict: str) -> dict[str, float]:
+    """Precision / recall of a ``prune`` verdict against a ground truth (rows lacking it left out)."""
+    kept = [r for r in rows if r.get(truth) is not None]
+    return metrics.flags_figures(
+        [r.get(verdict) == "prune" for r in kept], [bool(r[truth]) for r in kept]
+    ).__dict__
 
 
 def _steps_per_epoch(rows: list[dict[str, Any]], protocol: Protocol) -> float:

@@ -119,6 +119,14 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
         "",
         "## Ranking trainability (all candidates, Preflight's score as shipped)",
         "",
+        "Two ground truths. **A**: trained from the spec's own initialization: what the "
+        "zero-cost proxies score (the network as it stands), and what an ungated search trains. "
+        "**B**: trained from Preflight's tuned initialization: what a gated search trains its "
+        "survivors from, and what Preflight's score (measured after conditioning) is about. "
+        f"Untrainable: A {fig['untrainable']}, B {fig['untrainable_tuned']} of {fig['n']}.",
+        "",
+        "### A: trained from the spec's initialization",
+        "",
         *_ranking_md(fig["ranking_all"]),
         "",
         f"Preflight's own verdict (prune): precision {_f(fig['verdict_all']['precision'])}, "
@@ -127,6 +135,13 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
         f"random orders, {fig['median_pruner']['n_startup_trials']} startup trials): precision "
         f"{_f(fig['median_pruner']['precision'])}, recall {_f(fig['median_pruner']['recall'])}, at "
         f"{_f(100 * fig['median_pruner']['fraction_of_training'], 0)} % of the training each candidate would get.",
+        "",
+        "### B: trained from Preflight's tuned initialization",
+        "",
+        *_ranking_md(fig["ranking_all_tuned"]),
+        "",
+        f"Preflight's verdict against B: precision {_f(fig['verdict_all_tuned']['precision'])}, "
+        f"recall {_f(fig['verdict_all_tuned']['recall'])}.",
     ]
     if fig["preflight_errors"]:
         lines += [
@@ -150,11 +165,22 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
             "",
             f"Calibrated prune threshold: score < {_f(cal.get('prune_below'), 4)}.",
             "",
+            "Against A (the calibration's target):",
+            "",
             *_ranking_md(held),
             "",
-            f"Verdicts on the held-out split: shipped precision {_f(fig['verdict_heldout']['precision'])} / "
+            f"Verdicts against A: shipped precision {_f(fig['verdict_heldout']['precision'])} / "
             f"recall {_f(fig['verdict_heldout']['recall'])}; calibrated precision "
             f"{_f(fig['calibrated_verdict_heldout']['precision'])} / recall {_f(fig['calibrated_verdict_heldout']['recall'])}.",
+            "",
+            "Against B:",
+            "",
+            *_ranking_md(fig["ranking_heldout_tuned"]),
+            "",
+            f"Verdicts against B: shipped precision {_f(fig['verdict_heldout_tuned']['precision'])} / "
+            f"recall {_f(fig['verdict_heldout_tuned']['recall'])}; calibrated precision "
+            f"{_f(fig['calibrated_verdict_heldout_tuned']['precision'])} / recall "
+            f"{_f(fig['calibrated_verdict_heldout_tuned']['recall'])}.",
         ]
     lines += ["", "## Tuning: trained loss from Preflight's tuned initialization vs the others", ""]
     for group, table in fig["tuning"].items():

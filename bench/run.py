@@ -176,6 +176,8 @@ def _task(args: tuple[str, dict[str, Any], dict[str, Any], str]) -> str:
     candidate = Candidate(**cand)
     protocol = Protocol(**{k: tuple(v) if isinstance(v, list) else v for k, v in proto.items()})
     out = Path(out_dir)
+    if _cached(stage, candidate, protocol, out):  # another process got there first
+        return candidate.id
     start = time.perf_counter()
     result = STAGES[stage](candidate, protocol, out)
     result["fingerprint"] = _fingerprint(stage, candidate, protocol, _extra(stage, candidate, out))

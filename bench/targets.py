@@ -46,27 +46,45 @@ def _flagging(figures: dict[str, Any], key: str, where: str) -> str:
     )
 
 
-def target_lines(figures: dict[str, Any]) -> list[str]:
-    """One markdown bullet per target."""
-    lines = [_ranking(figures["ranking_all"], "preflight", "all candidates, shipped score")]
+def target_lines(figures: dict[str, Any], e2e: dict[str, Any] | None = None) -> list[str]:
+    """One markdown bullet per target, for both ground truths (A: spec init, B: tuned init)."""
+    lines = [
+        _ranking(figures["ranking_all"], "preflight", "A, all candidates, shipped score"),
+        _ranking(figures["ranking_all_tuned"], "preflight", "B, all candidates, shipped score"),
+    ]
     if "ranking_heldout" in figures:
-        lines.append(
-            _ranking(figures["ranking_heldout"], "preflight_calibrated", "held-out, calibrated")
-        )
-    lines.append(_flagging(figures, "verdict_all", "all candidates, shipped verdict"))
-    lines.append(_flagging(figures, "calibrated_verdict_heldout", "held-out, calibrated verdict"))
+        lines += [
+            _ranking(figures["ranking_heldout"], "preflight_calibrated", "A, held-out, calibrated"),
+            _ranking(
+                figures["ranking_heldout_tuned"], "preflight_calibrated", "B, held-out, calibrated"
+            ),
+        ]
+    lines += [
+        _flagging(figures, "verdict_all", "A, all candidates, shipped verdict"),
+        _flagging(figures, "verdict_all_tuned", "B, all candidates, shipped verdict"),
+        _flagging(figures, "calibrated_verdict_heldout", "A, held-out, calibrated verdict"),
+        _flagging(figures, "calibrated_verdict_heldout_tuned", "B, held-out, calibrated verdict"),
+    ]
     survivors = figures["tuning"].get("survivors", {}).get("spec", {})
     better = survivors.get("better", math.nan)
     if survivors.get("n"):
         met = better >= 0.8
         lines.append(
             f"- Tuning: survivors better from the tuned initialization than from the spec's on "
-            f"{_fmt(100 * better)} % of {survivors['n']} (target >= 80 %): **{'met' if met else 'missed'}** "
-            f"({100 * (better - 0.8):+.0f} points)."
+            f"{_fmt(100 * better)} % of {survivors['n']} (target >= 80 %): "
+            f"**{'met' if met else 'missed'}** ({100 * (better - 0.8):+.0f} points)."
         )
     else:
         lines.append("- Tuning: no survivors trained from the tuned initialization; not measured.")
+    if not e2e or not e2e.get("median_ratio"):
+        lines.append(
+            "- Gated search at half the compute: **not measured** (see the end-to-end section)."
+        )
+        return lines
+    ratio = e2e["median_ratio"].get("preflight gate", math.nan)
     lines.append(
-        "- Gated search at half the compute: **not measured** (see the end-to-end section)."
+        f"- Gated search: median compute to the ungated best accuracy = {_fmt(ratio)} x the "
+        f"ungated search's (target <= 0.5): **{'met' if ratio <= 0.5 else 'missed'}** "
+        f"({ratio - 0.5:+.2f}; MedianPruner {_fmt(e2e['median_ratio'].get('median pruner', math.nan))})."
     )
     return lines

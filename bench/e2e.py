@@ -1,0 +1,123 @@
+"""End to end: the demo's search with the gate, without it, and with MedianPruner.
+
+Runs ``preflight demo`` (``service/cli/demo_commands.py``: an Optuna TPE search over MLPs and
+residual MLPs on digits, three searches with the same sampler seed) once per seed in a
+subprocess, and reads its ``results.json``. For each search it measures the compute
+(training seconds plus, for the gated search, the worker's conditioning seconds, in trial
+order) spent until a trial first reaches the best validation accuracy the ungated search
+finds with the same seed; the target is a gated / ungated ratio of at most 0.5.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["compute_to_reach", "e2e", "epochs_to_reach", "summarize_seed"]
+
+SEEDS = (0, 1, 2)
+TRIALS = 24  # the demo's defaults are 30 trials of 12 epochs; smaller to fit the CPU budget
+EPOCHS = 8
+
+
+def compute_to_reach(trials: list[dict[str, Any]], target: float) -> float:
+    """Compute spent, in trial order, up to and including the first trial whose accuracy
+    reaches ``target``; ``inf`` if none does.
+
+    >>> compute_to_reach([{"accuracy": 0.5, "train_seconds": 2.0, "condition_seconds": 1.0},
+    ...                   {"accuracy": 0.9, "train_seconds": 3.0, "condition_seconds": 0.0}], 0.9)
+    6.0
+    """
+    spent = 0.0
+    for t in trials:
+        spent += float(t.get("train_seconds") or 0.0) + float(t.get("condition_seconds") or 0.0)
+        if t.get("accuracy") is not None and t["accuracy"] >= target:
+            return spent
+    return math.inf
+
+
+def epochs_to_reach(trials: list[dict[str, Any]], target: float) -> float:
+    """Training epochs spent, in trial order, until a trial first reaches ``target``
+    (conditioning not counted: a load-independent view of the training compute)."""
+    spent = 0
+    for t in trials:
+        spent += int(t.get("epochs") or 0)
+        if t.get("accuracy") is not None and t["accuracy"] >= target:
+            return float(spent)
+    return math.inf
+
+
+def summarize_seed(results: dict[str, Any]) -> dict[str, Any]:
+    searches = {s["name"]: s["trials"] for s in results["searches"]}
+    ungated = searches["no gate"]
+    best = max((t["accuracy"] for t in ungated if t.get("accuracy") is not None), default=math.nan)
+    base = compute_to_reach(ungated, best)
+    out: dict[str, Any] = {"ungated_best_accuracy": best}
+    for name, trials in searches.items():
+        spent = compute_to_reach(trials, best)
+        accs = [t["accuracy"] for t in trials if t.get("accuracy") is not None]
+        out[name] = {
+            "best_accuracy": max(accs, default=math.nan),
+            "compute_to_ungated_best": spent,
+            "ratio_to_ungated": spent / base if base > 0 else math.nan,
+            "epochs_to_ungated_best": epochs_to_reach(trials, best),
+            "epochs_ratio_to_ungated": epochs_to_reach(trials, best)
+            / epochs_to_reach(ungated, best),
+            "total_compute": sum(
+                float(t.get("train_seconds") or 0) + float(t.get("condition_seconds") or 0)
+                for t in trials
+            ),
+            "pruned_before": sum(t["state"] == "pruned-before" for t in trials),
+            "pruned_during": sum(t["state"] == "pruned-during" for t in trials),
+        }
+    return out
+
+
+def e2e(
+    out: Path, seeds: tuple[int, ...] = SEEDS, trials: int = TRIALS, epochs: int = EPOCHS, log=print
+) -> dict[str, Any]:
+    """Run (or reuse) the demo for each seed; per-seed figures and the median ratios."""
+    per_seed: dict[int, dict[str, Any]] = {}
+    failures: dict[int, str] = {}
+    for seed in seeds:
+        folder = out / "e2e" / f"seed{seed}"
+        results = folder / "results.json"
+        cached = (
+            results.exists() and json.loads(results.read_text())["args"].get("trials") == trials
+        )
+        if not cached:
+            log(f"e2e: demo seed {seed} ({trials} trials, {epochs} epochs) ...")
+            done = subprocess.run(
+                [sys.executable, "-m", "service.cli", "demo", "--trials", str(trials), "--epochs", str(epochs),
+                 "--seed", str(seed), "--out", str(folder), "--no-plots", "--no-progress", "--device", "cpu"],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if done.returncode != 0:
+                failures[seed] = (done.stdout + done.stderr)[-800:]
+                continue
+        per_seed[seed] = summarize_seed(json.loads(results.read_text()))
+    if not per_seed:
+        return {
+            "seeds": {},
+            "median_ratio": {},
+            "failures": failures,
+            "trials": trials,
+            "epochs": epochs,
+        }
+    first = next(iter(per_seed.values()))
+    names = [n for n in first if isinstance(first[n], dict)]
+    median = {
+        n: statistics.median(f[n]["ratio_to_ungated"] for f in per_seed.values()) for n in names
+    }
+    return {
+        "seeds": per_seed,
+        "median_ratio": median,
+        "failures": failures,
+        "trials": trials,
+        "epochs": epochs,
+    }

@@ -1,0 +1,33 @@
+"""The end-to-end figures from a demo's results.json (the demo itself is not run here)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench import e2e
+
+
+def _trial(accuracy, train, condition=0.0, state="complete", epochs=2):
+    return {"accuracy": accuracy, "train_seconds": train, "condition_seconds": condition,
+            "state": state, "epochs": epochs}  # fmt: skip
+
+
+def test_compute_to_reach_counts_trials_in_order_until_the_target():
+    trials = [_trial(0.5, 2.0, 1.0), _trial(None, 0.0, 0.5, "pruned-before", 0), _trial(0.9, 3.0)]
+    assert e2e.compute_to_reach(trials, 0.9) == pytest.approx(6.5)
+    assert e2e.epochs_to_reach(trials, 0.9) == 4
+    assert math.isinf(e2e.compute_to_reach(trials, 0.95))
+
+
+def test_summary_compares_each_search_with_the_ungated_best():
+    results = {"searches": [
+        {"name": "no gate", "trials": [_trial(0.8, 4.0), _trial(0.9, 4.0)]},
+        {"name": "preflight gate", "trials": [_trial(None, 0.0, 0.5, "pruned-before", 0), _trial(0.92, 3.0, 0.5)]},
+    ]}  # fmt: skip
+    got = e2e.summarize_seed(results)
+    assert got["ungated_best_accuracy"] == 0.9
+    assert got["no gate"]["ratio_to_ungated"] == pytest.approx(1.0)
+    assert got["preflight gate"]["ratio_to_ungated"] == pytest.approx(4.0 / 8.0)
+    assert got["preflight gate"]["pruned_before"] == 1
