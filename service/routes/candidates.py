@@ -8,7 +8,7 @@ import binascii
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
@@ -42,6 +42,8 @@ router = APIRouter(
     },
 )
 
+# Ids are 64-bit; larger numbers are refused as invalid (422), not looked up.
+CandidateId = Annotated[int, Path(ge=1, le=2**63 - 1, description="the candidate's id")]
 _NOT_FOUND = {404: {"model": Problem, "description": "no candidate with this id"}}
 _SUBMIT_EXAMPLES = {
     "one": {"summary": "one spec", "value": {
@@ -109,14 +111,14 @@ def submit_candidates(
 
 
 @router.get("/{candidate_id}", responses=_NOT_FOUND, summary="A candidate and its report")
-def get_candidate(candidate_id: int, session: SessionDep) -> CandidatePublic:
+def get_candidate(candidate_id: CandidateId, session: SessionDep) -> CandidatePublic:
     row = session.get(Candidate, candidate_id)
     if row is None:
         raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
     return CandidatePublic.of(row)
 
 
-def _read_once(request: Request, candidate_id: int) -> Candidate | None:
+def _read_once(request: Request, candidate_id: CandidateId) -> Candidate | None:
     with session_scope(request.app.state.sessions) as session:
         return session.get(Candidate, candidate_id)
 
@@ -124,7 +126,7 @@ def _read_once(request: Request, candidate_id: int) -> Candidate | None:
 @router.get("/{candidate_id}/wait", responses=_NOT_FOUND, summary="Long-poll until final or timeout")
 async def wait_for_candidate(
     request: Request,
-    candidate_id: int,
+    candidate_id: CandidateId,
     settings: SettingsDep,
     timeout: Annotated[float, Query(ge=0, le=3600, description="seconds; capped by the server")] = 30.0,
 ) -> CandidatePublic:
@@ -194,7 +196,7 @@ def list_candidates(
     responses={**_NOT_FOUND, 409: {"model": Problem, "description": "already done or failed"}},
     summary="Cancel a queued or running candidate",
 )
-def cancel_candidate(candidate_id: int, session: WriteSessionDep) -> CandidatePublic:
+def cancel_candidate(candidate_id: CandidateId, session: WriteSessionDep) -> CandidatePublic:
     """A running job's worker notices at its next heartbeat and drops its work."""
     status = queue.cancel(session, job_id=candidate_id)
     if status is None:
