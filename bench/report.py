@@ -232,8 +232,11 @@ def plots(rows: list[dict[str, Any]], directory: Path) -> None:
         ax.scatter(s[~bad], loss[~bad], s=8, c="tab:blue", label="trainable")
         ax.scatter(s[bad], loss[bad], s=8, c="tab:red", label="untrainable")
         ax.set_title(f"{m}  rho={metrics.spearman(scores[m], -loss):.2f}", fontsize=9)
+        finite = s[np.isfinite(s)]
+        if finite.size and np.ptp(finite) > 1e3:  # scores spread over orders of magnitude
+            ax.set_xscale("symlog", linthresh=1.0)
         ax.set_xlabel("score (higher = better)", fontsize=8)
-        ax.set_ylabel("loss / ln C (capped 1.2)", fontsize=8)
+        ax.set_ylabel("A: loss / ln C (capped 1.2)", fontsize=8)
     for ax in list(axes.flat)[len(methods) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
