@@ -58,6 +58,7 @@ def _settings(**overrides: Any) -> Any:
 
 def _logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def _check_schema(settings: Any) -> bool:

@@ -1,0 +1,89 @@
+"""`preflight db`, `preflight token`, `preflight worker` and `preflight serve --embedded-worker`,
+run as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.testing import free_port
+
+TINY = {"steps": 1, "n_vectors": 1, "batch_size": 8, "diagnostics": False, "hessian_iterations": 0}
+
+
+def preflight(db: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PREFLIGHT_DATABASE_URL": f"sqlite:///{db}", **env},
+    )  # fmt: skip
+
+
+def test_db_current_and_upgrade(tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    empty = preflight(db, "db", "current")
+    assert empty.returncode == 1 and "empty" in empty.stdout and "preflight db upgrade" in empty.stdout
+    assert preflight(db, "db", "upgrade").returncode == 0
+    current = preflight(db, "db", "current")
+    assert current.returncode == 0 and "up to date" in current.stdout
+
+
+def test_worker_refuses_a_database_without_migrations(tmp_path: Path) -> None:
+    result = preflight(tmp_path / "p.db", "worker", "--burst", "--device", "cpu")
+    assert result.returncode == 2 and "preflight db upgrade" in result.stderr
+
+
+def test_tokens_are_created_once_listed_and_revoked(tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    preflight(db, "db", "upgrade")
+    created = preflight(db, "token", "create", "optuna-box")
+    token = created.stdout.strip()
+    assert created.returncode == 0 and token.startswith("pf_") and len(token) > 40
+    listed = preflight(db, "token", "list").stdout
+    assert "optuna-box" in listed and "active" in listed and token not in listed
+    assert preflight(db, "token", "revoke", "optuna-box").returncode == 0
+    assert "revoked" in preflight(db, "token", "list").stdout
+    assert preflight(db, "token", "revoke", "optuna-box").returncode == 1
+
+
+@pytest.mark.slow
+def test_serve_with_embedded_worker_end_to_end(tmp_path: Path) -> None:
+    db, port = tmp_path / "p.db", free_port()
+    preflight(db, "db", "upgrade")
+    token = preflight(db, "token", "create", "e2e").stdout.strip()
+    env = {**os.environ, "PREFLIGHT_DATABASE_URL": f"sqlite:///{db}", "PREFLIGHT_REQUIRE_AUTH": "true",
+           "PREFLIGHT_POLL_SECONDS": "0.05"}  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--embedded-worker", "--device", "cpu", "--port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "server did not start"
+            time.sleep(0.2)
+        spec = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 4}, {"type": "tanh"}]}]}
+        assert httpx.post(url + "/v1/candidates", json={"spec": spec}).status_code == 401
+        auth = {"authorization": f"Bearer {token}"}
+        submitted = httpx.post(url + "/v1/candidates", json={"spec": spec, "options": TINY}, headers=auth).json()
+        done = httpx.get(f"{url}/v1/candidates/{submitted['id']}/wait", params={"timeout": 60}, headers=auth,
+                         timeout=90).json()  # fmt: skip
+        assert done["status"] == "done" and done["report"]["scales"]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output = server.communicate(timeout=60)[0]
+    # uvicorn re-raises the signal it handled once shut down: -SIGTERM is its clean exit.
+    assert server.returncode in (0, -signal.SIGTERM) and "Application shutdown complete" in output, output
+    assert "stopped after 1 job(s)" in output
