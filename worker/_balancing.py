@@ -99,7 +99,7 @@ def balance(
     *,
     output_std: float = 0.05,
     generator: torch.Generator | None = None,
-    rounds: int = 8,
+    rounds: int = 10,
     tol: float = 1e-3,
     typical_kernel: int | None = None,
     fold_input_scale: bool = False,
@@ -235,24 +235,45 @@ def balance(
             for name in bias_scale:
                 bias_scale[name] *= t
 
+    # Joint Newton-type step on the log-scales a_l: move each layer by dev_l / slope_l (its own
+    # gamma response, secant-estimated, 4 for homogeneous layers) plus c / slope_l, a direction
+    # that leaves the gamma deviations unchanged to first order, with c fixing the output std
+    # through the sensitivities d log std / d a_l = <W_l, grad_W_l log std> (one backward).
+    slopes = [4.0] * len(weights)
+    last: list[tuple[float, float] | None] = [None] * len(weights)  # (deviation, own step)
     for _ in range(rounds):
-        current = measure()
-        deviations = _log_deviations([s.gamma for s in current])
-        if (
-            all(d is None or abs(d) < tol for d in deviations)
-            and abs(_log_std_error(work, x, output_std)) < 1e-6
-        ):
+        deviations = _log_deviations([s.gamma for s in measure()])
+        error = _log_std_error(work, x, output_std)
+        if all(d is None or abs(d) < tol for d in deviations) and abs(error) < 1e-6:
             break
-        for name, d in zip(weights, deviations, strict=True):
-            if d is not None and abs(d) >= tol / 10:
+        for i, d in enumerate(deviations):
+            prev = last[i]
+            if d is not None and prev is not None and abs(prev[1]) > 1e-6:
+                slopes[i] = min(8.0, max(1.0, (prev[0] - d) / prev[1]))
+        own = [0.0 if d is None else d / slope for d, slope in zip(deviations, slopes, strict=True)]
+        sens = _output_sensitivities(work, x, weights)
+        top = max((abs(v) for v in sens if math.isfinite(v)), default=0.0)
+        # the common direction uses only layers the output responds to (not those behind a norm)
+        common = [
+            1.0 / slope if math.isfinite(v) and abs(v) > 0.1 * top else 0.0
+            for slope, v in zip(slopes, sens, strict=True)
+        ]
+        denom = sum(si * ci for si, ci in zip(sens, common, strict=True))
+        c = 0.0
+        if math.isfinite(error) and math.isfinite(denom) and abs(denom) > 1e-6:
+            c = (-error - sum(si * oi for si, oi in zip(sens, own, strict=True))) / denom
+        for i, (name, d) in enumerate(zip(weights, deviations, strict=True)):
+            step = max(-1.0, min(1.0, own[i] + c * common[i]))  # at most a factor e per round
+            last[i] = None if d is None else (d, own[i])
+            if step != 0.0:
                 apply(
                     name,
                     "refinement",
-                    math.exp(d / 4),
-                    "measured gamma_l towards the geometric mean: gamma ~ s^-4 relative to the others (sec 4)",
+                    math.exp(step),
+                    f"joint step: gamma_l towards the geometric mean (gamma ~ s^-{slopes[i]:.2g}) and output std (sec 4, 10)",
                 )
-        adjust_biases(measure() if bias_scale else current)
-        normalize_output()
+        if bias_scale:
+            adjust_biases(measure())
     normalize_output()
     if fold_input_scale and first_info is not None and not isinstance(work.blocks[0][0], Scale):
         apply(
@@ -282,6 +303,21 @@ def _log_deviations(gammas: list[float]) -> list[float | None]:
         return [None] * len(gammas)
     ref = sum(finite) / len(finite)
     return [None if v is None else v - ref for v in logs]
+
+
+def _output_sensitivities(model: PreflightNet, x: Tensor, weights: list[str]) -> list[float]:
+    """``d log std(out) / d log s_l = <W_l, grad_{W_l} log std(out)>`` for every weight (Euler)."""
+    params = dict(model.named_parameters())
+    tensors = [params[w] for w in weights]
+    with preserved_buffers(model), torch.enable_grad():
+        log_std = torch.log(model(x).double().std())
+        if not bool(torch.isfinite(log_std)):
+            return [math.nan] * len(weights)
+        grads = torch.autograd.grad(log_std, tensors, allow_unused=True)
+    return [
+        0.0 if g is None else float((t.detach().double() * g.double()).sum())
+        for t, g in zip(tensors, grads, strict=True)
+    ]
 
 
 def _log_std_error(model: PreflightNet, x: Tensor, target: float) -> float:
