@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,23 @@ def _machine() -> str:
     except OSError:
         pass
     return f"{model}, {os.cpu_count()} logical CPUs, no GPU used, torch {torch.__version__}, Python {platform.python_version()}"
+
+
+def _engine_text(out: Path) -> str:
+    """Which engine produced the cached Preflight reports (source hashes and the git commit)."""
+    versions = sorted(
+        {read_json(p).get("engine_version", "?") for p in (out / "preflight").glob("*.json")}
+    )
+    try:
+        commit = subprocess.run(
+            ["git", "log", "-1", "--format=%h %cd", "--date=iso", "--", "worker/"],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return (
+        f"engine source hash {', '.join(versions) or 'n/a'}; last commit touching worker/: {commit}"
+    )
 
 
 def _protocol_text(p: Protocol) -> str:
@@ -157,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     context = {
         "command": "make bench" + (" (python -m bench --smoke)" if args.smoke else ""),
         "machine": _machine(),
+        "engine": _engine_text(out),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "wall": ", ".join(f"{k} {v:.0f} s" for k, v in walls.items())
         or "report only (cached stages)",

@@ -92,6 +92,8 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
         "",
         f"Machine: {context['machine']}. Date: {context['date']}. Wall time: {context['wall']}.",
         "",
+        f"Preflight: {context.get('engine', 'n/a')}.",
+        "",
         "## Protocol",
         "",
         f"- Candidates: {fig['n']} ({', '.join(f'{k} {v}' for k, v in fig['families'].items())}), "

@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
+from functools import cache
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -162,12 +163,27 @@ STAGES: dict[str, Callable[[Candidate, Protocol, Path], dict[str, Any]]] = {
 }
 
 
+@cache
+def engine_version() -> str:
+    """A hash of the engine's source (``worker/*.py``): a changed engine reruns its stages."""
+    import worker
+
+    folder = Path(worker.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _extra(stage: str, candidate: Candidate, out: Path) -> str:
-    """The tuned stage depends on the scales Preflight returned."""
+    """Preflight depends on the engine's code; the tuned stage on the scales it returned."""
+    if stage == "preflight":
+        return engine_version()
     if stage != "tuned":
         return ""
     path = out / "preflight" / f"{candidate.id}.json"
-    return path.read_text() if path.exists() else ""
+    data = read_json(path) if path.exists() else {}
+    return json.dumps(data.get("scales"), sort_keys=True) + str(data.get("error"))
 
 
 def _task(args: tuple[str, dict[str, Any], dict[str, Any], str]) -> str:
@@ -181,6 +197,8 @@ def _task(args: tuple[str, dict[str, Any], dict[str, Any], str]) -> str:
     start = time.perf_counter()
     result = STAGES[stage](candidate, protocol, out)
     result["fingerprint"] = _fingerprint(stage, candidate, protocol, _extra(stage, candidate, out))
+    if stage == "preflight":
+        result["engine_version"] = engine_version()
     result["wall_seconds"] = time.perf_counter() - start
     write_json(out / stage / f"{candidate.id}.json", result)
     return candidate.id
