@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import platform
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,18 +72,24 @@ def condition(
     model = build_model(parsed, seed=opts.seed).to(device)
     rho = block_log_rho(model)
 
+    clock = time.perf_counter()
     with conditioning_mode(model), torch.no_grad():
         before = block_jacobians(model, x, opts.n_vectors, _generator(opts.seed + 1, device))
+    timings = {"profile_before": time.perf_counter() - clock}
+    clock = time.perf_counter()
     balancing, balancing_note = _balance(model, x, opts, device)
+    timings["balance"] = time.perf_counter() - clock
     if balancing:
         apply_scales_(model, balancing)
     tuned = autoinit(
         model, x, loss=opts.loss, kernel_lambda=opts.kernel_lambda, steps=opts.steps, n_vectors=opts.n_vectors,
         tolerance=opts.tolerance, output_std=opts.output_std, generator=_generator(opts.seed + 2, device),
     )  # fmt: skip
+    timings["autoinit"] = tuned.seconds
     apply_scales_(model, tuned.scales)
     scales = _product(balancing, tuned.scales)
     diagnostics = run_diagnostics(model, x, y, opts, _generator(opts.seed + 3, device)) if opts.diagnostics else Diagnostics()
+    timings |= diagnostics.seconds
 
     components = _components(tuned, diagnostics, opts)
     result = score(components, opts.thresholds)
@@ -95,7 +102,7 @@ def condition(
         scales={k: float(v) for k, v in scales.items()},
         blocks=_blocks(before, tuned, rho),
         layers=_layers(model, diagnostics),
-        tuning=_tuning(tuned, before, opts, device, balancing),
+        tuning=_tuning(tuned, before, opts, device, balancing).model_copy(update={"timings": timings}),
         components=result.components,
         penalties=result.penalties,
         thresholds=opts.thresholds,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ class Diagnostics:
     hessian_log_spread: float | None = None
     kappa_d_log: float | None = None
     non_finite: bool = False
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def layer(self, name: str) -> dict[str, float | None]:
         return dict(self.per_layer.get(name, {}))
@@ -78,6 +80,7 @@ def run_diagnostics(
     diag = Diagnostics()
     with conditioning_mode(model):
         for name, run in (("scaling", _scaling), ("hessian", _hessian), ("bnp", _bnp)):
+            started = time.perf_counter()
             try:
                 if not run(diag, model, x, y, opts, generator):
                     continue
@@ -88,6 +91,7 @@ def run_diagnostics(
                 diag.notes.append(f"{name} diagnostics failed: {exc}")
                 continue
             diag.ran.append(name)
+            diag.seconds[name] = time.perf_counter() - started
     return diag
 
 
@@ -110,7 +114,7 @@ def _hessian(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None
     from worker.hessian import hessian_figures
 
     n = min(opts.hessian_batch_size, x.shape[0])
-    figures = hessian_figures(model, x[:n], None if y is None else y[:n], iterations=opts.hessian_iterations, generator=g)
+    figures = hessian_figures(model, x[:n], None if y is None else y[:n], iterations=opts.hessian_iterations, probes=opts.hessian_probes, generator=g)
     for f in figures:
         diag._put(f.name, "hessian_top_eigenvalue", f.top_eigenvalue)
         diag._put(f.name, "hessian_chain_rule", f.chain_rule_estimate)

@@ -47,8 +47,9 @@ class ConditionOptions(BaseModel):
     tolerance: Positive = 0.1  # |log J - log rho| at which a unit counts as critical
     output_std: Positive | None = 0.05  # scaling paper, section 10; None: tune the head on J too
     balance: bool = True  # geometric init + GR balancing first (scaling paper), then AutoInit
-    hessian_iterations: Annotated[int, Field(ge=0, le=200)] = 20
-    hessian_batch_size: Annotated[int, Field(ge=1, le=4096)] = 32
+    hessian_iterations: Annotated[int, Field(ge=0, le=200)] = 3  # per layer; 0 skips the Hessian
+    hessian_probes: Annotated[int, Field(ge=1, le=64)] = 1  # Hutchinson vectors for tr(H^2)
+    hessian_batch_size: Annotated[int, Field(ge=1, le=4096)] = 8
     diagnostics: bool = True  # scaling, Hessian and BNP figures (cost: a few training steps)
     thresholds: Thresholds = Field(default_factory=Thresholds)
 

@@ -73,6 +73,7 @@ class TuningReport(_Model):
     invariant: list[str] = Field(default_factory=list)  # scale-invariant layers held at 1
     balancing: dict[str, float] = Field(default_factory=dict)  # balancing's own multipliers
     autoinit: dict[str, float] = Field(default_factory=dict)  # AutoInit's, on top of balancing
+    timings: dict[str, float] = Field(default_factory=dict)  # seconds per stage of condition()
 
 
 class Environment(_Model):
