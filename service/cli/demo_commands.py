@@ -169,10 +169,14 @@ def search_space(n_classes: int = 10) -> Any:
 
 def _run_all(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
     import optuna
+    import torch
 
     from nas.client import PreflightClient
     from nas.training import load_digits
 
+    # The demo's networks are tiny: one intra-op thread each for training and the embedded
+    # worker beats two threads contending (OpenMP spin-waits) on a 2-core machine.
+    torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     data = load_digits(seed=args.seed)
     options: dict[str, Any] = {"seed": args.seed}
@@ -269,6 +273,11 @@ def _search(name: str, args: argparse.Namespace, data: Any, client: Any, options
 
         study.optimize(objective, n_trials=args.trials, callbacks=[callback])
     result.wall_seconds = time.perf_counter() - started
+    if args.no_progress:
+        best = result.best
+        print(f"{name}: {len(result.trials)} trials in {result.wall_seconds:.0f} s, pruned "
+              f"{result.pruned_before} before + {result.pruned_during} during training, best accuracy "
+              f"{best.accuracy if best else '-'}", flush=True)  # fmt: skip
     return result
 
 

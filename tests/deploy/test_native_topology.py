@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICES = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PREFLIGHT = [sys.executable, "-m", "service.cli"]
-TINY = {"steps": 3, "batch_size": 16, "hessian_iterations": 3, "hessian_batch_size": 8}
+TINY = {"steps": 2, "batch_size": 8, "hessian_iterations": 2, "hessian_batch_size": 4}
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -151,7 +151,7 @@ def test_the_api_refuses_requests_without_the_token(topology: dict[str, Any]) ->
 
 
 def test_a_short_search_runs_through_rest_on_two_workers(topology: dict[str, Any]) -> None:
-    specs = {f"relu-{w}": mlp(2, "relu", w) for w in (16, 24, 32)} | {"sigmoid-30": mlp(30, "sigmoid", 32)}
+    specs = {f"relu-{w}": mlp(2, "relu", w) for w in (16, 24, 32)} | {"sigmoid-30": mlp(30, "sigmoid", 16)}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with PreflightClient(topology["url"], token=topology["token"]) as client:
         gate = ConditioningGate(client, options=TINY | {"study": "topology"}, timeout=300)

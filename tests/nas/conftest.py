@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 # Small tuning options keep each conditioning well under a second on a 2-core CPU.
-TINY_OPTIONS: dict[str, Any] = {"steps": 3, "batch_size": 16, "hessian_iterations": 3, "hessian_batch_size": 8}
+TINY_OPTIONS: dict[str, Any] = {"steps": 2, "batch_size": 8, "hessian_iterations": 2, "hessian_batch_size": 4}
 
 
 def mlp(depth: int, activation: str, width: int = 32, name: str | None = None) -> dict[str, Any]:
@@ -20,7 +20,7 @@ def mlp(depth: int, activation: str, width: int = 32, name: str | None = None) -
 
 # A clearly ill-conditioned candidate (30 sigmoid layers: the gradient vanishes) and a
 # well-conditioned one (a shallow ReLU MLP under Kaiming fan-in).
-ILL = mlp(30, "sigmoid", name="ill-30-sigmoid")
+ILL = mlp(30, "sigmoid", width=16, name="ill-30-sigmoid")
 WELL = mlp(2, "relu", name="well-2-relu")
 
 

@@ -15,7 +15,7 @@ from tests.nas.conftest import ILL, TINY_OPTIONS, WELL, mlp
 
 def test_submit_wait_and_fetch_a_report(client: PreflightClient) -> None:
     submitted = client.submit(WELL, TINY_OPTIONS | {"study": "client-live", "trial": 0})
-    done = client.wait(submitted.id, timeout=120)
+    done = client.wait(submitted.id, timeout=300)
     assert done.status == "done" and done.id == submitted.id
     report = done.require_report()
     assert {"score", "verdict", "reasons", "scales", "blocks", "layers", "tuning"} <= set(report)
@@ -23,14 +23,14 @@ def test_submit_wait_and_fetch_a_report(client: PreflightClient) -> None:
 
 
 def test_the_same_spec_and_options_return_the_same_candidate(client: PreflightClient) -> None:
-    first = client.condition(WELL, TINY_OPTIONS, timeout=120)
+    first = client.condition(WELL, TINY_OPTIONS, timeout=300)
     again = client.submit(WELL, TINY_OPTIONS)
     assert again.id == first.id and again.finished and again.data["cached"] is True
 
 
 def test_a_batch_is_submitted_in_one_request_and_answered_in_order(client: PreflightClient) -> None:
     specs = [WELL, mlp(3, "relu"), mlp(2, "tanh")]
-    candidates = client.condition_many(specs, TINY_OPTIONS | {"study": "client-batch"}, timeout=180)
+    candidates = client.condition_many(specs, TINY_OPTIONS | {"study": "client-batch"}, timeout=300)
     assert [c.status for c in candidates] == ["done"] * 3
     hashes = [c.data["spec_hash"] for c in candidates]
     assert len(set(hashes)) == 3
@@ -57,7 +57,7 @@ def test_the_async_client_does_the_same(live_service: Any) -> None:
     async def main() -> list[Any]:
         async with AsyncPreflightClient(live_service.url) as client:
             submitted = await client.submit_many([WELL, ILL], TINY_OPTIONS)
-            return await asyncio.gather(*(client.wait(c.id, timeout=120) for c in submitted))
+            return await asyncio.gather(*(client.wait(c.id, timeout=300) for c in submitted))
 
     well, ill = asyncio.run(main())
     assert well.status == ill.status == "done"

@@ -91,7 +91,7 @@ def arch_space(trial: optuna.Trial) -> dict[str, Any]:
 
 def test_an_ill_conditioned_candidate_is_pruned_and_a_well_conditioned_one_kept_end_to_end(client: PreflightClient) -> None:
     data = load_digits()
-    gate = ConditioningGate(client, options=TINY_OPTIONS)
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
 
     def objective(trial: optuna.Trial) -> float:
         spec = arch_space(trial)
@@ -112,7 +112,7 @@ def test_an_ill_conditioned_candidate_is_pruned_and_a_well_conditioned_one_kept_
 
 
 def test_the_gate_serves_multi_objective_studies(client: PreflightClient) -> None:
-    gate = ConditioningGate(client, options=TINY_OPTIONS)
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         spec = arch_space(trial)
@@ -126,7 +126,7 @@ def test_the_gate_serves_multi_objective_studies(client: PreflightClient) -> Non
 
 
 def test_ask_and_tell(client: PreflightClient) -> None:
-    gate = ConditioningGate(client, options=TINY_OPTIONS)
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
     study = enqueued_study(["ill", "well"], direction="maximize")
     for _ in range(2):
         trial = study.ask()
@@ -142,7 +142,7 @@ def test_ask_and_tell(client: PreflightClient) -> None:
 @pytest.mark.parametrize("storage_kind", ["inmemory", "rdb"])
 def test_parallel_trials_n_jobs_2(client: PreflightClient, storage_kind: str, tmp_path: Path) -> None:
     storage = None if storage_kind == "inmemory" else f"sqlite:///{tmp_path / 'optuna.db'}"
-    gate = ConditioningGate(client, options=TINY_OPTIONS)
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
     archs = ["well", "ill"] * 3
     study = enqueued_study(archs, direction="maximize", storage=storage)
 
@@ -157,7 +157,7 @@ def test_parallel_trials_n_jobs_2(client: PreflightClient, storage_kind: str, tm
 
 
 def test_the_pruner_decides_at_the_first_check_and_median_pruner_later(client: PreflightClient, tmp_path: Path) -> None:
-    gate = ConditioningGate(client, options=TINY_OPTIONS, prune=False)  # records only
+    gate = ConditioningGate(client, options=TINY_OPTIONS, prune=False, timeout=300)  # records only
     pruner = ConditioningPruner(wrapped=optuna.pruners.MedianPruner(n_startup_trials=1))
     study = enqueued_study(["ill", "well", "well"], direction="maximize", pruner=pruner,
                            storage=f"sqlite:///{tmp_path / 'optuna.db'}")  # fmt: skip
@@ -182,7 +182,7 @@ def test_the_pruner_decides_at_the_first_check_and_median_pruner_later(client: P
 
 
 def test_the_pruner_waits_for_a_candidate_only_submitted(client: PreflightClient) -> None:
-    gate = ConditioningGate(client, options=TINY_OPTIONS)
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
     study = enqueued_study(["ill", "well"], direction="maximize",
                            pruner=ConditioningPruner(client=client, timeout=300))  # fmt: skip
 
@@ -197,7 +197,7 @@ def test_the_pruner_waits_for_a_candidate_only_submitted(client: PreflightClient
 
 
 def test_prescreening_submits_all_specs_at_once_and_returns_the_kept(client: PreflightClient) -> None:
-    gate = ConditioningGate(client, options=TINY_OPTIONS)
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
     study = enqueued_study(["well", "ill", "ill", "well"], direction="maximize")
     kept = gate.prescreen(study, arch_space, n_trials=4)
     assert [s.trial.number for s in kept] == [0, 3]
