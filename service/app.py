@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from nas import SpecLimits
 from service.auth import TokenCache
 from service.db import make_engine, make_sessionmaker
 from service.metrics import Metrics, RequestLatencyMiddleware
@@ -42,6 +43,7 @@ def create_app(
         app.state.sessions = sessions
         app.state.tokens = TokenCache(sessions, settings.token_cache_seconds)
         app.state.metrics = Metrics(sessions)
+        app.state.spec_limits = SpecLimits()  # PREFLIGHT_SPEC_*, read once
         runner = None
         if embedded_worker:
             from worker.runner import Runner

@@ -136,7 +136,7 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
     created_ids = {
         key: id_
         for id_, key in session.execute(
-            _insert_ignoring_duplicates(session, rows).returning(Candidate.id, Candidate.cache_key)
+            _insert_ignoring_duplicates(session).returning(Candidate.id, Candidate.cache_key), rows
         )
     }
     existing = set(by_key) - set(created_ids)
@@ -165,12 +165,14 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
     return out
 
 
-def _insert_ignoring_duplicates(session: Session, rows: list[dict[str, Any]]) -> Any:
+def _insert_ignoring_duplicates(session: Session) -> Any:
+    """INSERT ... ON CONFLICT (cache_key) DO NOTHING, one cached statement run with many
+    parameter sets (SQLAlchemy batches them into multi-row INSERTs with RETURNING)."""
     if session.get_bind().dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as dialect_insert
     else:
         from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    return dialect_insert(Candidate).values(rows).on_conflict_do_nothing(index_elements=["cache_key"])
+    return dialect_insert(Candidate).on_conflict_do_nothing(index_elements=["cache_key"])
 
 
 def claim(session: Session, *, worker: str, device_kind: str, lease_seconds: float) -> Job | None:

@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
-from nas import SpecError, parse_spec, spec_hash
+from nas import SpecError, SpecLimits, parse_spec, spec_hash
 from service import queue
 from service.db import session_scope
 from service.deps import AuthDep, SessionDep, SettingsDep, WriteSessionDep
@@ -61,13 +61,15 @@ def _device_class(device: str) -> str:
     return "cuda" if device.startswith("cuda") else "cpu" if device == "cpu" else "any"
 
 
-def _new_candidates(specs: list[dict[str, Any]], options: CandidateOptions, *, batch: bool) -> list[queue.NewCandidate]:
+def _new_candidates(
+    specs: list[dict[str, Any]], options: CandidateOptions, *, batch: bool, limits: SpecLimits | None = None
+) -> list[queue.NewCandidate]:
     """Validate every spec (all or nothing) and the options, before anything is queued."""
     tuning = canonical_tuning_options(dict(options.model_extra or {}))
     out = []
     for index, data in enumerate(specs):
         try:
-            spec = parse_spec(data)
+            spec = parse_spec(data, limits)
         except SpecError as exc:
             raise ProblemError.from_spec_error(exc, field=f"specs[{index}]" if batch else "spec") from None
         out.append(queue.NewCandidate(
@@ -89,6 +91,7 @@ def _load(session: Session, ids: list[int]) -> dict[int, Candidate]:
     summary="Submit one candidate ({spec, options}) or a batch ({specs, options})",
 )
 def submit_candidates(
+    request: Request,
     session: WriteSessionDep,
     settings: SettingsDep,
     body: Annotated[CandidateSubmission, Body(openapi_examples=_SUBMIT_EXAMPLES)],
@@ -103,7 +106,7 @@ def submit_candidates(
             413, f"{len(specs)} specs in one batch exceed the limit of {settings.max_batch} "
             "(setting PREFLIGHT_MAX_BATCH)", kind="too-large",
         )  # fmt: skip
-    new = _new_candidates(specs, body.options, batch=batch)
+    new = _new_candidates(specs, body.options, batch=batch, limits=request.app.state.spec_limits)
     enqueued = queue.submit(session, candidates=new, max_attempts=settings.max_attempts)
     rows = _load(session, [e.id for e in enqueued])
     public = [CandidatePublic.of(rows[e.id], cached=not e.created) for e in enqueued]
