@@ -260,3 +260,27 @@ def test_workers_and_api_survive_a_postgres_restart(
     for worker in workers:
         assert worker.process.poll() is None, "workers stay up through the restart"
     assert rows(pg_url, select(func.max(Candidate.attempts)))[0][0] <= 2
+
+
+@pytest.mark.slow
+def test_supervisor_restarts_a_dead_child_and_stops_on_sigterm(sqlite_url: str) -> None:
+    log = Path(sqlite_url.removeprefix("sqlite:///")).with_name("supervisor.log")
+    env = {**os.environ, **WORKER_ENV, "PREFLIGHT_DATABASE_URL": sqlite_url}
+    with log.open("w") as handle:
+        process = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--devices", "all"],
+                                   env=env, stdout=handle, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        child = re.compile(r"started worker pid (\d+) on cpu")
+        wait_until(lambda: len(child.findall(log.read_text())) == 1, 120, "the CPU child (no GPU here)")
+        first = int(child.findall(log.read_text())[0])
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: len(child.findall(log.read_text())) == 2, 60, "the restarted child")
+        submit_many(sqlite_url, 3, tuning(**TINY))
+        wait_until(lambda: statuses(sqlite_url).get("done", 0) == 3, 120, "the restarted child's jobs")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "exited with -9; restarting" in log.read_text()
