@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nas.build import SameConv2d
+
 __all__ = [
     "Capture",
     "capture",
@@ -124,6 +126,14 @@ def receptive_field(weight: Tensor) -> int:
 
 def _conv_pads(conv: nn.Conv2d) -> tuple[int, int, int, int]:
     """(left, right, top, bottom) zero padding the convolution applies, as F.pad takes it."""
+    if isinstance(conv, SameConv2d):  # pads in forward, before its own (zero) padding
+        (kh, kw), (ph, pw) = conv.kernel_size, conv.padding
+        return (
+            (kw - 1) // 2 + pw,
+            kw - 1 - (kw - 1) // 2 + pw,
+            (kh - 1) // 2 + ph,
+            kh - 1 - (kh - 1) // 2 + ph,
+        )  # type: ignore[operator]
     if isinstance(conv.padding, str):
         if conv.padding == "valid":
             return (0, 0, 0, 0)
@@ -152,11 +162,21 @@ def per_sample_weight_grad_sq(module: nn.Module, x: Tensor, dy: Tensor) -> float
     weight_elems = module.weight.numel()
     chunk = max(1, _CHUNK_ELEMENTS // max(weight_elems, 1))
     total = torch.zeros((), dtype=torch.float64, device=x.device)
+    kh, kw = module.kernel_size
+    sh, sw = module.stride
     for start in range(0, batch, chunk):
-        xs = F.pad(x[start : start + chunk].detach().double(), _conv_pads(module))
-        cols = F.unfold(xs, module.kernel_size, dilation=module.dilation, stride=module.stride)
-        n = cols.shape[0]
-        cols = cols.reshape(n, groups, -1, cols.shape[-1])  # [n, G, Cg*kh*kw, P]
+        xs = F.pad(x[start : start + chunk].detach(), _conv_pads(module)).double()
+        if module.dilation == (1, 1):  # a strided view; F.unfold's im2col is slow on CPU
+            patches = xs.unfold(2, kh, sh).unfold(3, kw, sw)  # [n, C, Ho, Wo, kh, kw]
+            patches = patches.permute(0, 1, 4, 5, 2, 3).reshape(
+                xs.shape[0], xs.shape[1] * kh * kw, -1
+            )
+        else:
+            patches = F.unfold(
+                xs, module.kernel_size, dilation=module.dilation, stride=module.stride
+            )
+        n = patches.shape[0]
+        cols = patches.reshape(n, groups, -1, patches.shape[-1])  # [n, G, Cg*kh*kw, P]
         g = dy[start : start + chunk].detach().double().reshape(n, groups, -1, cols.shape[-1])
         per_sample = torch.einsum("bgop,bgkp->bgok", g, cols)  # [n, G, Og, Cg*kh*kw]
         total = total + per_sample.pow(2).sum()

@@ -1,0 +1,281 @@
+"""GR scaling (scaling-calculus-relu-networks.txt): the measured figures of eq. (1), (2) and nu,
+their agreement with each other and with the Hessian, and balancing."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import defaultdict
+from typing import Any
+
+import pytest
+import torch
+
+from nas import build_model
+from worker._moments import random_matrix
+from worker.hessian import hessian_figures
+from worker.scaling import balance, measure_scaling, spread
+
+
+def _mlp(
+    scheme: str, widths: tuple[int, ...] = (512, 64, 256), out: int = 10, d_in: int = 128
+) -> dict[str, Any]:
+    layers: list[dict[str, Any]] = []
+    for w in widths:
+        layers += [{"type": "linear", "out": w, "bias": False}, {"type": "relu"}]
+    return {
+        "input_shape": [d_in],
+        "init": {"scheme": scheme},
+        "blocks": [{"layers": layers}, {"layers": [{"type": "linear", "out": out, "bias": False}]}],
+    }
+
+
+STRIDED_CNN: dict[str, Any] = {  # Fig. 1's strided LeNet, reduced; stride = kernel (Table 1)
+    "input_shape": [3, 12, 12],
+    "init": {"scheme": "geometric"},
+    "blocks": [
+        {"layers": [{"type": "conv2d", "out": 16, "kernel": 2, "stride": 2, "bias": False}, {"type": "relu"}]},
+        {"layers": [{"type": "conv2d", "out": 32, "kernel": 2, "stride": 2, "bias": False}, {"type": "relu"}]},
+        {"layers": [{"type": "flatten"}, {"type": "linear", "out": 64, "bias": False}, {"type": "relu"},
+                    {"type": "linear", "out": 10, "bias": False}]},
+    ],
+}  # fmt: skip
+
+CNN_POOLING: dict[str, Any] = {
+    "input_shape": [3, 16, 16],
+    "blocks": [
+        {"layers": [{"type": "conv2d", "out": 16, "kernel": 3}, {"type": "relu"}, {"type": "maxpool", "kernel": 2}]},
+        {"layers": [{"type": "conv2d", "out": 48, "kernel": 3, "stride": 2}, {"type": "relu"}]},
+        {"layers": [{"type": "conv2d", "out": 32, "kernel": 1}, {"type": "relu"}, {"type": "global_avgpool"},
+                    {"type": "linear", "out": 10}]},
+    ],
+}  # fmt: skip
+
+BN_MLP: dict[str, Any] = {
+    "input_shape": [32],
+    "blocks": [
+        {"layers": [{"type": "linear", "out": 96}, {"type": "batchnorm"}, {"type": "relu"},
+                    {"type": "linear", "out": 48}, {"type": "relu"}]},
+        {"layers": [{"type": "linear", "out": 10}]},
+    ],
+}  # fmt: skip
+
+RESIDUAL_MLP: dict[str, Any] = {
+    "input_shape": [64],
+    "init": {"scheme": "fan_in"},
+    "blocks": [
+        {"layers": [{"type": "linear", "out": 128}, {"type": "relu"}]},
+        {"layers": [{"type": "residual", "beta": 0.5, "body": [{"type": "linear", "out": 128}, {"type": "relu"}]}]},
+        {"layers": [{"type": "linear", "out": 10}]},
+    ],
+}  # fmt: skip
+
+NORMED_RESNET: dict[str, Any] = {
+    "input_shape": [3, 16, 16],
+    "init": {"scheme": "torch_default"},
+    "blocks": [
+        {"layers": [{"type": "conv2d", "out": 16, "kernel": 3}, {"type": "relu"}, {"type": "maxpool", "kernel": 2}]},
+        {"layers": [{"type": "residual", "alpha": 0.8, "beta": 0.6, "body": [
+            {"type": "conv2d", "out": 16, "kernel": 3}, {"type": "groupnorm", "groups": 4}, {"type": "relu"},
+            {"type": "conv2d", "out": 16, "kernel": 1}]}]},
+        {"layers": [{"type": "layernorm"}, {"type": "global_avgpool"}, {"type": "linear", "out": 10}]},
+    ],
+}  # fmt: skip
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _x(shape: list[int], batch: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(batch, *shape, generator=_gen(seed))
+
+
+@pytest.mark.parametrize(
+    ("scheme", "equal"),
+    [("geometric", True), ("fan_in", False), ("fan_out", False), ("arithmetic", False)],
+)
+def test_geometric_init_gives_equal_gamma_across_unequal_widths_and_the_other_schemes_do_not(
+    scheme: str, equal: bool
+) -> None:
+    """Prop. 3 / eq. (3): with widths 128-512-64-256-10, geometric initialization gives
+    equal gamma_l; fan-in, fan-out and arithmetic (eq. 4, 5) do not. Tolerance: the spread
+    max log - min log over the 4 layers is below 0.35 (a factor 1.42) for gamma_intrinsic and for
+    nu under geometric, and above 1.0 (a factor e) for both under the other schemes. Measured
+    (seed 0, batch 256): geometric 0.29 / 0.13, arithmetic 1.6 / 1.6, fan-in and fan-out above 4."""
+    net = build_model(_mlp(scheme), seed=0)
+    figures = measure_scaling(net, _x([128], 256), generator=_gen(1))
+    for values in ([f.gamma_intrinsic for f in figures], [f.nu for f in figures]):
+        assert (spread(values) < 0.35) is equal, (scheme, values)
+        assert (spread(values) > 1.0) is (not equal), (scheme, values)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [_mlp("geometric"), _mlp("fan_in"), STRIDED_CNN],
+    ids=["mlp-geometric", "mlp-fan-in", "strided-cnn"],
+)
+def test_intrinsic_and_extrinsic_gamma_and_nu_agree_on_hidden_layers(spec: dict[str, Any]) -> None:
+    """Appendix C (intrinsic = extrinsic form of eq. 2) and Prop. 3 / appendix D (nu = gamma)
+    hold under the i.i.d. assumptions of section 3. Tolerance: both ratios to gamma_extrinsic
+    within [0.8, 1.25] on every hidden layer. The head is excluded: with 10 outputs the random
+    loss's gradient R y is correlated with y (assumption 2 fails; measured ratios 1.4 and 1.7)."""
+    net = build_model(spec, seed=0)
+    x = _x(spec["input_shape"], 256)
+    for f in measure_scaling(net, x, generator=_gen(1))[:-1]:
+        assert 0.8 < f.gamma_intrinsic / f.gamma_extrinsic < 1.25, f
+        assert 0.8 < f.nu / f.gamma_extrinsic < 1.25, f
+
+
+def test_per_sample_weight_gradient_moment_matches_a_loop_over_single_samples() -> None:
+    """E[dW_b^2] (batch-size-1 semantics, section 2) equals the mean square of gradients taken one
+    sample at a time with autograd, for strided, padded and grouped convolutions and a linear
+    layer. float64, rtol 1e-9."""
+    spec = {
+        "input_shape": [4, 9, 9],
+        "blocks": [
+            {
+                "layers": [
+                    {"type": "conv2d", "out": 6, "kernel": 3, "stride": 2, "padding": 1},
+                    {"type": "relu"},
+                ]
+            },
+            {"layers": [{"type": "conv2d", "out": 6, "kernel": 2, "groups": 2}, {"type": "relu"}]},
+            {"layers": [{"type": "flatten"}, {"type": "linear", "out": 5}]},
+        ],
+    }
+    net = build_model(spec, seed=0).double()
+    x = _x([4, 9, 9], 6).double()
+    r = random_matrix(5, _gen(3), x)
+    measured = [f.dw_sq for f in measure_scaling(net, x, r=r)]
+    weights = [m.weight for _, m in net.weighted_layers()]
+    sums = [torch.zeros((), dtype=torch.float64) for _ in weights]
+    for b in range(x.shape[0]):
+        out = net(x[b : b + 1])
+        grads = torch.autograd.grad(torch.einsum("bc,cd,bd->", out, r, out), weights)
+        sums = [s + g.pow(2).sum() for s, g in zip(sums, grads, strict=True)]
+    expected = [float(s / (x.shape[0] * w.numel())) for s, w in zip(sums, weights, strict=True)]
+    torch.testing.assert_close(torch.tensor(measured), torch.tensor(expected), rtol=1e-9, atol=0.0)
+
+
+def test_gamma_over_the_hessian_blocks_mean_squared_singular_value_is_near_one() -> None:
+    """Fig. 1 / Prop. 4: on a strided LeNet with random inputs and the random loss y^T R y, the
+    ratio of gamma_l (eq. 2) to the measured E[(G_l r)^2] is close to 1. Each sample is its own
+    batch of one (the paper's setting), with its own R; the figures are averaged over 2 seeds x
+    6 samples. Tolerance: the ratio of the means lies in [0.6, 1.6] for every layer (measured
+    on 4 x 8 samples: 0.93, 1.32, 1.04, 1.25)."""
+    pairs: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for seed in range(2):
+        net = build_model(STRIDED_CNN, seed=seed)
+        for b in range(6):
+            xb = _x([3, 12, 12], 1, seed=100 * seed + b)
+            scaling = measure_scaling(net, xb, generator=_gen(7 * seed + b))
+            hessian = hessian_figures(net, xb, iterations=1, probes=4, generator=_gen(7 * seed + b))
+            for s, h in zip(scaling, hessian, strict=True):
+                pairs[s.name].append((s.gamma_extrinsic, h.mean_sq_singular_value))
+    for name, values in pairs.items():
+        ratio = sum(g for g, _ in values) / sum(m for _, m in values)
+        assert 0.6 < ratio < 1.6, (name, ratio)
+
+
+BALANCED = [
+    pytest.param(_mlp("fan_in", d_in=64), [64], 1e-3, id="mlp-unequal-widths"),
+    pytest.param(CNN_POOLING, [3, 16, 16], 1e-3, id="cnn-maxpool-gap-torch-default"),
+    pytest.param(BN_MLP, [32], 1e-2, id="batchnorm-mlp"),
+    pytest.param(RESIDUAL_MLP, [64], 2e-2, id="residual-mlp"),
+]
+
+
+@pytest.mark.parametrize(("spec", "shape", "tol"), BALANCED)
+def test_balance_equalizes_gamma_and_sets_the_output_std_and_build_model_reproduces_it(
+    spec: dict[str, Any], shape: list[int], tol: float
+) -> None:
+    """Balancing (sections 6.2, 8, 10, 11 and the measured refinement) ends with equal gamma_l
+    (log spread below ``tol``) and output std 0.05 (relative error below 1e-4), and
+    ``build_model(spec, scales=b.scales, seed)`` rebuilds that network: its measured gammas
+    equal ``b.after`` (rtol 1e-4, float32). ``scales[name]`` is the product of the in-scales
+    multipliers, and the given model is not modified."""
+    model = build_model(spec, seed=3)
+    original = copy.deepcopy(model.state_dict())
+    x = _x(shape, 128)
+    b = balance(model, x, generator=_gen(5))
+    assert b.gamma_log_spread_after < tol, [f.gamma for f in b.after]
+    assert b.gamma_log_spread_after < b.gamma_log_spread_before
+    assert abs(b.output_std_after / 0.05 - 1) < 1e-4
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, original[key], rtol=0, atol=0)
+    products: dict[str, float] = defaultdict(lambda: 1.0)
+    for m in b.multipliers:
+        if m.in_scales:
+            products[m.name] *= m.value
+    assert products.keys() == b.scales.keys()
+    torch.testing.assert_close(
+        torch.tensor([products[k] for k in b.scales]),
+        torch.tensor(list(b.scales.values())),
+        rtol=1e-12,
+        atol=0,
+    )
+    rebuilt = build_model(spec, scales=b.scales, seed=3)
+    gammas = torch.tensor(
+        [f.gamma for f in measure_scaling(rebuilt, x, generator=_gen(5))], dtype=torch.float64
+    )
+    # the same R: balance draws it first from a generator seeded like this one
+    torch.testing.assert_close(
+        gammas, torch.tensor([f.gamma for f in b.after], dtype=torch.float64), rtol=1e-4, atol=0
+    )
+    with torch.no_grad():
+        assert abs(float(rebuilt(x).std()) / 0.05 - 1) < 1e-3
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured: residual net with GroupNorm + LayerNorm and torch_default biases stays at a log spread of about 2 after 10 rounds",
+)
+def test_balance_equalizes_gamma_in_a_residual_net_with_group_and_layer_norm() -> None:
+    """The measured refinement is exact for positively homogeneous nets; with a GroupNorm in a
+    weighted residual body and a LayerNorm before the head its fixed point is not reached within
+    the default 10 rounds (log spread 8.0 before, 1.95 after, seed 0). Tolerance: spread < 0.1."""
+    b = balance(build_model(NORMED_RESNET, seed=0), _x([3, 16, 16], 32), generator=_gen(1))
+    assert b.gamma_log_spread_after < 0.1
+
+
+def test_measurement_leaves_batchnorm_running_statistics_and_weights_unchanged() -> None:
+    """measure_scaling runs forward passes in training mode, which would move BatchNorm's running
+    statistics; they are restored exactly."""
+    net = build_model(BN_MLP, seed=0)
+    before = copy.deepcopy(net.state_dict())
+    measure_scaling(net, _x([32], 64), generator=_gen(0))
+    for key, value in net.state_dict().items():
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [torch.arange(32) % 10, torch.randn(32, 10, generator=_gen(9))],
+    ids=["classes", "regression"],
+)
+def test_task_losses_give_finite_positive_figures(targets: torch.Tensor) -> None:
+    """With targets, the loss is cross-entropy (integer) or half squared error (float); every
+    figure is finite and positive on a healthy net."""
+    figures = measure_scaling(
+        build_model(_mlp("geometric", d_in=16), seed=0), _x([16], 32), targets=targets
+    )
+    for f in figures:
+        for value in (
+            f.activation_scaling,
+            f.gamma_intrinsic,
+            f.gamma_extrinsic,
+            f.nu,
+            f.gamma_bias,
+        ):
+            assert math.isfinite(value) and value > 0, f
+
+
+def test_non_finite_network_gives_non_finite_figures_without_raising() -> None:
+    """NaN policy: weights scaled to overflow float32 give inf / NaN figures, not an exception."""
+    spec = _mlp("geometric", d_in=16)
+    net = build_model(spec, scales={"blocks.0.0.weight": 1e30, "blocks.0.2.weight": 1e30}, seed=0)
+    figures = measure_scaling(net, _x([16], 8), generator=_gen(0))
+    assert any(not math.isfinite(f.gamma_extrinsic) for f in figures)
+    b = balance(net, _x([16], 8), generator=_gen(0), rounds=2)
+    assert len(b.after) == len(figures)
