@@ -17,6 +17,15 @@ from worker.hessian import hessian_figures
 from worker.scaling import balance, measure_scaling, spread
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():  # type: ignore[no-untyped-def]
+    """These tensors are tiny: intra-op threads only add overhead (10x on a shared 2-core CPU)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _mlp(
     scheme: str, widths: tuple[int, ...] = (512, 64, 256), out: int = 10, d_in: int = 128
 ) -> dict[str, Any]:
