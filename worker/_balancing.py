@@ -103,6 +103,7 @@ def balance(
     tol: float = 1e-3,
     typical_kernel: int | None = None,
     fold_input_scale: bool = False,
+    refine_residual: bool = True,
 ) -> Balancing:
     """Balance gamma_l across weighted layers and set the output std (steps in the module doc).
 
@@ -239,10 +240,20 @@ def balance(
     # gamma response, secant-estimated, 4 for homogeneous layers) plus c / slope_l, a direction
     # that leaves the gamma deviations unchanged to first order, with c fixing the output std
     # through the sensitivities d log std / d a_l = <W_l, grad_W_l log std> (one backward).
+    in_residual = [_in_residual(work, info.module) for info, _ in layers]
     slopes = [4.0] * len(weights)
     last: list[tuple[float, float] | None] = [None] * len(weights)  # (deviation, own step)
     for _ in range(rounds):
-        deviations = _log_deviations([s.gamma for s in measure()])
+        gammas = [s.gamma for s in measure()]
+        # refine_residual=False keeps layers in residual branches at the section-11 factor. In a
+        # branch, gamma is not the Hessian block's mean squared singular value (the shortcut makes
+        # dy_l not proportional to y_l, so Prop. 4 fails); measured: it does not help either way.
+        deviations = _log_deviations(
+            [
+                g if refine_residual or not inside else math.nan
+                for g, inside in zip(gammas, in_residual, strict=True)
+            ]
+        )
         error = _log_std_error(work, x, output_std)
         if all(d is None or abs(d) < tol for d in deviations) and abs(error) < 1e-6:
             break
@@ -381,6 +392,13 @@ def _residual_factor(model: PreflightNet, module_name: str) -> tuple[float, str]
                     f"{'beta' if parts[i] == 'body' else 'alpha'}={factor:g} at {'.'.join(parts[:i])}"
                 )
     return c, ", ".join(path)
+
+
+def _in_residual(model: PreflightNet, module_name: str) -> bool:
+    parts = module_name.split(".")
+    return any(
+        isinstance(model.get_submodule(".".join(parts[:i])), Residual) for i in range(1, len(parts))
+    )
 
 
 def _residual_undo(model: PreflightNet) -> list[tuple[str, float, str]]:

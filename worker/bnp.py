@@ -185,12 +185,14 @@ def neuron_hessian_condition(
         hessian = torch.autograd.functional.hessian(loss_of, w_hat0)
     # P = U D (eq. 12 / 23): mu and sigma of the input channels this neuron reads, per weight entry
     group = neuron // (w0.shape[0] // (module.groups if isinstance(module, nn.Conv2d) else 1))
-    channels = torch.arange(group * channels_per_group, (group + 1) * channels_per_group)
+    channels = torch.arange(
+        group * channels_per_group, (group + 1) * channels_per_group, device=mean.device
+    )
     kernel_area = w0[0].numel() // channels_per_group
     mu = mean[channels].repeat_interleave(kernel_area)
     sigma = var[channels].sqrt().repeat_interleave(kernel_area)
     n = w_hat0.numel()
-    u = torch.eye(n, dtype=torch.float64)
+    u = torch.eye(n, dtype=torch.float64, device=hessian.device)
     u[0, 1:] = -mu
     p = u @ torch.diag(torch.cat([sigma.new_ones(1), 1.0 / sigma]))
     return NeuronHessianCondition(
