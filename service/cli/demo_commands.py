@@ -1,13 +1,15 @@
 """`preflight demo`: an Optuna architecture search on real data, with and without Preflight.
 
 On scikit-learn's handwritten digits, the same search (same sampler, same seed, same
-number of trials) runs three times on the embedded default (a SQLite file, the API and a
+number of trials) runs four times on the embedded default (a SQLite file, the API and a
 worker in this process, on a free port):
 
 1. ``no gate``: every candidate is trained from its plain initialization;
 2. ``median pruner``: the same, with Optuna's MedianPruner stopping weak trainings early;
 3. ``preflight gate``: every candidate is conditioned first; those the service prunes are
-   never trained, the others train from the tuned initialization (``report["scales"]``).
+   never trained, the others train from the tuned initialization (``report["scales"]``);
+4. ``gate + median pruner``: both, as one study pruner: ``ConditioningPruner`` decides at
+   the first ``should_prune()`` and hands later steps to MedianPruner.
 
 It prints a table (trials, pruned before training, compute spent, best validation
 accuracy) and writes plots and ``results.json`` into the output folder. Compute is what
@@ -28,7 +30,7 @@ from typing import Any
 
 __all__ = ["register"]
 
-SEARCHES = ("no gate", "median pruner", "preflight gate")
+SEARCHES = ("no gate", "median pruner", "preflight gate", "gate + median pruner")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -187,7 +189,7 @@ def _run_all(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
         for name in SEARCHES:
             searches.append(_search(name, args, data, client, options))
         extra = _score_ungated(args, client, options, searches[0])
-        profiles = _apjn_profiles(client, searches[-1])
+        profiles = _apjn_profiles(client, searches[SEARCHES.index("preflight gate")])
     return {"searches": searches, "score_vs_accuracy": extra, "apjn": profiles}
 
 
@@ -215,18 +217,24 @@ def _search(name: str, args: argparse.Namespace, data: Any, client: Any, options
 
     import nas
     from nas.gate import ATTR_CANDIDATE_ID, ConditioningGate
+    from nas.pruners import ConditioningPruner
     from nas.training import Trainer
 
     pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
     if name == "median pruner":
         pruner = optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=2)
+    if name == "gate + median pruner":
+        pruner = ConditioningPruner(wrapped=optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=2))
     study = optuna.create_study(
         study_name=f"demo-{name.replace(' ', '-')}-{int(time.time())}",
         direction="maximize",
         sampler=optuna.samplers.TPESampler(seed=args.seed, n_startup_trials=10),
         pruner=pruner,
     )
-    gate = ConditioningGate(client, options=options, timeout=600.0) if name == "preflight gate" else None
+    gate = None
+    if name in ("preflight gate", "gate + median pruner"):
+        # With the study's ConditioningPruner the gate only records; should_prune decides.
+        gate = ConditioningGate(client, options=options, timeout=600.0, prune=name == "preflight gate")
     space = search_space(data.n_classes)
     result = SearchResult(name)
     optimizer = _bnp_factory() if (args.bnp and gate is not None) else None
@@ -244,6 +252,9 @@ def _search(name: str, args: argparse.Namespace, data: Any, client: Any, options
                 record.state = "pruned-before"
                 raise
             _fill_conditioning(record, client, trial.user_attrs.get(ATTR_CANDIDATE_ID), report)
+            if trial.should_prune():  # ConditioningPruner: the first check decides by conditioning
+                record.state = "pruned-before"
+                raise optuna.TrialPruned()
             scales = report.get("scales") or None
         model = nas.build_model(spec, scales=scales, seed=args.seed + trial.number)
         trainer = Trainer(model, data, optimizer=optimizer,
@@ -277,7 +288,7 @@ def _search(name: str, args: argparse.Namespace, data: Any, client: Any, options
         best = result.best
         print(f"{name}: {len(result.trials)} trials in {result.wall_seconds:.0f} s, pruned "
               f"{result.pruned_before} before + {result.pruned_during} during training, best accuracy "
-              f"{best.accuracy if best else '-'}", flush=True)  # fmt: skip
+              f"{f'{best.accuracy:.4f}' if best and best.accuracy is not None else '-'}", flush=True)  # fmt: skip
     return result
 
 

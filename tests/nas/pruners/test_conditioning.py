@@ -168,3 +168,44 @@ def test_bad_arguments_are_refused_and_quoted(kwargs: dict[str, Any], message: s
 def test_wrapped_must_be_a_pruner() -> None:
     with pytest.raises(TypeError, match="wrapped"):
         ConditioningPruner(wrapped="median")  # type: ignore[arg-type]
+
+
+CONTROLLER = """
+import sys, optuna
+from nas.gate import ATTR_SCORE, ATTR_VERDICT
+from nas.pruners import ConditioningPruner
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+study = optuna.load_study(study_name="shared", storage=sys.argv[1], pruner=ConditioningPruner(threshold=0.0))
+def objective(trial):
+    score = trial.suggest_float("score", -1.0, 1.0)
+    trial.set_user_attr(ATTR_SCORE, score)
+    trial.set_user_attr(ATTR_VERDICT, "keep")
+    if trial.should_prune():
+        raise optuna.TrialPruned()
+    return score
+study.optimize(objective, n_trials=6)
+"""
+
+
+def test_controller_processes_share_one_rdb_storage(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    optuna.create_study(study_name="shared", storage=storage, direction="maximize")
+    processes = [subprocess.Popen([sys.executable, "-c", CONTROLLER, storage]) for _ in range(2)]
+    assert [p.wait(timeout=120) for p in processes] == [0, 0]
+    study = optuna.load_study(study_name="shared", storage=storage)
+    assert len(study.trials) == 12
+    for trial in study.trials:
+        assert trial.state == (PRUNED_STATE if trial.params["score"] < 0 else optuna.trial.TrialState.COMPLETE)
+    # A third controller's percentile rule sees every score the two recorded.
+    third = optuna.load_study(study_name="shared", storage=storage,
+                              pruner=ConditioningPruner(percentile=50.0, n_startup_trials=12))  # fmt: skip
+    median = sorted(t.params["score"] for t in study.trials)
+    trial = third.ask()
+    trial.set_user_attr(ATTR_SCORE, (median[5] + median[6]) / 2 - 1e-9)
+    assert trial.should_prune() is True
+
+
+PRUNED_STATE = optuna.trial.TrialState.PRUNED
