@@ -33,12 +33,15 @@ def collect(candidates: list[Candidate], out: Path) -> list[dict[str, Any]]:
     """One row per candidate with every stage's results (missing stages are ``None``)."""
     rows = []
     for c in candidates:
-        stage = {s: out / s / f"{c.id}.json" for s in ("proxies", "preflight", "train", "tuned")}
+        stage = {
+            s: out / s / f"{c.id}.json" for s in ("proxies", "preflight", "spec", "tuned", "peers")
+        }
         got = {s: read_json(p) if p.exists() else None for s, p in stage.items()}
-        if got["proxies"] is None or got["train"] is None:
+        if got["proxies"] is None or got["spec"] is None:
             continue
         chance = load_key(c.dataset).chance_loss
-        spec_run = got["train"]["spec"]
+        spec_run = got["spec"]["spec"]
+        peers = got["peers"] or {}
         pre = got["preflight"] or {"score": math.nan, "verdict": None}
         tuned = (got["tuned"] or {}).get("tuned")
         thresholds = pre.get("thresholds") or {}
@@ -60,8 +63,8 @@ def collect(candidates: list[Candidate], out: Path) -> list[dict[str, Any]]:
             "preflight_seconds": pre.get("seconds", math.nan),
             "components": comps,
             "component_thresholds": {k: _threshold_for(k, thresholds) for k in comps},
-            "peers": {k: got["train"][k]["best_loss"] for k in PEERS if k in got["train"]},
-            "peer_seconds": {k: got["train"][k].get("init_seconds", 0.0) for k in PEERS if k in got["train"]},
+            "peers": {k: peers[k]["best_loss"] for k in PEERS if k in peers},
+            "peer_seconds": {k: peers[k].get("init_seconds", 0.0) for k in PEERS if k in peers},
             "tuned_loss": tuned["best_loss"] if tuned else math.nan,
             "tuned_accuracy": tuned["test_accuracy"] if tuned else math.nan,
             "tuned_norm_loss": tuned["best_loss"] / chance if tuned else math.nan,

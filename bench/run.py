@@ -7,9 +7,10 @@ report without retraining, and a changed engine only reruns the stages that use 
 - ``proxies``: every zero-cost proxy and the training-step time (``bench.proxies``);
 - ``preflight``: ``worker.condition`` on a real training batch: score, verdict, components,
   scales, seconds;
-- ``train``: the protocol from the spec's initialization and from each init peer;
+- ``spec``: the protocol from the spec's initialization (ground truth A);
 - ``tuned``: the protocol from Preflight's tuned initialization
-  (``nas.build_model(spec, scales=report.scales)``).
+  (``nas.build_model(spec, scales=report.scales)``, ground truth B);
+- ``peers``: the protocol from each initialization peer (``bench.inits``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from bench.proxies import compute_proxies
 
 __all__ = ["STAGES", "condition_candidate", "run_stage"]
 
-STAGE_VERSION = {"proxies": 1, "preflight": 1, "train": 1, "tuned": 1}
+STAGE_VERSION = {"proxies": 1, "preflight": 1, "spec": 1, "tuned": 1, "peers": 1}
 MODEL_SEED = 0
 BATCH = 64  # proxies, Preflight and the init peers see the same first 64 training samples
 
@@ -127,10 +128,20 @@ def _preflight(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str,
         return {"error": f"{type(error).__name__}: {error}", "score": math.nan, "verdict": None}
 
 
-def _train(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any]:
+def _spec(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any]:
+    """Ground truth A: the protocol from the spec's own initialization."""
+    return {
+        "spec": asdict(
+            train(lambda: _model(candidate), data=load_key(candidate.dataset), protocol=protocol)
+        )
+    }
+
+
+def _peers(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any]:
+    """The protocol from each initialization peer (``bench.inits``), on the same batch."""
     data = load_key(candidate.dataset)
     x, y = data.batch(BATCH)
-    results = {"spec": asdict(train(lambda: _model(candidate), data, protocol))}
+    results = {}
     for name, peer in PEERS.items():
         start = time.perf_counter()
         initialized = peer(_model(candidate), x, y)
@@ -147,7 +158,8 @@ def _train(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any
 
 
 def _tuned(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any]:
-    report = read_json(out / "preflight" / f"{candidate.id}.json")
+    path = out / "preflight" / f"{candidate.id}.json"
+    report = read_json(path) if path.exists() else {"error": "no Preflight report yet"}
     if report.get("error") or report.get("scales") is None:
         return {"error": report.get("error", "no scales"), "tuned": None}
     data = load_key(candidate.dataset)
@@ -158,8 +170,9 @@ def _tuned(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any
 STAGES: dict[str, Callable[[Candidate, Protocol, Path], dict[str, Any]]] = {
     "proxies": _proxies,
     "preflight": _preflight,
-    "train": _train,
+    "spec": _spec,
     "tuned": _tuned,
+    "peers": _peers,  # last: the most expensive, and only the tuning comparison needs it
 }
 
 

@@ -3,11 +3,12 @@
 Setup as in the paper's section 9 and appendix H: a ReLU network with 3 weight layers,
 inner widths 384 and 64; LayerNorm on the input; the logits scaled to standard deviation
 0.05 after the first mini-batch by a fixed multiplier; weight decay 1e-5; SGD over the
-learning rates ``2^1 .. 2^-12``; for each dataset, init and rate, the median over seeds of the
+learning rates ``2^3 .. 2^-6`` (``LRS``); for each dataset, init and rate, the median over seeds of the
 training loss after 5 epochs; the best rate by that median; each dataset's losses divided by
 the worst initialization's before averaging. "Worst in #" / "Best in #" count datasets.
 
 Differences from the paper, stated: 4 datasets instead of 26, ``SEEDS`` seeds instead of 10,
+the learning-rate grid (see ``LRS``),
 mini-batches of 32, plain SGD (the paper does not state momentum); an extra row trains from
 Preflight's tuned initialization (fan-in spec, then the same output normalization) when the
 engine is installed.
@@ -28,8 +29,10 @@ from bench.datasets import Dataset, load
 __all__ = ["SCHEMES", "mlp_spec", "scaling_table", "train_once"]
 
 SCHEMES = ("arithmetic", "fan_in", "fan_out", "geometric")
-LRS = tuple(2.0**k for k in range(1, -13, -1))
-SEEDS = 5
+# The paper's grid is 2^1 .. 2^-12; with the 0.05 output scale the best rates sit at its top,
+# and rates below 2^-6 never win on these datasets, so the grid is shifted to 2^3 .. 2^-6.
+LRS = tuple(2.0**k for k in range(3, -7, -1))
+SEEDS = 3
 EPOCHS = 5
 BATCH = 32
 WEIGHT_DECAY = 1e-5

@@ -64,7 +64,7 @@ def test_report_only_reuses_the_cache_without_training(tmp_path):
         )
         == 0
     )
-    cached = sorted((tmp_path / "train").glob("*.json"))
+    cached = sorted((tmp_path / "spec").glob("*.json"))
     assert len(cached) == 2
     stamps = [p.stat().st_mtime_ns for p in cached]
     assert (
