@@ -186,13 +186,17 @@ def peak_memory(name: str, kind: str, batch: int, device: torch.device) -> int:
     return int(out.stdout.strip().splitlines()[-1])
 
 
-def whole_conditioning(name: str, batch: int, device: torch.device) -> float:
+def whole_conditioning(
+    name: str, batch: int, device: torch.device
+) -> tuple[float, dict[str, float], int]:
+    """Wall time of ``worker.condition`` with default options, its per-stage times and the
+    AutoInit steps it took."""
     from worker import condition
 
     start = time.perf_counter()
-    condition(SPECS[name](), options={"batch_size": batch, "device": str(device)})
+    report = condition(SPECS[name](), options={"batch_size": batch, "device": str(device)})
     _sync(device)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, report.tuning.timings, report.tuning.steps
 
 
 def run(device: torch.device, batch: int, repeats: int, names: list[str]) -> dict[str, Any]:
@@ -203,13 +207,16 @@ def run(device: torch.device, batch: int, repeats: int, names: list[str]) -> dic
         t_train = time_step(steps["train"], device, repeats)
         t_tune = time_step(steps["tune"], device, repeats)
         m_train, m_tune = (peak_memory(name, k, batch, device) for k in ("train", "tune"))
-        t_condition = whole_conditioning(name, batch, device)
+        sys.stderr.write(f"{name}: train {t_train:.3f} s, tune {t_tune:.3f} s, memory {m_train >> 20} / {m_tune >> 20} MiB\n")
+        t_condition, stages, tuning_steps = whole_conditioning(name, batch, device)
+        sys.stderr.write(f"{name}: whole conditioning {t_condition:.1f} s\n")
         rows.append({
             "model": SPECS[name]()["name"], "parameters": sum(p.numel() for p in model.parameters()), "batch": batch,
             "train_step_s": t_train, "tune_step_s": t_tune, "time_ratio": t_tune / t_train,
             "train_peak_mib": m_train / 2**20, "tune_peak_mib": m_tune / 2**20,
             "memory_ratio": m_tune / m_train if m_train > 0 else math.nan,
             "condition_s": t_condition, "condition_in_train_steps": t_condition / t_train,
+            "autoinit_steps": tuning_steps, "stages_in_train_steps": {k: v / t_train for k, v in stages.items()},
         })  # fmt: skip
     return {
         "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
@@ -222,16 +229,21 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"Device: {result['device']} (torch {result['torch']}, {result['threads']} threads).",
         "",
-        "| model | params | batch | train step | tuning step | time ratio | train peak | tuning peak | memory ratio | whole conditioning |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | params | batch | train step | tuning step | time ratio | train peak | tuning peak | memory ratio | whole conditioning | of which AutoInit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         lines.append(
             f"| {r['model']} | {r['parameters'] / 1e6:.2f} M | {r['batch']} | {r['train_step_s'] * 1e3:.0f} ms | "
             f"{r['tune_step_s'] * 1e3:.0f} ms | {r['time_ratio']:.2f}x | {r['train_peak_mib']:.0f} MiB | "
             f"{r['tune_peak_mib']:.0f} MiB | {r['memory_ratio']:.2f}x | {r['condition_s']:.1f} s = "
-            f"{r['condition_in_train_steps']:.1f} steps |"
+            f"{r['condition_in_train_steps']:.1f} steps | {r['stages_in_train_steps'].get('autoinit', math.nan):.1f} steps "
+            f"({r['autoinit_steps']} tuning steps) |"
         )
+    lines += ["", "Stages of the whole conditioning, in training steps:", ""]
+    for r in result["rows"]:
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages_in_train_steps"].items())
+        lines.append(f"- {r['model']}: {stages}")
     return "\n".join(lines)
 
 
