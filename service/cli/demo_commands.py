@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "demo", help="an Optuna NAS on scikit-learn's digits, with and without the conditioning gate"
     )
     demo.add_argument("--trials", type=int, default=30, help="trials per search (default 30)")
-    demo.add_argument("--epochs", type=int, default=12, help="training epochs of a survivor (default 12)")
+    demo.add_argument("--epochs", type=int, default=20, help="training epochs of a survivor (default 20)")
     demo.add_argument("--out", default="preflight-demo-output", help="output folder (default ./preflight-demo-output)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--device", default="auto", help="device of the embedded worker (auto, cpu, cuda:N)")
@@ -184,10 +184,18 @@ def _run_all(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
     options: dict[str, Any] = {"seed": args.seed}
     if args.steps is not None:
         options["steps"] = args.steps
-    searches = []
     with PreflightClient(url, timeout=60.0) as client:
-        for name in SEARCHES:
-            searches.append(_search(name, args, data, client, options))
+        runs = [_search(name, position, args, data, client, options) for position, name in enumerate(SEARCHES)]
+        # Round robin, one trial of each search in turn: the four see the same load on
+        # this machine, so their compute (wall seconds) compares fairly.
+        try:
+            for _ in range(args.trials):
+                for run in runs:
+                    run()
+        finally:
+            for run in runs:
+                run.close()
+        searches = [run.result for run in runs]
         extra = _score_ungated(args, client, options, searches[0])
         profiles = _apjn_profiles(client, searches[SEARCHES.index("preflight gate")])
     return {"searches": searches, "score_vs_accuracy": extra, "apjn": profiles}
@@ -211,7 +219,35 @@ def _apjn_profiles(client: Any, gated: SearchResult) -> dict[str, Any]:
     return out
 
 
-def _search(name: str, args: argparse.Namespace, data: Any, client: Any, options: dict[str, Any]) -> SearchResult:
+class _Run:
+    """One search, advanced one trial per call."""
+
+    def __init__(self, study: Any, objective: Any, result: SearchResult, bar: Any, args: argparse.Namespace) -> None:
+        self.study, self.objective, self.result, self.bar, self.args = study, objective, result, bar, args
+
+    def __call__(self) -> None:
+        started = time.perf_counter()
+        self.study.optimize(self.objective, n_trials=1)
+        self.result.wall_seconds += time.perf_counter() - started
+        result, best = self.result, self.result.best
+        accuracy = f"{best.accuracy:.4f}" if best and best.accuracy is not None else "-"
+        self.bar.set_postfix_str(
+            f"best acc {accuracy}, pruned {result.pruned_before} before + {result.pruned_during} "
+            f"during training, compute {result.compute:.0f} s",
+            refresh=False,
+        )
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.args.no_progress:
+            result, best = self.result, self.result.best
+            print(f"{result.name}: {len(result.trials)} trials, pruned {result.pruned_before} before + "
+                  f"{result.pruned_during} during training, compute {result.compute:.0f} s, best accuracy "
+                  f"{f'{best.accuracy:.4f}' if best and best.accuracy is not None else '-'}", flush=True)  # fmt: skip
+
+
+def _search(name: str, position: int, args: argparse.Namespace, data: Any, client: Any, options: dict[str, Any]) -> _Run:
     import optuna
     import torch
 
@@ -269,27 +305,7 @@ def _search(name: str, args: argparse.Namespace, data: Any, client: Any, options
                 raise optuna.TrialPruned()
         return accuracy
 
-    started = time.perf_counter()
-    with _progress(args, name) as bar:
-
-        def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-            best = result.best
-            accuracy = f"{best.accuracy:.3f}" if best and best.accuracy is not None else "-"
-            bar.set_postfix_str(
-                f"best acc {accuracy}, pruned {result.pruned_before} before + {result.pruned_during} "
-                f"during training, compute {result.compute:.0f} s",
-                refresh=False,
-            )
-            bar.update(1)
-
-        study.optimize(objective, n_trials=args.trials, callbacks=[callback])
-    result.wall_seconds = time.perf_counter() - started
-    if args.no_progress:
-        best = result.best
-        print(f"{name}: {len(result.trials)} trials in {result.wall_seconds:.0f} s, pruned "
-              f"{result.pruned_before} before + {result.pruned_during} during training, best accuracy "
-              f"{f'{best.accuracy:.4f}' if best and best.accuracy is not None else '-'}", flush=True)  # fmt: skip
-    return result
+    return _Run(study, objective, result, _progress(args, name, position), args)
 
 
 def _fill_conditioning(record: TrialRecord, client: Any, candidate_id: Any, report: dict[str, Any] | None = None) -> None:
@@ -339,19 +355,16 @@ def _bnp_factory() -> Any:
 class _NoBar:
     def update(self, n: int) -> None: ...
     def set_postfix_str(self, text: str, refresh: bool = True) -> None: ...
-
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None: ...
+    def close(self) -> None: ...
 
 
-def _progress(args: argparse.Namespace, name: str) -> Any:
+def _progress(args: argparse.Namespace, name: str, position: int) -> Any:
     if args.no_progress:
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=args.trials, desc=f"{name:>14}", unit="trial", dynamic_ncols=True)
+    width = max(len(n) for n in SEARCHES)
+    return tqdm(total=args.trials, desc=f"{name:>{width}}", unit="trial", position=position, dynamic_ncols=True)
 
 
 def _table(results: dict[str, Any]) -> str:
