@@ -90,7 +90,7 @@ def balancing() -> None:
     )
     cases: list[tuple[str, dict[str, Any], list[int]]] = [
         ("mlp fan_in 64-512-64-256-10", _mlp("fan_in", d_in=64), [64]),
-        ("cnn maxpool + GAP, torch_default", CNN_POOLING, [3, 16, 16]),
+        ("cnn maxpool + GAP", CNN_POOLING, [3, 16, 16]),
         ("batchnorm mlp", BN_MLP, [32]),
         ("residual mlp (beta 0.5)", RESIDUAL_MLP, [64]),
         ("resnet with GroupNorm + LayerNorm, torch_default", NORMED_RESNET, [3, 16, 16]),

@@ -11,7 +11,7 @@ was ``nas.build_model(spec, seed=s)``. Steps, in this order, and why:
    Folding it into the first weight would change that layer's gamma by ``u^-4`` relative to the
    others and undo the equality that step 3 makes, so by default it is reported only
    (``Balancing.input_scale``; multiply the data by it). ``fold_input_scale=True`` folds it into
-   the first weighted layer anyway, after step 4, and says so.
+   the first weighted layer anyway, after step 3, and says so. Dropout is off while balancing.
 2. Geometric re-initialization, eq. (3) with ``c = 2 / k_typ`` (section 6.2, ``k_typ`` the most
    common kernel size): ``E[W^2] = c / (k sqrt(n_l n_{l+1}))``, times the residual-branch factor
    of section 11 (``beta`` for layers in a body, ``alpha`` in a shortcut, multiplied through
@@ -19,18 +19,21 @@ was ``nas.build_model(spec, seed=s)``. Steps, in this order, and why:
    ``sqrt(k_typ / k)`` *before* a layer whose kernel differs) and the residual "undo" multiplier
    (``beta^{-m/2}`` after a body of ``m`` weighted layers) are forward multipliers that an
    initialization scale cannot express without changing gamma; they are reported
-   (``in_scales=False``) and the output normalization absorbs their effect on the output.
-3. Measured refinement: where the theory's assumptions fail (pooling, BatchNorm, residual
-   mixing, non-ReLU activations), ``gamma_l`` is measured and each weight multiplied by
-   ``(gamma_l / gmean gamma)^{1/4}``: scaling a layer by ``s`` divides its gamma by ``s^4`` relative
-   to the others (exact for positively homogeneous nets with zero biases, where one step suffices).
-4. Output normalization (section 10): one common factor on every weight sets the output standard
-   deviation to ``output_std`` (0.05), found by a secant search in log space. A common factor
-   keeps the gamma ratios of a homogeneous net, where a fixed multiplier on the head would not.
-   Steps 3 and 4 alternate ``rounds`` times for nets where they interact (BatchNorm).
-5. Biases (section 8): zero biases stay zero (the model of section 3). A non-zero bias
-   (``torch_default``) is multiplied by its layer's pre-bias output RMS ratio, so the bias keeps
-   its size relative to the pre-activation.
+   (``in_scales=False``); step 3 absorbs their effect on gamma and on the output.
+3. Measured refinement and output normalization (section 10, std ``output_std`` = 0.05), solved
+   together: a Newton-type iteration on the log-scales ``a_l`` of the weights whose residuals are
+   the deviations ``log gamma_l - mean log gamma`` and ``log(std(out) / output_std)``. The gamma
+   rows start from the homogeneous model (scaling one layer by ``s`` divides its gamma by ``s^4``
+   relative to the others; exact for positively homogeneous nets with zero biases, where one
+   step suffices) and are corrected by Broyden rank-one updates where the theory's assumptions
+   fail (pooling, BatchNorm / GroupNorm / LayerNorm, residual mixing, non-ReLU activations); the
+   output row is measured each round (Euler: ``d log std / d a_l = <W_l, grad_W_l log std>``). A
+   fixed multiplier on the head, as the paper uses, cannot be written as an init scale without
+   moving the head's gamma, hence the joint solve. One forward-backward per round, ``rounds``
+   at most (16), with steps of at most a factor e; a final common factor fixes the output std
+   exactly.
+4. Biases (section 8): zero biases stay zero (the model of section 3); the paper has no rule for
+   non-zero (``torch_default``) biases, and here each moves with its own layer's weight.
 
 Composition with AutoInit: balance the AutoInit-tuned model and multiply the two ``scales``
 maps entry by entry (balancing's weight multipliers are relative to the model it is given).
@@ -99,7 +102,7 @@ def balance(
     *,
     output_std: float = 0.05,
     generator: torch.Generator | None = None,
-    rounds: int = 10,
+    rounds: int = 16,
     tol: float = 1e-3,
     typical_kernel: int | None = None,
     fold_input_scale: bool = False,
@@ -107,8 +110,10 @@ def balance(
 ) -> Balancing:
     """Balance gamma_l across weighted layers and set the output std (steps in the module doc).
 
-    Cost: ``rounds + 2`` forward-backward measurements and a few forward passes per round.
-    The model is not modified. A non-finite or zero output std skips step 4 (reason recorded).
+    Cost: at most ``rounds + 2`` gamma measurements (forward + backward each) and one
+    forward-backward per round for the output sensitivities, plus a few forward passes for the
+    final common factor. The model is not modified. With a non-finite or zero output std the
+    output row is dropped and the output left as it is.
     """
     if not (output_std > 0 and math.isfinite(output_std)):
         raise ValueError(f"output_std must be a positive finite number, but got {output_std=}.")
@@ -196,53 +201,50 @@ def balance(
             Multiplier(f"{module_name} (output)", "residual_undo", value, reason, False)
         )
 
-    # 3-5. measured refinement; biases follow their layer's output (sec 8); output normalization
+    # 3-5. measured refinement and output std; a non-zero bias moves with its layer's weight
     bias_scale = {
-        f"{info.module}.bias": 1.0
+        f"{info.module}.bias"
         for info, m in layers
         if m.bias is not None and bool(m.bias.detach().ne(0).any())
     }
+    biases = [n.removesuffix("weight") + "bias" for n in weights]
 
-    def adjust_biases(current: list[LayerScaling]) -> None:
-        for info_scaling, start in zip(current, before, strict=True):
-            name = f"{info_scaling.name}.bias"
-            if (
-                name in bias_scale
-                and start.y_sq > 0
-                and math.isfinite(info_scaling.y_sq)
-                and info_scaling.y_sq > 0
-            ):
-                want = math.sqrt(info_scaling.y_sq / start.y_sq)
-                if abs(math.log(want / bias_scale[name])) > 1e-12:
-                    apply(
-                        name,
-                        "bias",
-                        want / bias_scale[name],
-                        "non-zero bias keeps its size relative to the pre-bias output RMS (sec 8)",
-                    )
-                    bias_scale[name] = want
+    def move(name: str, kind: str, value: float, reason: str, *, applied: bool = False) -> None:
+        apply(name, kind, value, reason, applied=applied)
+        bias = name.removesuffix("weight") + "bias"
+        if bias in bias_scale:
+            apply(
+                bias,
+                "bias",
+                value,
+                "a non-zero bias moves with its layer's weight (sec 8: the paper's biases are zero)",
+                applied=applied,
+            )
 
     def normalize_output() -> None:
-        t = _normalize_output(work, x, weights + list(bias_scale), output_std)
+        t = _normalize_output(work, x, weights + sorted(bias_scale), output_std)
         if t != 1.0:
-            for name in weights + list(bias_scale):
-                apply(
+            for name in weights:
+                move(
                     name,
                     "output",
                     t,
                     f"common factor setting the output std to {output_std:g} (sec 10)",
                     applied=True,
                 )
-            for name in bias_scale:
-                bias_scale[name] *= t
 
-    # Joint Newton-type step on the log-scales a_l: move each layer by dev_l / slope_l (its own
-    # gamma response, secant-estimated, 4 for homogeneous layers) plus c / slope_l, a direction
-    # that leaves the gamma deviations unchanged to first order, with c fixing the output std
-    # through the sensitivities d log std / d a_l = <W_l, grad_W_l log std> (one backward).
+    # Newton-type iteration on the log-scales a_l (Broyden): the residuals are the gamma
+    # deviations dev_l = log gamma_l - mean log gamma and the output error e = log(std / target).
+    # The deviation rows start from the homogeneous model (scaling layer k by e^t moves every
+    # other log gamma by 4t: d dev_l / d a_k = 4/n - 4 [l = k]) and learn the real coupling by
+    # rank-one updates; the output row is measured each round by Euler's identity,
+    # d e / d a_l = <W_l, grad_W_l log std> (+ the bias term). One measurement per round.
     in_residual = [_in_residual(work, info.module) for info, _ in layers]
-    slopes = [4.0] * len(weights)
-    last: list[tuple[float, float] | None] = [None] * len(weights)  # (deviation, own step)
+    n = len(weights)
+    jac = torch.full((n, n), 4.0 / max(n, 1), dtype=torch.float64) - 4.0 * torch.eye(
+        n, dtype=torch.float64
+    )
+    previous: tuple[Tensor, Tensor] | None = None  # (step, deviations) of the last round
     for _ in range(rounds):
         gammas = [s.gamma for s in measure()]
         # refine_residual=False keeps layers in residual branches at the section-11 factor. In a
@@ -257,34 +259,32 @@ def balance(
         error = _log_std_error(work, x, output_std)
         if all(d is None or abs(d) < tol for d in deviations) and abs(error) < 1e-6:
             break
-        for i, d in enumerate(deviations):
-            prev = last[i]
-            if d is not None and prev is not None and abs(prev[1]) > 1e-6:
-                slopes[i] = min(8.0, max(1.0, (prev[0] - d) / prev[1]))
-        own = [0.0 if d is None else d / slope for d, slope in zip(deviations, slopes, strict=True)]
-        sens = _output_sensitivities(work, x, weights)
-        top = max((abs(v) for v in sens if math.isfinite(v)), default=0.0)
-        # the common direction uses only layers the output responds to (not those behind a norm)
-        common = [
-            1.0 / slope if math.isfinite(v) and abs(v) > 0.1 * top else 0.0
-            for slope, v in zip(slopes, sens, strict=True)
-        ]
-        denom = sum(si * ci for si, ci in zip(sens, common, strict=True))
-        c = 0.0
-        if math.isfinite(error) and math.isfinite(denom) and abs(denom) > 1e-6:
-            c = (-error - sum(si * oi for si, oi in zip(sens, own, strict=True))) / denom
-        for i, (name, d) in enumerate(zip(weights, deviations, strict=True)):
-            step = max(-1.0, min(1.0, own[i] + c * common[i]))  # at most a factor e per round
-            last[i] = None if d is None else (d, own[i])
-            if step != 0.0:
-                apply(
+        dev = torch.tensor([0.0 if d is None else d for d in deviations], dtype=torch.float64)
+        mask = torch.tensor([d is not None for d in deviations])
+        if previous is not None:
+            step, old = previous
+            jac += torch.outer(dev - old - jac @ step, step) / float(step @ step)
+        sens = torch.tensor(
+            _output_sensitivities(
+                work, x, weights, [b if b in bias_scale else None for b in biases]
+            ),
+            dtype=torch.float64,
+        ).nan_to_num(0.0)
+        rows, rhs = [jac[mask]], [-dev[mask]]
+        if math.isfinite(error) and float(sens.abs().max()) > 1e-6:
+            rows.append(sens[None])
+            rhs.append(torch.tensor([-error], dtype=torch.float64))
+        step = torch.linalg.lstsq(torch.cat(rows), torch.cat(rhs)[:, None]).solution[:, 0]
+        step = step / max(1.0, float(step.abs().max()))  # at most a factor e per round
+        previous = (step, dev)
+        for name, value in zip(weights, step.tolist(), strict=True):
+            if value != 0.0:
+                move(
                     name,
                     "refinement",
-                    math.exp(step),
-                    f"joint step: gamma_l towards the geometric mean (gamma ~ s^-{slopes[i]:.2g}) and output std (sec 4, 10)",
+                    math.exp(value),
+                    "Newton-Broyden step: gamma_l towards the geometric mean and the output std (sec 4, 10)",
                 )
-        if bias_scale:
-            adjust_biases(measure())
     normalize_output()
     if fold_input_scale and first_info is not None and not isinstance(work.blocks[0][0], Scale):
         apply(
@@ -316,18 +316,25 @@ def _log_deviations(gammas: list[float]) -> list[float | None]:
     return [None if v is None else v - ref for v in logs]
 
 
-def _output_sensitivities(model: PreflightNet, x: Tensor, weights: list[str]) -> list[float]:
-    """``d log std(out) / d log s_l = <W_l, grad_{W_l} log std(out)>`` for every weight (Euler)."""
+def _output_sensitivities(
+    model: PreflightNet, x: Tensor, weights: list[str], biases: list[str | None]
+) -> list[float]:
+    """``d log std(out) / d log s_l = <W_l, grad_W_l log std> + <b_l, grad_b_l log std>`` (the bias
+    term where the layer's bias moves with it, ``biases[l]`` not None): Euler's identity."""
     params = dict(model.named_parameters())
-    tensors = [params[w] for w in weights]
+    names = [w for w in weights] + [b for b in biases if b is not None]
     with preserved_buffers(model), torch.enable_grad():
         log_std = torch.log(model(x).double().std())
         if not bool(torch.isfinite(log_std)):
             return [math.nan] * len(weights)
-        grads = torch.autograd.grad(log_std, tensors, allow_unused=True)
+        grads = torch.autograd.grad(log_std, [params[k] for k in names], allow_unused=True)
+    euler = {
+        k: 0.0 if g is None else float((params[k].detach().double() * g.double()).sum())
+        for k, g in zip(names, grads, strict=True)
+    }
     return [
-        0.0 if g is None else float((t.detach().double() * g.double()).sum())
-        for t, g in zip(tensors, grads, strict=True)
+        euler[w] + (euler[b] if b is not None else 0.0)
+        for w, b in zip(weights, biases, strict=True)
     ]
 
 
