@@ -84,6 +84,33 @@ def fig1() -> None:
         )
 
 
+def _msv(net: torch.nn.Module, x: torch.Tensor, per_sample: bool) -> list[float]:
+    if not per_sample:
+        return [
+            h.mean_sq_singular_value
+            for h in hessian_figures(net, x, iterations=1, probes=4, generator=_g(1))
+        ]
+    sums: dict[str, float] = defaultdict(float)
+    for b in range(x.shape[0]):
+        for h in hessian_figures(net, x[b : b + 1], iterations=1, probes=4, generator=_g(b)):
+            sums[h.name] += h.mean_sq_singular_value
+    return list(sums.values())
+
+
+def fig2() -> None:
+    print(
+        "\n## Fig. 2: log spread of the Hessian blocks' mean squared singular values, MLP 128-512-64-256-10"
+    )
+    print("| scheme | batch 1 (mean over 16 samples) | batch 32 (mean loss) |")
+    print("|---|---|---|")
+    x = _x([128], 32)
+    for scheme in ("fan_in", "fan_out", "arithmetic", "geometric"):
+        net = build_model(_mlp(scheme), seed=0)
+        print(
+            f"| {scheme} | {spread(_msv(net, x[:16], True)):.2f} | {spread(_msv(net, x, False)):.2f} |"
+        )
+
+
 def balancing() -> None:
     print(
         "\n## Balancing: log spread of gamma before -> after, output std before -> after, seconds"
@@ -100,17 +127,15 @@ def balancing() -> None:
         t = time.perf_counter()
         b = balance(model, x, generator=_g(5))
         seconds = time.perf_counter() - t
-        h0 = hessian_figures(model, x[:32], iterations=10, probes=2, generator=_g(1))
-        h1 = hessian_figures(
-            build_model(spec, scales=b.scales, seed=3),
-            x[:32],
-            iterations=10,
-            probes=2,
-            generator=_g(1),
-        )
-        msv = [spread([v.mean_sq_singular_value for v in h]) for h in (h0, h1)]
+        rebuilt = build_model(spec, scales=b.scales, seed=3)
+        msv = (
+            [math.nan, math.nan]
+            if "batchnorm" in str(spec)
+            else [spread(_msv(m, x[:16], True)) for m in (model, rebuilt)]
+        )  # BatchNorm has no batch of 1
+        msv32 = [spread(_msv(m, x[:32], False)) for m in (model, rebuilt)]
         print(f"- {name}: gamma {b.gamma_log_spread_before:.2f} -> {b.gamma_log_spread_after:.4f}; std {b.output_std_before:.3f} -> {b.output_std_after:.4f}; "
-              f"Hessian mean-sq-singular spread {msv[0]:.2f} -> {msv[1]:.2f}; {len(b.multipliers)} multipliers; {seconds:.1f} s")  # fmt: skip
+              f"Hessian mean-sq-singular spread batch 1: {msv[0]:.2f} -> {msv[1]:.2f}, batch 32: {msv32[0]:.2f} -> {msv32[1]:.2f}; {len(b.multipliers)} multipliers; {seconds:.1f} s")  # fmt: skip
 
 
 def remark5() -> None:
@@ -199,5 +224,5 @@ def bnp() -> None:
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    for part in (prop3, forms, fig1, balancing, remark5, bnp):
+    for part in (prop3, forms, fig1, fig2, balancing, remark5, bnp):
         part()
