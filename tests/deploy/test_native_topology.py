@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICES = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PREFLIGHT = [sys.executable, "-m", "service.cli"]
-TINY = {"steps": 2, "batch_size": 8, "hessian_iterations": 2, "hessian_batch_size": 4}
+TINY = {"steps": 2, "batch_size": 8, "hessian_iterations": 2, "hessian_batch_size": 4, "balance": False}
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

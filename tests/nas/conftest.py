@@ -8,8 +8,11 @@ from typing import Any
 
 import pytest
 
-# Small tuning options keep each conditioning well under a second on a 2-core CPU.
-TINY_OPTIONS: dict[str, Any] = {"steps": 2, "batch_size": 8, "hessian_iterations": 2, "hessian_batch_size": 4}
+# Small tuning options (and no GR balancing, the engine's costliest stage) keep each
+# conditioning around a second on a busy 2-core CPU; these tests are about the integration.
+TINY_OPTIONS: dict[str, Any] = {
+    "steps": 2, "batch_size": 8, "hessian_iterations": 2, "hessian_batch_size": 4, "balance": False,
+}  # fmt: skip
 
 
 def mlp(depth: int, activation: str, width: int = 32, name: str | None = None) -> dict[str, Any]:
