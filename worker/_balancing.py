@@ -50,7 +50,17 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from nas.build import PreflightNet, Residual, Scale, apply_scales_
+from nas.build import PreflightNet, Scale, apply_scales_
+from worker._balancing_parts import (
+    common_factor,
+    is_in_residual,
+    log_deviations,
+    log_std_error,
+    measure_output_std,
+    output_sensitivities,
+    residual_factor,
+    residual_undo,
+)
 from worker._moments import preserved_buffers, random_matrix, receptive_field
 
 if TYPE_CHECKING:
@@ -82,6 +92,7 @@ class Balancing:
     after: tuple[LayerScaling, ...]
     output_std_before: float
     output_std_after: float
+    converged: bool  # refined gammas within 0.05 of their log-mean and output std within 0.1%
 
     @property
     def gamma_log_spread_before(self) -> float:
@@ -135,7 +146,7 @@ def balance(
         return measure_scaling(work, x, r=r)
 
     before = measure()
-    std_before = _output_std(work, x)
+    std_before = measure_output_std(work, x)
     multipliers: list[Multiplier] = []
     scales: dict[str, float] = {}
 
@@ -185,7 +196,7 @@ def balance(
                 math.sqrt(target / w_sq),
                 f"E[W^2] = c/(k sqrt(n_l n_l+1)), c = 2/k_typ, k_typ = {k_typ} (eq. 3, sec 6.2)",
             )
-        c, path = _residual_factor(work, info.module)
+        c, path = residual_factor(work, info.module)
         if c != 1.0:
             apply(
                 name,
@@ -196,7 +207,7 @@ def balance(
         if k != k_typ:
             multipliers.append(Multiplier(f"{info.module} (input)", "kernel_correction", math.sqrt(k_typ / k),
                                           f"fixed multiplier before a {k}x{k} layer when k_typ = {k_typ} (sec 6.2); not expressible as an init scale", False))  # fmt: skip
-    for module_name, value, reason in _residual_undo(work):
+    for module_name, value, reason in residual_undo(work):
         multipliers.append(
             Multiplier(f"{module_name} (output)", "residual_undo", value, reason, False)
         )
@@ -222,7 +233,7 @@ def balance(
             )
 
     def normalize_output() -> None:
-        t = _normalize_output(work, x, weights + sorted(bias_scale), output_std)
+        t = common_factor(work, x, weights + sorted(bias_scale), output_std)
         if t != 1.0:
             for name in weights:
                 move(
@@ -239,33 +250,54 @@ def balance(
     # other log gamma by 4t: d dev_l / d a_k = 4/n - 4 [l = k]) and learn the real coupling by
     # rank-one updates; the output row is measured each round by Euler's identity,
     # d e / d a_l = <W_l, grad_W_l log std> (+ the bias term). One measurement per round.
-    in_residual = [_in_residual(work, info.module) for info, _ in layers]
+    in_residual = [is_in_residual(work, info.module) for info, _ in layers]
     n = len(weights)
     jac = torch.full((n, n), 4.0 / max(n, 1), dtype=torch.float64) - 4.0 * torch.eye(
         n, dtype=torch.float64
     )
     previous: tuple[Tensor, Tensor] | None = None  # (step, deviations) of the last round
+    a = torch.zeros(n, dtype=torch.float64)  # log-scales applied by this step so far
+    best, best_a, last_merit, backtracks = math.inf, a.clone(), math.inf, 0
+    max_backtracks = 1
+
+    def shift(delta: Tensor, reason: str) -> None:
+        for name, value in zip(weights, delta.tolist(), strict=True):
+            if value != 0.0:
+                move(name, "refinement", math.exp(value), reason)
+        a.add_(delta)
+
     for _ in range(rounds):
         gammas = [s.gamma for s in measure()]
         # refine_residual=False keeps layers in residual branches at the section-11 factor. In a
         # branch, gamma is not the Hessian block's mean squared singular value (the shortcut makes
         # dy_l not proportional to y_l, so Prop. 4 fails); measured: it does not help either way.
-        deviations = _log_deviations(
+        deviations = log_deviations(
             [
                 g if refine_residual or not inside else math.nan
                 for g, inside in zip(gammas, in_residual, strict=True)
             ]
         )
-        error = _log_std_error(work, x, output_std)
+        error = log_std_error(work, x, output_std)
         if all(d is None or abs(d) < tol for d in deviations) and abs(error) < 1e-6:
             break
         dev = torch.tensor([0.0 if d is None else d for d in deviations], dtype=torch.float64)
         mask = torch.tensor([d is not None for d in deviations])
+        merit = math.sqrt(float(dev.pow(2).sum()) + (error**2 if math.isfinite(error) else 0.0))
+        if merit < best:
+            best, best_a = merit, a.clone()
         if previous is not None:
             step, old = previous
             jac += torch.outer(dev - old - jac @ step, step) / float(step @ step)
+            if (
+                merit > last_merit and backtracks < max_backtracks
+            ):  # the model was wrong: go back half-way
+                backtracks += 1
+                shift(-step / 2, "backtracking half of the last Newton-Broyden step")
+                previous = (step / 2, old)
+                continue
+        backtracks = 0
         sens = torch.tensor(
-            _output_sensitivities(
+            output_sensitivities(
                 work, x, weights, [b if b in bias_scale else None for b in biases]
             ),
             dtype=torch.float64,
@@ -276,15 +308,14 @@ def balance(
             rhs.append(torch.tensor([-error], dtype=torch.float64))
         step = torch.linalg.lstsq(torch.cat(rows), torch.cat(rhs)[:, None]).solution[:, 0]
         step = step / max(1.0, float(step.abs().max()))  # at most a factor e per round
-        previous = (step, dev)
-        for name, value in zip(weights, step.tolist(), strict=True):
-            if value != 0.0:
-                move(
-                    name,
-                    "refinement",
-                    math.exp(value),
-                    "Newton-Broyden step: gamma_l towards the geometric mean and the output std (sec 4, 10)",
-                )
+        previous, last_merit = (step, dev), merit
+        shift(
+            step,
+            "Newton-Broyden step: gamma_l towards the geometric mean and the output std (sec 4, 10)",
+        )
+    else:  # out of rounds: the last step is unmeasured; return to the best measured point
+        if best < math.inf and bool((best_a != a).any()):
+            shift(best_a - a, "return to the best point measured (out of rounds)")
     normalize_output()
     if fold_input_scale and first_info is not None and not isinstance(work.blocks[0][0], Scale):
         apply(
@@ -295,6 +326,17 @@ def balance(
         )
         normalize_output()
     after = measure()
+    std_after = measure_output_std(work, x)
+    final = log_deviations(
+        [
+            s.gamma if refine_residual or not inside else math.nan
+            for s, inside in zip(after, in_residual, strict=True)
+        ]
+    )
+    converged = (
+        all(d is None or abs(d) < 0.05 for d in final)
+        and abs(log_std_error(work, x, output_std)) < 1e-3
+    )
     return Balancing(
         scales=scales,
         multipliers=tuple(multipliers),
@@ -302,129 +344,6 @@ def balance(
         before=tuple(before),
         after=tuple(after),
         output_std_before=std_before,
-        output_std_after=_output_std(work, x),
+        output_std_after=std_after,
+        converged=converged,
     )
-
-
-def _log_deviations(gammas: list[float]) -> list[float | None]:
-    """``log gamma_l - mean log gamma`` over the finite positive gammas; None elsewhere."""
-    logs = [math.log(g) if math.isfinite(g) and g > 0 else None for g in gammas]
-    finite = [v for v in logs if v is not None]
-    if not finite:
-        return [None] * len(gammas)
-    ref = sum(finite) / len(finite)
-    return [None if v is None else v - ref for v in logs]
-
-
-def _output_sensitivities(
-    model: PreflightNet, x: Tensor, weights: list[str], biases: list[str | None]
-) -> list[float]:
-    """``d log std(out) / d log s_l = <W_l, grad_W_l log std> + <b_l, grad_b_l log std>`` (the bias
-    term where the layer's bias moves with it, ``biases[l]`` not None): Euler's identity."""
-    params = dict(model.named_parameters())
-    names = [w for w in weights] + [b for b in biases if b is not None]
-    with preserved_buffers(model), torch.enable_grad():
-        log_std = torch.log(model(x).double().std())
-        if not bool(torch.isfinite(log_std)):
-            return [math.nan] * len(weights)
-        grads = torch.autograd.grad(log_std, [params[k] for k in names], allow_unused=True)
-    euler = {
-        k: 0.0 if g is None else float((params[k].detach().double() * g.double()).sum())
-        for k, g in zip(names, grads, strict=True)
-    }
-    return [
-        euler[w] + (euler[b] if b is not None else 0.0)
-        for w, b in zip(weights, biases, strict=True)
-    ]
-
-
-def _log_std_error(model: PreflightNet, x: Tensor, target: float) -> float:
-    std = _output_std(model, x)
-    return math.log(std / target) if std > 0 and math.isfinite(std) else math.nan
-
-
-def _output_std(model: PreflightNet, x: Tensor) -> float:
-    with preserved_buffers(model), torch.no_grad():
-        return float(model(x).double().std()) if x.shape[0] * 1 else math.nan
-
-
-def _normalize_output(model: PreflightNet, x: Tensor, weights: list[str], target: float) -> float:
-    """Newton search in log space for one common weight factor t with std(out) = target, the
-    slope d log std / d log t measured by a probe and updated by secant (clamped); scales the
-    model in place and returns t (1.0 when the output std is zero or non-finite)."""
-    total = 0.0  # log t applied so far
-
-    def residual(log_t: float) -> float:
-        nonlocal total
-        apply_scales_(model, {w: math.exp(log_t - total) for w in weights})
-        total = log_t
-        return _log_std_error(model, x, target)
-
-    f0 = residual(0.0)
-    if not weights or not math.isfinite(f0):
-        return 1.0
-    u0, u1 = 0.0, 0.1
-    f1 = residual(u1)
-    slope0 = (f1 - f0) / (u1 - u0)
-    if not (math.isfinite(slope0) and slope0 > 1e-3):
-        residual(0.0)  # the output does not respond to a common factor (or is non-finite)
-        return 1.0
-    slope = slope0
-    for _ in range(12):
-        if abs(f1) < 1e-10:
-            break
-        step = max(-5.0, min(5.0, -f1 / slope))
-        if abs(u1 + step) > 40.0:  # factor e^40: the target is out of reach
-            break
-        u0, f0, u1 = u1, f1, u1 + step
-        f1 = residual(u1)
-        if not math.isfinite(f1):
-            residual(u0)
-            break
-        if f1 != f0:
-            slope = min(10 * slope0, max(0.1 * slope0, (f1 - f0) / (u1 - u0)))
-    return math.exp(total)
-
-
-def _residual_factor(model: PreflightNet, module_name: str) -> tuple[float, str]:
-    """Product of |beta| (body) and |alpha| (shortcut) over the residual layers enclosing a module."""
-    parts, c, path = module_name.split("."), 1.0, []
-    for i in range(1, len(parts) - 1):
-        parent = model.get_submodule(".".join(parts[:i]))
-        if isinstance(parent, Residual) and parts[i] in ("body", "shortcut"):
-            factor = abs(parent.beta if parts[i] == "body" else parent.alpha)
-            if factor > 0:
-                c *= factor
-                path.append(
-                    f"{'beta' if parts[i] == 'body' else 'alpha'}={factor:g} at {'.'.join(parts[:i])}"
-                )
-    return c, ", ".join(path)
-
-
-def _in_residual(model: PreflightNet, module_name: str) -> bool:
-    parts = module_name.split(".")
-    return any(
-        isinstance(model.get_submodule(".".join(parts[:i])), Residual) for i in range(1, len(parts))
-    )
-
-
-def _residual_undo(model: PreflightNet) -> list[tuple[str, float, str]]:
-    """Section 11's fixed multiplier after a body whose m weighted layers were scaled by beta."""
-    out = []
-    for name, module in model.named_modules():
-        if isinstance(module, Residual) and module.beta not in (0.0, 1.0, -1.0):
-            m = sum(
-                1
-                for sub in module.body.modules()
-                if isinstance(sub, torch.nn.Linear | torch.nn.Conv2d)
-            )
-            if m:
-                value = abs(module.beta) ** (-m / 2)
-                out.append(
-                    (
-                        f"{name}.body",
-                        value,
-                        f"restores E[F(x)^2] after {m} weighted layers scaled by beta={module.beta:g} (sec 11); fixed forward multiplier, not an init scale",
-                    )
-                )
-    return out
