@@ -1,16 +1,15 @@
-"""The job runner: claims candidates from the store, runs the conditioning engine on them
-and writes what it finds, for as long as it is told to.
+"""The job runner: claims candidates from the store, has the conditioning engine work on
+them and writes what it finds, for as long as it is told to.
 
-One runner works one job at a time on one device. While the engine runs, a watcher thread
-renews the lease (heartbeat) and enforces the per-job timeout, cancellation and shutdown by
-raising an exception into the runner's thread (:class:`JobAborted`), between two Python
-bytecodes of the engine; the engine never needs to poll. Database errors (a restarted
-server, a locked SQLite file) are retried with backoff, so a runner outlives its database.
+One runner works one job at a time on one device. The engine runs in a child process
+(:mod:`worker.engine_process`); while it works, the runner renews the lease (heartbeat) and
+enforces the per-job timeout, cancellation and shutdown by ending that child, which stops
+the job at once whatever the engine is doing. Database errors (a restarted server, a locked
+SQLite file) are retried with backoff, so a runner outlives its database.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -26,62 +25,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from service import queue
 from service.db import make_engine, make_sessionmaker, session_scope
 from service.settings import Settings
+from worker.engine_process import EngineCrashed, EngineError, EngineProcess
 
-__all__ = ["JobAborted", "JobLost", "JobReleased", "JobTimeout", "Runner", "resolve_device"]
+__all__ = ["Runner"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-# Errors that retrying cannot fix: the job fails at once instead of using up its attempts.
-_DETERMINISTIC = (ValueError, TypeError, KeyError)
-
-
-class JobAborted(BaseException):
-    """The job was taken away from the engine (a BaseException: the engine cannot swallow it)."""
-
-
-class JobTimeout(JobAborted):
-    """The job ran past the per-job timeout (setting PREFLIGHT_JOB_TIMEOUT_SECONDS)."""
-
-
-class JobLost(JobAborted):
-    """The lease is no longer ours: the job was cancelled, or expired and taken by another worker."""
-
-
-class JobReleased(JobAborted):
-    """The worker is shutting down and the grace period is over; the job goes back to the queue."""
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda:0`` when a GPU is visible, else ``cpu``; ``cuda`` -> ``cuda:0``."""
-    if device == "cpu":
-        return "cpu"
-    import torch
-
-    if device == "auto":
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        device = "cuda:0"
-    if not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} asked for, but no CUDA device is visible")
-    return device
-
-
-def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> None:
-    """Schedule ``exc_type`` in another thread (None clears a scheduled one)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id),
-        ctypes.py_object(exc_type) if exc_type is not None else ctypes.c_void_p(None),
-    )
-
-
-class _Watch:
-    """Shared between the runner's thread and its watcher for one job."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.computing = True
-        self.finished = threading.Event()
 
 
 class Runner:
@@ -98,8 +47,7 @@ class Runner:
         max_jobs: int | None = None,
     ) -> None:
         self.settings = settings
-        self.requested_device = device
-        self.device = "cpu" if device == "cpu" else ""  # resolved when the loop starts
+        self.engine = EngineProcess(device)
         self._own_engine = None
         if sessions is None:
             self._own_engine = make_engine(settings.database_url)
@@ -148,19 +96,16 @@ class Runner:
 
     def run(self) -> int:
         """The main loop; returns how many jobs this runner finished (done or failed)."""
-        self.device = resolve_device(self.requested_device)
-        kind = "cuda" if self.device.startswith("cuda") else "cpu"
-        if kind == "cuda":
-            import torch
-
-            torch.cuda.set_device(torch.device(self.device))
-        self.name = f"{self.name}:{self.device}"
-        log.info("worker %s: started", self.name)
         try:
+            device = self.engine.start()
+            kind = "cuda" if device.startswith("cuda") else "cpu"
+            self.name = f"{self.name}:{device}"
+            log.info("worker %s: started", self.name)
             while not self._stop.is_set():
                 if self.max_jobs is not None and self.done >= self.max_jobs:
                     break
                 self._maybe_reap()
+                self._ensure_engine()  # (re)started before a claim: no lease is held meanwhile
                 job = self._db(lambda s: queue.claim(
                     s, worker=self.name, device_kind=kind, lease_seconds=self.settings.lease_seconds,
                 ), until_stopped=True)  # fmt: skip
@@ -172,9 +117,21 @@ class Runner:
                 self._run_job(job)
         finally:
             log.info("worker %s: stopped after %d job(s)", self.name, self.done)
+            self.engine.close()
             if self._own_engine is not None:
                 self._own_engine.dispose()
         return self.done
+
+    def _ensure_engine(self) -> None:
+        delay = 1.0
+        while not self._stop.is_set():
+            try:
+                self.engine.start()
+                return
+            except EngineCrashed as exc:
+                log.error("worker %s: %s; retrying in %.0f s", self.name, exc, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 60.0)
 
     def _queue_empty(self) -> bool:
         depth = self._db(queue.queue_depth, write=False, until_stopped=True)
@@ -190,31 +147,49 @@ class Runner:
             log.warning("worker %s: put %d job(s) with expired leases back", self.name, reaped)
 
     def _run_job(self, job: queue.Job) -> None:
+        """Hand the job to the engine; heartbeat, and stop it on timeout, lost lease or shutdown."""
         log.info("worker %s: job %d, attempt %d/%d", self.name, job.id, job.attempts, job.max_attempts)
-        watch = _Watch()
-        watcher = threading.Thread(
-            target=self._watch, args=(job, threading.get_ident(), watch), name="preflight-lease", daemon=True
-        )
-        watcher.start()
-        outcome: tuple[str, Any]
+        settings = self.settings
+        started = time.monotonic()
+        next_beat = started + settings.heartbeat_seconds
+        outcome: tuple[str, Any] | None = None
         try:
+            self.engine.submit(job.spec, job.options)
+        except EngineCrashed as exc:
+            outcome = ("crashed", exc)
+        while outcome is None:
             try:
-                try:
-                    outcome = ("done", self._condition(job))
-                except JobAborted:
-                    raise
-                except Exception as exc:  # the engine's error is the job's outcome
-                    outcome = ("error", exc)
-                finally:
-                    with watch.lock:
-                        watch.computing = False
-                        _raise_in_thread(threading.get_ident(), None)
-            except JobAborted as exc:
-                outcome = ("aborted", exc)
-        finally:
-            watch.finished.set()
-            watcher.join()
+                outcome = self.engine.result(timeout=0.1)
+            except EngineCrashed as exc:
+                outcome = ("crashed", exc)
+            if outcome is not None:
+                break
+            now = time.monotonic()
+            if now - started > settings.job_timeout_seconds:
+                outcome = ("timeout", None)
+            elif self._hard_stop or (
+                self._stop_at is not None and now - self._stop_at > settings.shutdown_grace_seconds
+            ):
+                outcome = ("released", None)
+            elif now >= next_beat:
+                next_beat = now + settings.heartbeat_seconds
+                if not self._heartbeat(job):
+                    outcome = ("lost", None)
+            if outcome is not None:
+                self.engine.kill()
         self._record(job, *outcome)
+
+    def _heartbeat(self, job: queue.Job) -> bool:
+        """Renew the lease once; True unless the job is no longer ours (a failed try counts as held)."""
+        try:
+            with session_scope(self.sessions, write=True) as session:
+                return queue.heartbeat(
+                    session, job_id=job.id, token=job.lease_token, lease_seconds=self.settings.lease_seconds
+                )
+        except (OperationalError, InterfaceError, DBAPIError) as exc:
+            log.warning("worker %s: heartbeat of job %d failed (%s); retrying",
+                        self.name, job.id, str(exc).splitlines()[0])  # fmt: skip
+            return True
 
     def _record(self, job: queue.Job, kind: str, value: Any) -> None:
         token = job.lease_token
@@ -222,69 +197,30 @@ class Runner:
             stored = self._db(lambda s: queue.complete(s, job_id=job.id, token=token, report=value))
             log.info("worker %s: job %d %s", self.name, job.id, "done" if stored else "lost its lease; result dropped")
             self.done += 1
-        elif kind == "error":
-            error = f"{type(value).__name__}: {value}"
-            status = self._db(lambda s: queue.fail(
-                s, job_id=job.id, token=token, error=error, retry=not isinstance(value, _DETERMINISTIC)
-            ))  # fmt: skip
-            log.warning("worker %s: job %d failed (%s), now %s", self.name, job.id, error, status)
-            self.done += 1
-        elif isinstance(value, JobTimeout):
-            error = f"timed out after {self.settings.job_timeout_seconds:g} s (setting PREFLIGHT_JOB_TIMEOUT_SECONDS)"
-            status = self._db(lambda s: queue.fail(s, job_id=job.id, token=token, error=error))
-            log.warning("worker %s: job %d %s, now %s", self.name, job.id, error, status)
-            self.done += 1
-        elif isinstance(value, JobReleased):
+            return
+        if kind == "released":
             self._db(lambda s: queue.release(s, job_id=job.id, token=token))
             log.info("worker %s: job %d released (shutting down)", self.name, job.id)
-        else:
+            return
+        if kind == "lost":
             log.info("worker %s: job %d cancelled or taken over; dropped", self.name, job.id)
-
-    def _condition(self, job: queue.Job) -> dict[str, Any]:
-        from worker.condition import condition
-        from worker.options import ConditionOptions
-
-        options = ConditionOptions.model_validate({**job.options, "device": self.device})
-        report = condition(job.spec, options=options)
-        return report.model_dump(mode="json")
-
-    def _watch(self, job: queue.Job, thread_id: int, watch: _Watch) -> None:
-        """Heartbeat, and abort the job on timeout, lost lease or the end of the grace period."""
-        settings = self.settings
-        started = time.monotonic()
-        next_beat = started + settings.heartbeat_seconds
-        while not watch.finished.wait(0.1):
-            now = time.monotonic()
-            reason: type[JobAborted] | None = None
-            if now - started > settings.job_timeout_seconds:
-                reason = JobTimeout
-            elif self._hard_stop or (
-                self._stop_at is not None and now - self._stop_at > settings.shutdown_grace_seconds
-            ):
-                reason = JobReleased
-            elif now >= next_beat:
-                next_beat = now + settings.heartbeat_seconds
-                try:
-                    with session_scope(self.sessions, write=True) as session:
-                        held = queue.heartbeat(
-                            session, job_id=job.id, token=job.lease_token, lease_seconds=settings.lease_seconds
-                        )
-                except (OperationalError, InterfaceError, DBAPIError) as exc:
-                    log.warning("worker %s: heartbeat of job %d failed (%s); retrying", self.name, job.id, exc)
-                    held = True
-                if not held:
-                    reason = JobLost
-            if reason is not None:
-                with watch.lock:
-                    if watch.computing:
-                        _raise_in_thread(thread_id, reason)
-                return
+            return
+        if kind == "timeout":
+            error = f"timed out after {self.settings.job_timeout_seconds:g} s (setting PREFLIGHT_JOB_TIMEOUT_SECONDS)"
+            retry = True
+        elif isinstance(value, EngineError):
+            error, retry = str(value), not value.deterministic
+        else:
+            error, retry = f"{type(value).__name__}: {value}", True
+        status = self._db(lambda s: queue.fail(s, job_id=job.id, token=token, error=error, retry=retry))
+        log.warning("worker %s: job %d failed (%s), now %s", self.name, job.id, error, status)
+        self.done += 1
 
     def _db(self, work: Callable[[Session], T], *, write: bool = True, until_stopped: bool = False) -> T | None:
         """Run ``work`` in a transaction, retrying while the database is unreachable.
 
         ``until_stopped``: give up (None) once the runner is stopping; otherwise keep
-        trying until the shutdown grace period is over.
+        trying until 30 s past the shutdown grace period.
         """
         delay = 0.1
         while True:

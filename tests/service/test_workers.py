@@ -39,7 +39,7 @@ def spec(width: int) -> dict[str, Any]:
                                            {"layers": [{"type": "linear", "out": 2}]}]}  # fmt: skip
 
 
-def submit_many(url: str, count: int, options: dict[str, Any]) -> list[int]:
+def submit_many(url: str, count: int, options: dict[str, Any], max_attempts: int = 3) -> list[int]:
     from nas import parse_spec, spec_hash
 
     new = []
@@ -49,7 +49,7 @@ def submit_many(url: str, count: int, options: dict[str, Any]) -> list[int]:
                                       spec_hash=spec_hash(parsed), options=options))  # fmt: skip
     engine = make_engine(url)
     with session_scope(make_sessionmaker(engine), write=True) as session:
-        ids = [e.id for e in queue.submit(session, candidates=new, max_attempts=3)]
+        ids = [e.id for e in queue.submit(session, candidates=new, max_attempts=max_attempts)]
     engine.dispose()
     return ids
 
@@ -136,17 +136,18 @@ def test_serve_with_embedded_worker_conditions_a_candidate(sqlite_url: str, make
 
 
 def test_runner_fails_a_job_past_its_timeout_and_carries_on(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
-    slow, fast = submit_many(sqlite_url, 1, tuning(**HEAVY))[0], submit_many(sqlite_url, 2, tuning(**TINY))[1]
-    runner = run_runner(make_settings(sqlite_url, job_timeout_seconds=1.0, max_attempts=1))
+    (slow,) = submit_many(sqlite_url, 1, tuning(**HEAVY), max_attempts=2)
+    fast = submit_many(sqlite_url, 2, tuning(**TINY))
+    runner = run_runner(make_settings(sqlite_url, job_timeout_seconds=1.0))
     try:
-        wait_until(lambda: statuses(sqlite_url).get("done", 0) == 1, 120, "the fast job")
-        wait_until(lambda: statuses(sqlite_url).get("failed", 0) == 1, 60, "the slow job to time out")
+        wait_until(lambda: statuses(sqlite_url).get("done", 0) == 2, 120, "the fast jobs")
+        wait_until(lambda: statuses(sqlite_url).get("failed", 0) == 1, 60, "the slow job to time out twice")
     finally:
         runner.stop(hard=True)
         runner.join(60)
-    (error,) = rows(sqlite_url, select(Candidate.error).where(Candidate.id == slow))
-    assert "timed out after 1 s" in error[0]
-    assert rows(sqlite_url, select(Candidate.status).where(Candidate.id == fast))[0][0] == "done"
+    ((error, attempts),) = rows(sqlite_url, select(Candidate.error, Candidate.attempts).where(Candidate.id == slow))
+    assert "timed out after 1 s" in error and attempts == 2
+    assert [row[0] for row in rows(sqlite_url, select(Candidate.status).where(Candidate.id.in_(fast)))] == ["done"] * 2
 
 
 def test_cancelling_a_running_job_stops_its_worker(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
