@@ -135,7 +135,7 @@ def balancing() -> None:
         )  # BatchNorm has no batch of 1
         msv32 = [spread(_msv(m, x[:32], False)) for m in (model, rebuilt)]
         print(f"- {name}: gamma {b.gamma_log_spread_before:.2f} -> {b.gamma_log_spread_after:.4f}; std {b.output_std_before:.3f} -> {b.output_std_after:.4f}; "
-              f"Hessian mean-sq-singular spread batch 1: {msv[0]:.2f} -> {msv[1]:.2f}, batch 32: {msv32[0]:.2f} -> {msv32[1]:.2f}; {len(b.multipliers)} multipliers; {seconds:.1f} s")  # fmt: skip
+              f"Hessian mean-sq-singular spread batch 1: {msv[0]:.2f} -> {msv[1]:.2f}, batch 32: {msv32[0]:.2f} -> {msv32[1]:.2f}; {b.passes} forward-backward passes; converged {b.converged}; {seconds:.1f} s")  # fmt: skip
 
 
 def remark5() -> None:

@@ -93,6 +93,7 @@ class Balancing:
     output_std_before: float
     output_std_after: float
     converged: bool  # refined gammas within 0.05 of their log-mean and output std within 0.1%
+    passes: int  # forward-backward passes spent (gamma measurements and output sensitivities)
 
     @property
     def gamma_log_spread_before(self) -> float:
@@ -142,7 +143,10 @@ def balance(
         out_dim = int(work(x).shape[1])
     r = random_matrix(out_dim, generator, x)  # one loss for every measurement: exact ratios
 
+    passes = [0]  # forward-backward passes, for cost accounting
+
     def measure() -> list[LayerScaling]:
+        passes[0] += 1
         return measure_scaling(work, x, r=r)
 
     before = measure()
@@ -296,6 +300,7 @@ def balance(
                 previous = (step / 2, old)
                 continue
         backtracks = 0
+        passes[0] += 1
         sens = torch.tensor(
             output_sensitivities(
                 work, x, weights, [b if b in bias_scale else None for b in biases]
@@ -346,4 +351,5 @@ def balance(
         output_std_before=std_before,
         output_std_after=std_after,
         converged=converged,
+        passes=passes[0],
     )

@@ -30,7 +30,7 @@ a product that turns non-finite gives NaN for that figure; an all-zero block giv
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
@@ -95,9 +95,15 @@ def hessian_figures(
     iterations: int = 20,
     probes: int = 4,
     generator: torch.Generator | None = None,
+    chain_rule: bool = True,
+    layers: Collection[str] | None = None,
 ) -> list[LayerHessian]:
     """Top eigenvalue, chain-rule (Gauss-Newton) estimate and mean squared singular value of
     every weighted layer's diagonal Hessian block (module doc for definitions and cost).
+
+    Cost bounds: ``iterations``, ``probes``, the batch passed, ``chain_rule=False`` (skips the
+    Gauss-Newton power iteration, about half the cost; ``chain_rule_estimate`` is then NaN) and
+    ``layers`` (module names to compute; the others are left out of the result).
 
     >>> from nas import build_model
     >>> net = build_model({"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 3}]}]}, seed=0)
@@ -108,8 +114,11 @@ def hessian_figures(
         raise ValueError(f"iterations must be at least 1, but got {iterations=}.")
     if probes < 1:
         raise ValueError(f"probes must be at least 1, but got {probes=}.")
-    layers = model.weighted_layers()
-    weights: list[Tensor] = [module.weight for _, module in layers]  # type: ignore[misc]
+    wanted = None if layers is None else set(layers)
+    chosen = [
+        (info, m) for info, m in model.weighted_layers() if wanted is None or info.module in wanted
+    ]
+    weights: list[Tensor] = [module.weight for _, module in chosen]  # type: ignore[misc]
     with preserved_buffers(model), torch.enable_grad():
         out = model(x)
         loss = (
@@ -120,21 +129,24 @@ def hessian_figures(
         if not bool(torch.isfinite(loss)):
             return [
                 LayerHessian(info.module, w.numel(), math.nan, math.nan, math.nan)
-                for (info, _), w in zip(layers, weights, strict=True)
+                for (info, _), w in zip(chosen, weights, strict=True)
             ]
         first = torch.autograd.grad(loss, [out, *weights], create_graph=True, allow_unused=True)
         g_out, g_weights = first[0], first[1:]
         result = []
-        for (info, _), w, g_w in zip(layers, weights, g_weights, strict=True):
+        for (info, _), w, g_w in zip(chosen, weights, g_weights, strict=True):
             start = _gaussian(w, generator)
             hvp = _block_hvp(g_w, w)
-            ggn = _gauss_newton_product(out, g_out, w)
             result.append(
                 LayerHessian(
                     name=info.module,
                     parameters=w.numel(),
                     top_eigenvalue=power_iteration(hvp, start, iterations),
-                    chain_rule_estimate=power_iteration(ggn, start, iterations),
+                    chain_rule_estimate=(
+                        power_iteration(_gauss_newton_product(out, g_out, w), start, iterations)
+                        if chain_rule
+                        else math.nan
+                    ),
                     mean_sq_singular_value=_mean_sq_singular(hvp, w, probes, generator),
                 )
             )
