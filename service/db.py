@@ -4,6 +4,7 @@ restarted server is reconnected to transparently."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -69,7 +70,19 @@ def session_scope(factory: sessionmaker[Session], *, write: bool = False) -> Ite
     ``write=True`` starts the transaction with BEGIN IMMEDIATE on SQLite (no effect on
     PostgreSQL): use it for every transaction that may write.
     """
-    with factory() as session, session.begin():
-        if write:
-            session.connection(execution_options={WRITE_OPTION: True})
+    bind = factory.kw.get("bind")
+    with (factory(bind=_writer(bind)) if write and bind is not None else factory()) as session, session.begin():
         yield session
+
+
+_WRITERS: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+
+
+def _writer(engine: Engine) -> Engine:
+    """The engine with the write option set: a session bound to it starts its transaction
+    with BEGIN IMMEDIATE at its first statement (not earlier: validation before the first
+    statement holds no lock)."""
+    writer = _WRITERS.get(engine)
+    if writer is None:
+        writer = _WRITERS[engine] = engine.execution_options(**{WRITE_OPTION: True})
+    return writer
