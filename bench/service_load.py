@@ -232,8 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
 
-    print(f"service load: {CLIENTS} clients, {args.seconds:g} s per phase, {args.api_workers} API process(es), "
-          f"{os.cpu_count()} CPU(s), Python {platform.python_version()}", flush=True)  # fmt: skip
+    load = os.getloadavg()[0]
+    print(f"service load: {CLIENTS} clients, {args.seconds:g} s per phase, API processes: SQLite "
+          f"{args.sqlite_api_workers}, PostgreSQL {args.api_workers}; {os.cpu_count()} CPU(s), load average "
+          f"{load:.1f} at start, Python {platform.python_version()}", flush=True)  # fmt: skip
     results: list[Result] = []
     with tempfile.TemporaryDirectory() as folder:
         results += bench_backend(
