@@ -148,7 +148,9 @@ class _Tuner:
         self.u = [0.0] * len(units)
         self.e_j = [2.0] * len(units)
         self.e_k = [2.0] * len(units)
-        self.damping = [1.0 if unit.exact else 0.5 for unit in units]
+        # a full step where J's elasticity is at most 2 (homogeneous activations: a residual
+        # shortcut only lowers it, so u - r/2 undershoots); half steps where curvature couples units
+        self.damping = [1.0 if unit.homogeneous else 0.5 for unit in units]
         self.frozen = [not unit.tunable for unit in units]
         self.learn = False  # secants along a Jacobi trajectory mix in the other units' moves
         # noise floor of the stopping rule: the largest of n_units Gaussian errors (z standard

@@ -56,6 +56,7 @@ class TuningUnit:
     log_rho: float  # log APJN of the unit's parameter-free reductions
     resets_scale: bool  # contains a top-level normalization: the forward scale restarts here
     pools: tuple[str, ...] = ()  # top-level pooling modules: their effect on K is measured
+    homogeneous: bool = True  # only positively homogeneous activations: J's elasticity <= 2
 
     @property
     def tunable(self) -> bool:
@@ -71,6 +72,7 @@ class _Walk:
     exact: list[bool]
     resets: list[bool]
     pools: list[list[str]] = field(default_factory=list)
+    nonhom: list[bool] = field(default_factory=list)
 
 
 def analyse(model: PreflightNet) -> list[TuningUnit]:
@@ -112,8 +114,9 @@ def _walk(model: PreflightNet) -> tuple[_Walk, list[int]]:
         if gain is not None:
             walk.gains.append((b, *gain))
             per_block_depth[b] += 0 if inv else 1
+    walk.nonhom = [_has_non_homogeneous_nested(spec.blocks[b].layers) for b in range(n)]
     for b in range(n):
-        walk.exact[b] = walk.exact[b] and not per_block_residual_unequal[b] and not _has_non_homogeneous_nested(spec.blocks[b].layers)
+        walk.exact[b] = walk.exact[b] and not per_block_residual_unequal[b] and not walk.nonhom[b]
     return walk, per_block_depth
 
 
@@ -147,6 +150,7 @@ def _units(walk: _Walk, depth: list[int], n: int) -> list[TuningUnit]:
                 log_rho=sum(walk.log_rho[b] for b in blocks),
                 resets_scale=any(walk.resets[b] for b in blocks),
                 pools=tuple(m for b in blocks for m in walk.pools[b]),
+                homogeneous=not any(walk.nonhom[b] for b in blocks),
             )
         )
     return units
