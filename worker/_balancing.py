@@ -62,6 +62,7 @@ from worker._balancing_parts import (
     residual_undo,
 )
 from worker._moments import preserved_buffers, random_matrix, receptive_field
+from worker.hessian import hessian_figures
 
 if TYPE_CHECKING:
     from worker.scaling import LayerScaling
@@ -119,6 +120,9 @@ def balance(
     typical_kernel: int | None = None,
     fold_input_scale: bool = False,
     refine_residual: bool = True,
+    target: str = "gamma",
+    hessian_probes: int = 8,
+    hessian_batch: int = 32,
 ) -> Balancing:
     """Balance gamma_l across weighted layers and set the output std (steps in the module doc).
 
@@ -129,6 +133,8 @@ def balance(
     """
     if not (output_std > 0 and math.isfinite(output_std)):
         raise ValueError(f"output_std must be a positive finite number, but got {output_std=}.")
+    if target not in ("gamma", "hessian"):
+        raise ValueError(f'target must be "gamma" or "hessian", but got {target=}.')
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, but got {rounds=}.")
     from worker.scaling import measure_scaling
@@ -148,6 +154,37 @@ def balance(
     def measure() -> list[LayerScaling]:
         passes[0] += 1
         return measure_scaling(work, x, r=r)
+
+    seed = int(
+        torch.randint(
+            0,
+            2**62,
+            (1,),
+            generator=generator,
+            device=generator.device if generator is not None else "cpu",
+        )
+    )
+
+    def balanced_values() -> list[float]:
+        """gamma_l, or the Hessian blocks' mean squared singular values with fixed probes (the
+        same R and probe vectors every round: a deterministic function of the scales)."""
+        if target == "gamma":
+            return [s.gamma for s in measure()]
+        passes[0] += 1 + len(weights) * (hessian_probes + 1)
+        g = torch.Generator(
+            device=generator.device if generator is not None else x.device
+        ).manual_seed(seed)
+        return [
+            h.mean_sq_singular_value
+            for h in hessian_figures(
+                work,
+                x[:hessian_batch],
+                iterations=1,
+                probes=hessian_probes,
+                generator=g,
+                chain_rule=False,
+            )
+        ]
 
     before = measure()
     std_before = measure_output_std(work, x)
@@ -191,13 +228,13 @@ def balance(
     k_typ = typical_kernel or (Counter(kernels).most_common(1)[0][0] if kernels else 1)
     for (info, module), name, k in zip(layers, weights, kernels, strict=True):
         fan_in, fan_out = info.fan_in or 1, info.fan_out or 1
-        target = (2.0 / k_typ) * k / math.sqrt(fan_in * fan_out)  # c / (k sqrt(n_l n_{l+1}))
+        variance = (2.0 / k_typ) * k / math.sqrt(fan_in * fan_out)  # c / (k sqrt(n_l n_{l+1}))
         w_sq = float(module.weight.detach().double().pow(2).mean())
         if w_sq > 0 and math.isfinite(w_sq):
             apply(
                 name,
                 "geometric",
-                math.sqrt(target / w_sq),
+                math.sqrt(variance / w_sq),
                 f"E[W^2] = c/(k sqrt(n_l n_l+1)), c = 2/k_typ, k_typ = {k_typ} (eq. 3, sec 6.2)",
             )
         c, path = residual_factor(work, info.module)
@@ -271,7 +308,7 @@ def balance(
         a.add_(delta)
 
     for _ in range(rounds):
-        gammas = [s.gamma for s in measure()]
+        gammas = balanced_values()
         # refine_residual=False keeps layers in residual branches at the section-11 factor. In a
         # branch, gamma is not the Hessian block's mean squared singular value (the shortcut makes
         # dy_l not proportional to y_l, so Prop. 4 fails); measured: it does not help either way.
@@ -332,10 +369,11 @@ def balance(
         normalize_output()
     after = measure()
     std_after = measure_output_std(work, x)
+    final_values = [f.gamma for f in after] if target == "gamma" else balanced_values()
     final = log_deviations(
         [
-            s.gamma if refine_residual or not inside else math.nan
-            for s, inside in zip(after, in_residual, strict=True)
+            v if refine_residual or not inside else math.nan
+            for v, inside in zip(final_values, in_residual, strict=True)
         ]
     )
     converged = (
