@@ -4,6 +4,8 @@ restarted server is reconnected to transparently."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,8 +73,22 @@ def session_scope(factory: sessionmaker[Session], *, write: bool = False) -> Ite
     PostgreSQL): use it for every transaction that may write.
     """
     bind = factory.kw.get("bind")
-    with (factory(bind=_writer(bind)) if write and bind is not None else factory()) as session, session.begin():
+    if not write or bind is None:
+        with factory() as session, session.begin():
+            yield session
+        return
+    # SQLite has one writer at a time; threads of this process queue on a lock rather than
+    # in SQLite's busy handler, whose sleeps make long latency tails.
+    lock = _sqlite_write_lock(bind) if bind.dialect.name == "sqlite" else contextlib.nullcontext()
+    with lock, factory(bind=_writer(bind)) as session, session.begin():
         yield session
+
+
+_SQLITE_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _sqlite_write_lock(engine: Engine) -> threading.Lock:
+    return _SQLITE_LOCKS.setdefault(engine.url.render_as_string(), threading.Lock())
 
 
 _WRITERS: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()

@@ -92,7 +92,6 @@ def _load(session: Session, ids: list[int]) -> dict[int, Candidate]:
 )
 def submit_candidates(
     request: Request,
-    session: WriteSessionDep,
     settings: SettingsDep,
     body: Annotated[CandidateSubmission, Body(openapi_examples=_SUBMIT_EXAMPLES)],
 ) -> CandidatePublic | CandidateBatchPublic:
@@ -107,9 +106,11 @@ def submit_candidates(
             "(setting PREFLIGHT_MAX_BATCH)", kind="too-large",
         )  # fmt: skip
     new = _new_candidates(specs, body.options, batch=batch, limits=request.app.state.spec_limits)
-    enqueued = queue.submit(session, candidates=new, max_attempts=settings.max_attempts)
-    rows = _load(session, [e.id for e in enqueued])
-    public = [CandidatePublic.of(rows[e.id], cached=not e.created) for e in enqueued]
+    # The write transaction opens only now, after validation, and commits before answering.
+    with session_scope(request.app.state.sessions, write=True) as session:
+        enqueued = queue.submit(session, candidates=new, max_attempts=settings.max_attempts)
+        rows = _load(session, [e.id for e in enqueued])
+        public = [CandidatePublic.of(rows[e.id], cached=not e.created) for e in enqueued]
     return CandidateBatchPublic(candidates=public) if batch else public[0]
 
 
