@@ -30,19 +30,14 @@ import yaml
 from nas.client import PreflightClient
 from nas.errors import AuthenticationError
 from nas.gate import ATTR_VERDICT, ConditioningGate
+from nas.testing import FAST_OPTIONS, ill_conditioned_mlp, mlp
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PREFLIGHT = [sys.executable, "-m", "service.cli"]
-TINY = {"steps": 2, "batch_size": 8, "hessian_iterations": 2, "hessian_batch_size": 4, "balance": False}
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-
-def mlp(depth: int, activation: str, width: int) -> dict[str, Any]:
-    hidden = [{"layers": [{"type": "linear", "out": width}, {"type": activation}]} for _ in range(depth)]
-    return {"input_shape": [64], "blocks": [*hidden, {"layers": [{"type": "linear", "out": 10}]}]}
 
 
 @pytest.fixture(scope="module")
@@ -151,10 +146,10 @@ def test_the_api_refuses_requests_without_the_token(topology: dict[str, Any]) ->
 
 
 def test_a_short_search_runs_through_rest_on_two_workers(topology: dict[str, Any]) -> None:
-    specs = {f"relu-{w}": mlp(2, "relu", w) for w in (16, 24, 32)} | {"sigmoid-30": mlp(30, "sigmoid", 16)}
+    specs = {f"relu-{w}": mlp(2, "relu", w) for w in (16, 24, 32)} | {"sigmoid-30": ill_conditioned_mlp()}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with PreflightClient(topology["url"], token=topology["token"]) as client:
-        gate = ConditioningGate(client, options=TINY | {"study": "topology"}, timeout=300)
+        gate = ConditioningGate(client, options=FAST_OPTIONS | {"study": "topology"}, timeout=300)
         study = optuna.create_study(direction="maximize")
         for name in specs:
             study.enqueue_trial({"arch": name})

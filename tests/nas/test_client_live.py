@@ -10,7 +10,10 @@ import pytest
 
 from nas.client import AsyncPreflightClient, PreflightClient, RetryPolicy
 from nas.errors import NotFoundError, PreflightConnectionError, SpecRejectedError
-from tests.nas.conftest import ILL, TINY_OPTIONS, WELL, mlp
+from nas.testing import FAST_OPTIONS as TINY_OPTIONS
+from nas.testing import ill_conditioned_mlp, mlp, well_conditioned_mlp
+
+ILL, WELL = ill_conditioned_mlp(), well_conditioned_mlp()
 
 
 def test_submit_wait_and_fetch_a_report(client: PreflightClient) -> None:

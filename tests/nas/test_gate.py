@@ -23,11 +23,13 @@ from nas.gate import (
     conditioning_margin,
 )
 from nas.pruners import ConditioningPruner
+from nas.testing import FAST_OPTIONS as TINY_OPTIONS
+from nas.testing import ill_conditioned_mlp, well_conditioned_mlp
 from nas.training import Trainer, load_digits
-from tests.nas.conftest import ILL, TINY_OPTIONS, WELL
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 PRUNED, COMPLETE = optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.COMPLETE
+ILL, WELL = ill_conditioned_mlp(), well_conditioned_mlp()
 SPECS = {"well": WELL, "ill": ILL}
 
 
@@ -76,6 +78,7 @@ def test_the_gate_keeps_by_threshold_else_by_verdict_and_never_keeps_nan(report:
 def test_bad_gate_arguments_are_refused_and_quoted(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ConditioningGate(PreflightClient("http://unused.invalid"), **kwargs)
+
 
 
 def enqueued_study(archs: list[str], **kwargs: Any) -> optuna.Study:

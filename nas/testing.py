@@ -1,0 +1,42 @@
+"""Reference candidates for a NAS controller's own tests of its Preflight set-up.
+
+No fakes here: these are real specs and options to send to a real service, e.g. to check
+that a deployment prunes what it must (``ill_conditioned_mlp``) and keeps what it must
+(``well_conditioned_mlp``) before a long search is started::
+
+    gate = ConditioningGate(PreflightClient(), options=FAST_OPTIONS)
+    assert client.condition(ill_conditioned_mlp(), FAST_OPTIONS).verdict == "prune"
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["FAST_OPTIONS", "ill_conditioned_mlp", "mlp", "well_conditioned_mlp"]
+
+# Tuning options that make a conditioning cost about a second on a busy 2-core CPU: few
+# tuning steps and diagnostic iterations on small batches, and no GR balancing (the
+# engine's costliest stage). For checks of a set-up, not for a real search.
+FAST_OPTIONS: dict[str, Any] = {
+    "steps": 2, "batch_size": 8, "hessian_iterations": 2, "hessian_batch_size": 4, "balance": False,
+}  # fmt: skip
+
+
+def mlp(depth: int, activation: str, width: int = 32, *, inputs: int = 64, classes: int = 10,
+        name: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """A plain MLP spec: ``depth`` blocks ``[linear(width), activation]`` and a linear head."""
+    hidden = [{"layers": [{"type": "linear", "out": width}, {"type": activation}]} for _ in range(depth)]
+    return {"name": name or f"mlp-{depth}x{width}-{activation}", "input_shape": [inputs],
+            "blocks": [*hidden, {"layers": [{"type": "linear", "out": classes}]}]}  # fmt: skip
+
+
+def ill_conditioned_mlp(inputs: int = 64, classes: int = 10) -> dict[str, Any]:
+    """30 sigmoid layers: the gradient vanishes (each layer's Jacobian norm is about 1/16 at
+    a fan-in initialization), and no per-layer gain brings a non-homogeneous activation back
+    to criticality. Any working deployment prunes it."""
+    return mlp(30, "sigmoid", 16, inputs=inputs, classes=classes, name="ill-30-sigmoid")
+
+
+def well_conditioned_mlp(inputs: int = 64, classes: int = 10) -> dict[str, Any]:
+    """Two ReLU layers under Kaiming fan-in initialization: critical from the start."""
+    return mlp(2, "relu", 32, inputs=inputs, classes=classes, name="well-2-relu")
