@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from service.auth import TokenCache
@@ -16,7 +17,9 @@ from service.settings import Settings
 __all__ = ["AuthDep", "SessionDep", "SettingsDep", "WriteSessionDep", "require_token"]
 
 
-def get_settings(request: Request) -> Settings:
+# Dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` in the
+# thread pool, a hop that costs more than the work.
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -32,7 +35,7 @@ def get_write_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def require_token(request: Request) -> None:
+async def require_token(request: Request) -> None:
     """Refuse the request unless auth is off or it carries a valid bearer token."""
     settings: Settings = request.app.state.settings
     if not settings.auth_required:
@@ -45,7 +48,7 @@ def require_token(request: Request) -> None:
             kind="unauthorized", headers=challenge,
         )  # fmt: skip
     tokens: TokenCache = request.app.state.tokens
-    if not tokens.is_valid(token.strip()):
+    if not await run_in_threadpool(tokens.is_valid, token.strip()):
         raise ProblemError(
             401, "invalid or revoked token", kind="unauthorized",
             headers={"WWW-Authenticate": 'Bearer realm="preflight", error="invalid_token"'},

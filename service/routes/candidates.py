@@ -114,17 +114,18 @@ def submit_candidates(
     return CandidateBatchPublic(candidates=public) if batch else public[0]
 
 
+def _read_once(request: Request, candidate_id: int) -> Candidate | None:
+    with session_scope(request.app.state.sessions) as session:
+        return session.get(Candidate, candidate_id)
+
+
 @router.get("/{candidate_id}", responses=_NOT_FOUND, summary="A candidate and its report")
-def get_candidate(candidate_id: CandidateId, session: SessionDep) -> CandidatePublic:
-    row = session.get(Candidate, candidate_id)
+async def get_candidate(request: Request, candidate_id: CandidateId) -> CandidatePublic:
+    # async, with the one blocking read in the thread pool: one hop per request, not three
+    row = await run_in_threadpool(_read_once, request, candidate_id)
     if row is None:
         raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
     return CandidatePublic.of(row)
-
-
-def _read_once(request: Request, candidate_id: CandidateId) -> Candidate | None:
-    with session_scope(request.app.state.sessions) as session:
-        return session.get(Candidate, candidate_id)
 
 
 @router.get("/{candidate_id}/wait", responses=_NOT_FOUND, summary="Long-poll until final or timeout")
