@@ -1,6 +1,6 @@
 """Engine and sessions. SQLite runs in WAL mode with a busy timeout so that the API and
-workers in other processes can share one file; PostgreSQL connections are pre-pinged so a
-restarted server is reconnected to transparently."""
+workers in other processes can share one file; PostgreSQL connections are replaced after a
+server restart (the pool is dropped on the first disconnect error)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,10 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if "poolclass" not in kwargs:
         kwargs.setdefault("pool_size", 10)
         kwargs.setdefault("max_overflow", 20)
-    return create_engine(url, pool_pre_ping=True, pool_recycle=1800, **kwargs)
+    # No pre-ping (a round trip per request): after a server restart, the first use of each
+    # stale connection fails, SQLAlchemy drops the pool, the API answers that request 503
+    # (clients retry) and workers retry it; later requests get fresh connections.
+    return create_engine(url, pool_recycle=1800, **kwargs)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nas import SpecError
@@ -43,6 +44,7 @@ PROBLEM_TYPES = {
     "conflict": _BASE + "conflict",
     "too-large": _BASE + "too-large",
     "not-ready": _BASE + "not-ready",
+    "unavailable": _BASE + "unavailable",
     "internal": _BASE + "internal",
 }
 
@@ -158,6 +160,14 @@ async def _on_spec_error(request: Request, exc: Exception) -> JSONResponse:
     return await _on_problem(request, ProblemError.from_spec_error(exc, field="spec"))
 
 
+async def _on_database_down(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, str(exc).splitlines()[0])
+    return problem_response(
+        request, 503, "the database is unavailable; retry shortly", kind="unavailable",
+        headers={"Retry-After": "1"},
+    )  # fmt: skip
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem_response(
@@ -170,4 +180,6 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(SpecError, _on_spec_error)
+    app.add_exception_handler(OperationalError, _on_database_down)
+    app.add_exception_handler(InterfaceError, _on_database_down)
     app.add_exception_handler(Exception, _on_unexpected)
