@@ -31,7 +31,6 @@ from typing import Any
 __all__ = ["register"]
 
 SEARCHES = ("no gate", "median pruner", "preflight gate", "gate + median pruner")
-SCORE_STUDY = "demo-score-vs-accuracy"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -197,7 +196,7 @@ def _run_all(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
             for run in runs:
                 run.close()
         searches = [run.result for run in runs]
-        extra = _score_ungated(args, client, options, searches[0])
+        extra = _score_ungated(searches)
         profiles = _apjn_profiles(client, searches[SEARCHES.index("preflight gate")])
     return {"searches": searches, "score_vs_accuracy": extra, "apjn": profiles}
 
@@ -281,10 +280,6 @@ def _search(name: str, position: int, args: argparse.Namespace, data: Any, clien
         record = TrialRecord(trial.number, spec["name"], "complete", 0, None, 0.0, params=dict(trial.params))
         result.trials.append(record)
         scales = None
-        if name == "no gate":
-            # For the score-vs-accuracy figure only (not this search's compute): queued at low
-            # priority, the embedded worker conditions it on the other core while this trains.
-            record.candidate_id = client.submit(spec, dict(options, study=SCORE_STUDY, priority=-1)).id
         if gate is not None:
             try:
                 report = gate.check(trial, spec)
@@ -328,15 +323,24 @@ def _fill_conditioning(record: TrialRecord, client: Any, candidate_id: Any, repo
     record.condition_seconds = float(seconds)
 
 
-def _score_ungated(args: argparse.Namespace, client: Any, options: dict[str, Any], baseline: SearchResult) -> list[dict[str, Any]]:
-    """The ungated search's candidates, conditioned in the background while it trained (not
-    counted in its compute): how the score relates to the accuracy a plain training reached."""
-    trained = [r for r in baseline.trials if r.accuracy is not None and r.candidate_id is not None]
-    candidates = client.wait_many([str(r.candidate_id) for r in trained], timeout=1800.0)
-    return [
-        {"number": r.number, "name": r.name, "accuracy": r.accuracy, "score": c.score, "verdict": c.verdict}
-        for r, c in zip(trained, candidates, strict=True)
-    ]
+def _score_ungated(searches: list[SearchResult]) -> list[dict[str, Any]]:
+    """Conditioning score against the accuracy a *plain* training reached, at no extra cost:
+    the ungated search's trials whose architecture a gated search also proposed (the
+    sampler's random start-up trials coincide across the searches, same seed) and had
+    conditioned."""
+    scored = {
+        json.dumps(t.params, sort_keys=True): t
+        for s in searches if s.name in ("preflight gate", "gate + median pruner")
+        for t in s.trials if t.candidate_id is not None
+    }  # fmt: skip
+    points = []
+    for trial in searches[0].trials:
+        twin = scored.get(json.dumps(trial.params, sort_keys=True))
+        if twin is None or trial.accuracy is None:
+            continue
+        points.append({"number": trial.number, "name": trial.name, "accuracy": trial.accuracy,
+                       "score": twin.score, "verdict": twin.verdict})  # fmt: skip
+    return points
 
 
 def _bnp_factory() -> Any:
