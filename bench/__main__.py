@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             _scaling(out, args.smoke, log)
         if not (args.no_e2e or args.smoke):
             write_json(out / "e2e.json", e2e.e2e(out, log=log))
-    rows = analysis.collect(candidates, out)
+    rows = analysis.collect(candidates, out, protocol)
     figures = analysis.analyze(rows, protocol)
     scaling = read_json(out / "scaling.json") if (out / "scaling.json").exists() else None
     context = {
@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         (docs / report.PLOT_DIR / "calibration.json").write_text(
             json.dumps(figures["calibration"], indent=1)
         )
-    report.plots(rows, docs / report.PLOT_DIR)
+    heldout = set((figures.get("calibration") or {}).get("heldout_ids", [])) or None
+    report.plots(rows, docs / report.PLOT_DIR, heldout)
     report.write_markdown(figures, context, docs / "benchmarks.md")
     for name in args.extra:
         module = importlib.import_module(f"bench.{name}")

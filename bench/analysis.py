@@ -16,7 +16,7 @@ from bench.inits import PEERS
 from bench.median_reference import median_pruner_reference
 from bench.protocol import Protocol
 from bench.proxies import PROXIES
-from bench.run import read_json
+from bench.run import cached, read_json
 
 __all__ = ["analyze", "collect"]
 
@@ -29,14 +29,21 @@ def _threshold_for(name: str, thresholds: dict[str, float]) -> float:
     return 1.0
 
 
-def collect(candidates: list[Candidate], out: Path) -> list[dict[str, Any]]:
+def collect(candidates: list[Candidate], out: Path, protocol: Protocol) -> list[dict[str, Any]]:
     """One row per candidate with every stage's results (missing stages are ``None``)."""
     rows = []
     for c in candidates:
         stage = {
             s: out / s / f"{c.id}.json" for s in ("proxies", "preflight", "spec", "tuned", "peers")
         }
-        got = {s: read_json(p) if p.exists() else None for s, p in stage.items()}
+        # A result computed from other inputs (other scales, protocol, spec) is stale: skip it.
+        # Preflight reports are kept whatever engine made them; the report names its version.
+        got = {
+            s: read_json(p)
+            if (s == "preflight" and p.exists()) or cached(s, c, protocol, out)
+            else None
+            for s, p in stage.items()
+        }
         if got["proxies"] is None or got["spec"] is None:
             continue
         chance = load_key(c.dataset).chance_loss

@@ -208,8 +208,9 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
     path.write_text("\n".join(lines))
 
 
-def plots(rows: list[dict[str, Any]], directory: Path) -> None:
-    """score_vs_loss.png, pruning_pr.png, tuned_vs_default.png."""
+def plots(rows: list[dict[str, Any]], directory: Path, heldout: set[str] | None = None) -> None:
+    """score_vs_loss.png, pruning_pr.png, tuned_vs_default.png. The calibrated score is shown
+    on the held-out candidates only (the others were used to fit it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -222,7 +223,9 @@ def plots(rows: list[dict[str, Any]], directory: Path) -> None:
     scores = {m: [r["proxies"].get(m, math.nan) for r in rows] for m in PROXIES}
     scores["preflight"] = [r["preflight"] for r in rows]
     if "preflight_calibrated" in methods:
-        scores["preflight_calibrated"] = [r["calibrated"] for r in rows]
+        scores["preflight_calibrated"] = [
+            r["calibrated"] if heldout is None or r["id"] in heldout else math.nan for r in rows
+        ]
     loss = np.minimum([r["norm_loss"] for r in rows], 1.2)
     bad = np.array([r["untrainable"] for r in rows])
     cols = 4
@@ -231,9 +234,13 @@ def plots(rows: list[dict[str, Any]], directory: Path) -> None:
     )
     for ax, m in zip(axes.flat, methods, strict=False):
         s = np.asarray(scores[m], dtype=float)
-        ax.scatter(s[~bad], loss[~bad], s=8, c="tab:blue", label="trainable")
-        ax.scatter(s[bad], loss[bad], s=8, c="tab:red", label="untrainable")
-        ax.set_title(f"{m}  rho={metrics.spearman(scores[m], -loss):.2f}", fontsize=9)
+        keep = ~np.isnan(s) if m == "preflight_calibrated" else np.ones(len(s), dtype=bool)
+        ax.scatter(s[~bad & keep], loss[~bad & keep], s=8, c="tab:blue", label="trainable")
+        ax.scatter(s[bad & keep], loss[bad & keep], s=8, c="tab:red", label="untrainable")
+        rho = metrics.spearman(s[keep], -loss[keep])
+        ax.set_title(
+            f"{m}{' (held-out)' if m == 'preflight_calibrated' else ''}  rho={rho:.2f}", fontsize=9
+        )
         finite = s[np.isfinite(s)]
         if finite.size and np.ptp(finite) > 1e3:  # scores spread over orders of magnitude
             ax.set_xscale("symlog", linthresh=1.0)
@@ -248,9 +255,12 @@ def plots(rows: list[dict[str, Any]], directory: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 5))
     for m in methods:
-        p, r = metrics.precision_recall_curve(scores[m], bad)
+        s = np.asarray(scores[m], dtype=float)
+        keep = ~np.isnan(s) if m == "preflight_calibrated" else np.ones(len(s), dtype=bool)
+        p, r = metrics.precision_recall_curve(s[keep], bad[keep])
         style = "-" if m.startswith("preflight") else ":"
-        ax.plot(r, p, style, label=m, linewidth=2 if m.startswith("preflight") else 1)
+        label = m + (" (held-out)" if m == "preflight_calibrated" else "")
+        ax.plot(r, p, style, label=label, linewidth=2 if m.startswith("preflight") else 1)
     ax.plot([0.8], [0.9], "k*", markersize=12, label="target (recall 0.8, precision 0.9)")
     ax.set_xlabel("recall of untrainable candidates")
     ax.set_ylabel("precision")

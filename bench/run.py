@@ -36,7 +36,7 @@ from bench.inits import PEERS
 from bench.protocol import Protocol, step_seconds, train
 from bench.proxies import compute_proxies
 
-__all__ = ["STAGES", "condition_candidate", "run_stage"]
+__all__ = ["STAGES", "cached", "condition_candidate", "run_stage"]
 
 STAGE_VERSION = {"proxies": 1, "preflight": 1, "spec": 1, "tuned": 1, "peers": 1}
 MODEL_SEED = 0
@@ -205,7 +205,7 @@ def _task(args: tuple[str, dict[str, Any], dict[str, Any], str]) -> str:
     candidate = Candidate(**cand)
     protocol = Protocol(**{k: tuple(v) if isinstance(v, list) else v for k, v in proto.items()})
     out = Path(out_dir)
-    if _cached(stage, candidate, protocol, out):  # another process got there first
+    if cached(stage, candidate, protocol, out):  # another process got there first
         return candidate.id
     start = time.perf_counter()
     result = STAGES[stage](candidate, protocol, out)
@@ -217,7 +217,7 @@ def _task(args: tuple[str, dict[str, Any], dict[str, Any], str]) -> str:
     return candidate.id
 
 
-def _cached(stage: str, candidate: Candidate, protocol: Protocol, out: Path) -> bool:
+def cached(stage: str, candidate: Candidate, protocol: Protocol, out: Path) -> bool:
     path = out / stage / f"{candidate.id}.json"
     if not path.exists():
         return False
@@ -234,7 +234,7 @@ def run_stage(
     log: Callable[[str], None] = lambda _m: None,
 ) -> float:
     """Compute ``stage`` for every candidate not cached; returns the wall seconds spent."""
-    todo = [c for c in candidates if not _cached(stage, c, protocol, out)]
+    todo = [c for c in candidates if not cached(stage, c, protocol, out)]
     start = time.perf_counter()
     tasks = [(stage, c.to_json(), protocol.to_json(), str(out)) for c in todo]
     if jobs <= 1 or len(tasks) <= 1:
