@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per phase")
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument(
-        "--api-workers", type=int, default=2, help="uvicorn processes on PostgreSQL (default 2)"
+        "--api-workers", type=int, default=1, help="uvicorn processes on PostgreSQL (default 1)"
     )
     parser.add_argument(
         "--sqlite-api-workers", type=int, default=1, help="uvicorn processes on SQLite (default 1)"
@@ -242,7 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     with tempfile.TemporaryDirectory() as folder:
         results += bench_backend(
-            "sqlite", f"sqlite:///{folder}/bench.db", args.seconds, args.warmup, args.sqlite_api_workers
+            "sqlite",
+            f"sqlite:///{folder}/bench.db",
+            args.seconds,
+            args.warmup,
+            args.sqlite_api_workers,
         )
     if not args.skip_postgres:
         admin_url = (
