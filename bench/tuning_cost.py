@@ -207,7 +207,9 @@ def run(device: torch.device, batch: int, repeats: int, names: list[str]) -> dic
         t_train = time_step(steps["train"], device, repeats)
         t_tune = time_step(steps["tune"], device, repeats)
         m_train, m_tune = (peak_memory(name, k, batch, device) for k in ("train", "tune"))
-        sys.stderr.write(f"{name}: train {t_train:.3f} s, tune {t_tune:.3f} s, memory {m_train >> 20} / {m_tune >> 20} MiB\n")
+        sys.stderr.write(
+            f"{name}: train {t_train:.3f} s, tune {t_tune:.3f} s, memory {m_train >> 20} / {m_tune >> 20} MiB\n"
+        )
         t_condition, stages, tuning_steps = whole_conditioning(name, batch, device)
         sys.stderr.write(f"{name}: whole conditioning {t_condition:.1f} s\n")
         rows.append({

@@ -56,9 +56,13 @@ def test_scales_rebuild_the_conditioned_model(cnn_report: ConditioningReport) ->
 
 
 def test_the_same_seed_gives_the_same_report() -> None:
+    """Reproducible up to floating-point summation order (threaded CPU kernels may change the
+    last bits): every scale and the score agree to 1e-9 relative."""
     a = condition(EXAMPLE_MLP, options=LEAN)
     b = condition(EXAMPLE_MLP, options=LEAN)
-    assert a.scales == b.scales and a.score == b.score
+    assert a.scales.keys() == b.scales.keys()
+    assert a.scales == pytest.approx(b.scales, rel=1e-9)
+    assert a.score == pytest.approx(b.score, rel=1e-9, abs=1e-12)
 
 
 @pytest.mark.parametrize("form", ["tensor", "array", "mapping"])
