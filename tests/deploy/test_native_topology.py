@@ -38,6 +38,7 @@ DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PREFLIGHT = [sys.executable, "-m", "service.cli"]
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+RUNNER_STARTED = re.compile(r"worker\.runner: worker \S+: started")
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,8 @@ def topology(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     try:
         deadline = time.monotonic() + 120
         while True:
-            started = sum("started" in (logs / f"worker-{i}.log").read_text() for i in (1, 2))
+            # The supervisor's child (not the supervisor) says it is polling the queue.
+            started = sum(bool(RUNNER_STARTED.search((logs / f"worker-{i}.log").read_text())) for i in (1, 2))
             try:
                 import httpx
 
@@ -146,7 +148,7 @@ def test_the_api_refuses_requests_without_the_token(topology: dict[str, Any]) ->
 
 
 def test_a_short_search_runs_through_rest_on_two_workers(topology: dict[str, Any]) -> None:
-    specs = {f"relu-{w}": mlp(2, "relu", w) for w in (16, 24, 32)} | {"sigmoid-30": ill_conditioned_mlp()}
+    specs = {f"relu-{w}": mlp(2, "relu", w) for w in (16, 20, 24, 28, 32, 40)} | {"sigmoid-30": ill_conditioned_mlp()}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with PreflightClient(topology["url"], token=topology["token"]) as client:
         gate = ConditioningGate(client, options=FAST_OPTIONS | {"study": "topology"}, timeout=300)
