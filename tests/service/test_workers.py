@@ -28,8 +28,12 @@ from worker.runner import Runner
 
 # Conditioning in a few milliseconds: one tuning step, no diagnostics.
 TINY = {"steps": 1, "n_vectors": 1, "batch_size": 8, "diagnostics": False, "hessian_iterations": 0}
-# Conditioning for many seconds on a 2-core CPU (big batches through the Hessian figures).
-HEAVY = {"batch_size": 1024, "hessian_iterations": 100, "hessian_batch_size": 1024}
+# Conditioning for many seconds on a 2-core CPU (big batches through the Hessian figures of
+# the example MLP: use with make=heavy_spec).
+HEAVY = {"batch_size": 4096, "n_vectors": 64, "steps": 1000, "tolerance": 1e-6, "hessian_iterations": 200,
+         "hessian_batch_size": 4096}  # fmt: skip
+# A fraction of a second: a few tuning steps and the diagnostics.
+MEDIUM = {"steps": 5, "batch_size": 64}
 WORKER_ENV = {"PREFLIGHT_LEASE_SECONDS": "3", "PREFLIGHT_HEARTBEAT_SECONDS": "0.5",
               "PREFLIGHT_POLL_SECONDS": "0.05", "OMP_NUM_THREADS": "1"}  # fmt: skip
 
@@ -39,12 +43,18 @@ def spec(width: int) -> dict[str, Any]:
                                            {"layers": [{"type": "linear", "out": 2}]}]}  # fmt: skip
 
 
-def submit_many(url: str, count: int, options: dict[str, Any], max_attempts: int = 3) -> list[int]:
+def heavy_spec(width: int) -> dict[str, Any]:
+    return {**EXAMPLE_MLP, "blocks": [*EXAMPLE_MLP["blocks"][:-1], {"layers": [{"type": "linear", "out": width}]}]}
+
+
+def submit_many(
+    url: str, count: int, options: dict[str, Any], max_attempts: int = 3, make: Callable[[int], dict[str, Any]] = spec
+) -> list[int]:
     from nas import parse_spec, spec_hash
 
     new = []
     for width in range(1, count + 1):
-        parsed = parse_spec(spec(width))
+        parsed = parse_spec(make(width))
         new.append(queue.NewCandidate(spec=parsed.model_dump(mode="json", exclude_none=True),
                                       spec_hash=spec_hash(parsed), options=options))  # fmt: skip
     engine = make_engine(url)
@@ -136,9 +146,9 @@ def test_serve_with_embedded_worker_conditions_a_candidate(sqlite_url: str, make
 
 
 def test_runner_fails_a_job_past_its_timeout_and_carries_on(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
-    (slow,) = submit_many(sqlite_url, 1, tuning(**HEAVY), max_attempts=2)
+    (slow,) = submit_many(sqlite_url, 1, tuning(**HEAVY), max_attempts=2, make=heavy_spec)
     fast = submit_many(sqlite_url, 2, tuning(**TINY))
-    runner = run_runner(make_settings(sqlite_url, job_timeout_seconds=1.0))
+    runner = run_runner(make_settings(sqlite_url, job_timeout_seconds=5.0))
     try:
         wait_until(lambda: statuses(sqlite_url).get("done", 0) == 2, 120, "the fast jobs")
         wait_until(lambda: statuses(sqlite_url).get("failed", 0) == 1, 60, "the slow job to time out twice")
@@ -146,12 +156,12 @@ def test_runner_fails_a_job_past_its_timeout_and_carries_on(sqlite_url: str, mak
         runner.stop(hard=True)
         runner.join(60)
     ((error, attempts),) = rows(sqlite_url, select(Candidate.error, Candidate.attempts).where(Candidate.id == slow))
-    assert "timed out after 1 s" in error and attempts == 2
+    assert "timed out after 5 s" in error and attempts == 2
     assert [row[0] for row in rows(sqlite_url, select(Candidate.status).where(Candidate.id.in_(fast)))] == ["done"] * 2
 
 
 def test_cancelling_a_running_job_stops_its_worker(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
-    (job_id,) = submit_many(sqlite_url, 1, tuning(**HEAVY))
+    (job_id,) = submit_many(sqlite_url, 1, tuning(**HEAVY), make=heavy_spec)
     runner = run_runner(make_settings(sqlite_url))
     try:
         wait_until(lambda: statuses(sqlite_url).get("running", 0) == 1, 60, "the job to start")
@@ -168,7 +178,7 @@ def test_cancelling_a_running_job_stops_its_worker(sqlite_url: str, make_setting
 
 
 def test_sigterm_releases_a_job_that_outlasts_the_grace_period(sqlite_url: str, spawn: Callable[..., WorkerProcess]) -> None:
-    (job_id,) = submit_many(sqlite_url, 1, tuning(**HEAVY))
+    (job_id,) = submit_many(sqlite_url, 1, tuning(**HEAVY), make=heavy_spec)
     os.environ["PREFLIGHT_SHUTDOWN_GRACE_SECONDS"] = "1"
     try:
         worker = spawn(sqlite_url)
@@ -209,7 +219,7 @@ def test_four_worker_processes_do_two_hundred_jobs_exactly_once(pg_url: str, spa
 
 @pytest.mark.slow
 def test_a_job_whose_worker_is_killed_is_leased_again_and_completes(db_url: str, spawn: Callable[..., WorkerProcess]) -> None:
-    ids = submit_many(db_url, 30, tuning(**TINY))
+    ids = submit_many(db_url, 30, tuning(**MEDIUM))
     victim = spawn(db_url, "--name", "victim")
     running = select(Candidate.id).where(Candidate.status == "running", Candidate.worker.like("victim%"))
     wait_until(lambda: statuses(db_url).get("done", 0) >= 2 and bool(rows(db_url, running)), 90, "the victim mid-job")
