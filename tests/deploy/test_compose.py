@@ -97,3 +97,11 @@ def test_the_api_listens_beyond_localhost_only_with_tokens() -> None:
     settings = Settings(host=build_parser().parse_args(api["command"][1:]).host,
                         require_auth=interpolate(api["environment"]["PREFLIGHT_REQUIRE_AUTH"]))  # fmt: skip
     assert settings.auth_required
+
+
+def test_the_api_healthcheck_asks_a_real_endpoint() -> None:
+    from service.app import create_app
+
+    test = " ".join(SERVICES["api"]["healthcheck"]["test"])
+    path = re.search(r"http://127\.0\.0\.1:8000(/[a-z]+)", test).group(1)
+    assert path in {route.path for route in create_app(Settings()).routes}
