@@ -89,7 +89,11 @@ def _scaling(out: Path, smoke: bool, log) -> dict | None:
 
 def _e2e_text(result: dict | None) -> str:
     if not result:
-        return "Not run (`--no-e2e`, or the smoke version)."
+        return (
+            "Not measured in this run: no `e2e.json` in the cache (the smoke version and `--no-e2e` "
+            f"skip it; the full run does {len(e2e.SEEDS)} seeds of `preflight demo --trials {e2e.TRIALS} "
+            f"--epochs {e2e.EPOCHS}`)."
+        )
     if not result["seeds"]:
         return "Failed on every seed: " + "; ".join(
             str(v)[-300:] for v in result.get("failures", {}).values()
@@ -144,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         help="run an optional extra benchmark",
     )
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument(
+        "--note", default="", help="a paragraph for the report (e.g. how the cache was computed)"
+    )
     args = parser.parse_args(argv)
 
     def log(message: str) -> None:
@@ -180,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall": ", ".join(f"{k} {v:.0f} s" for k, v in walls.items())
         or "report only (cached stages)",
         "protocol_text": _protocol_text(protocol),
+        "note": args.note,
         "scaling": scaling,
     }
     e2e_result = (

@@ -80,10 +80,10 @@ def collect(candidates: list[Candidate], out: Path, protocol: Protocol) -> list[
     return rows
 
 
-def _method_scores(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+def _method_scores(rows: list[dict[str, Any]], calibrated: bool) -> dict[str, list[float]]:
     methods = {name: [r["proxies"].get(name, math.nan) for r in rows] for name in PROXIES}
     methods["preflight"] = [r["preflight"] for r in rows]
-    if rows and "calibrated" in rows[0]:
+    if calibrated and rows and "calibrated" in rows[0]:
         methods["preflight_calibrated"] = [r["calibrated"] for r in rows]
     return methods
 
@@ -103,7 +103,9 @@ def _costs(rows: list[dict[str, Any]], method: str) -> tuple[float, float]:
     )
 
 
-def ranking_table(rows: list[dict[str, Any]], target: str = "spec") -> dict[str, dict[str, float]]:
+def ranking_table(
+    rows: list[dict[str, Any]], target: str = "spec", calibrated: bool = False
+) -> dict[str, dict[str, float]]:
     """Per method: correlations with -loss and accuracy, pruning figures, cost. ``target``:
     the ground truth from the spec's initialization (``"spec"``) or from Preflight's tuned
     one (``"tuned"``, candidates without a tuned run left out)."""
@@ -114,7 +116,8 @@ def ranking_table(rows: list[dict[str, Any]], target: str = "spec") -> dict[str,
     accuracy = [r[prefix + "accuracy"] for r in rows]
     bad = [r[prefix + "untrainable"] for r in rows]
     table = {}
-    for method, scores in _method_scores(rows).items():
+    # The calibrated score only on held-out rows (``calibrated=True``): the rest fitted it.
+    for method, scores in _method_scores(rows, calibrated).items():
         quarter = metrics.prune_fraction(scores, bad, 0.25)
         seconds, steps = _costs(rows, method)
         table[method] = {
@@ -170,6 +173,11 @@ def _tuning(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]
             r for r in rows if not math.isnan(r["tuned_loss"]) and r["verdict"] == "keep"
         ],
     }
+    for family in sorted({r["family"] for r in rows}):
+        groups[f"survivors, {family}"] = [r for r in groups["survivors"] if r["family"] == family]
+    groups["survivors trainable from the spec init (A)"] = [
+        r for r in groups["survivors"] if not r["untrainable"]
+    ]
     out: dict[str, dict[str, dict[str, float]]] = {}
     for group, members in groups.items():
         tuned = [r["tuned_loss"] for r in members]
@@ -216,7 +224,7 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
     }
     if held:
         held_bad = [r["untrainable"] for r in held]
-        figures["ranking_heldout"] = ranking_table(held)
+        figures["ranking_heldout"] = ranking_table(held, calibrated=True)
         figures["heldout_n"] = len(held)
         figures["heldout_untrainable"] = int(sum(held_bad))
         figures["verdict_heldout"] = metrics.flags_figures(
@@ -225,7 +233,7 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
         figures["calibrated_verdict_heldout"] = metrics.flags_figures(
             [r["calibrated_verdict"] == "prune" for r in held], held_bad
         ).__dict__
-        figures["ranking_heldout_tuned"] = ranking_table(held, "tuned")
+        figures["ranking_heldout_tuned"] = ranking_table(held, "tuned", calibrated=True)
         figures["verdict_heldout_tuned"] = _verdict(held, "tuned_untrainable", "verdict")
         figures["calibrated_verdict_heldout_tuned"] = _verdict(
             held, "tuned_untrainable", "calibrated_verdict"

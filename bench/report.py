@@ -93,6 +93,7 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
         f"Machine: {context['machine']}. Date: {context['date']}. Wall time: {context['wall']}.",
         "",
         f"Preflight: {context.get('engine', 'n/a')}.",
+        *(["", context["note"]] if context.get("note") else []),
         "",
         "## Protocol",
         "",
@@ -185,8 +186,22 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
             f"{_f(fig['calibrated_verdict_heldout_tuned']['recall'])}.",
         ]
     lines += ["", "## Tuning: trained loss from Preflight's tuned initialization vs the others", ""]
+    for group in ("all", "survivors"):
+        lines += [f"**{group}**", "", *_tuning_md(fig["tuning"][group]), ""]
+    lines += [
+        "Tuned vs spec initialization, by subset of the survivors (Preflight verdict keep):",
+        "",
+        "| subset | n | tuned better | median loss improvement | median ln(spec / tuned) |",
+        "|---|---|---|---|---|",
+    ]
     for group, table in fig["tuning"].items():
-        lines += [f"**{group}**", "", *_tuning_md(table), ""]
+        if group.startswith("survivors") and group != "survivors":
+            t = table["spec"]
+            lines.append(
+                f"| {group} | {t['n']} | {_f(t['better'])} | {_f(t['median_improvement'], 3)} "
+                f"| {_f(t['median_log_ratio'])} |"
+            )
+    lines.append("")
     lines += [
         "## The scaling-calculus LIBSVM table on the bundled datasets",
         "",
