@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -114,17 +115,19 @@ class WorkerProcess:
 
 
 @pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+def spawn() -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
+    # Logs outside pytest's basetemp, which concurrent pytest runs on one machine may prune.
+    with tempfile.TemporaryDirectory(prefix="preflight-workers-") as folder:
 
-    def start(url: str, *args: str) -> WorkerProcess:
-        process = WorkerProcess(url, tmp_path / f"worker-{len(started)}.log", *args)
-        started.append(process)
-        return process
+        def start(url: str, *args: str) -> WorkerProcess:
+            process = WorkerProcess(url, Path(folder) / f"worker-{len(started)}.log", *args)
+            started.append(process)
+            return process
 
-    yield start
-    for process in started:
-        process.stop()
+        yield start
+        for process in started:
+            process.stop()
 
 
 def run_runner(settings: Settings, **kwargs: Any) -> Runner:
