@@ -7,7 +7,7 @@ In an objective::
     def objective(trial):
         spec = space(trial)
         report = gate.check(trial, spec)      # raises optuna.TrialPruned on a "prune" verdict
-        model = nas.build_model(spec, scales=report["scales"])
+        model = nas.build_model(spec, scales=report["scales"], seed=report["environment"]["seed"])
         return train(model)
 
 :meth:`ConditioningGate.check` submits the spec, waits for the report, records it in the
@@ -35,6 +35,7 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import TrialState
 
+from nas.build import PreflightNet, build_model
 from nas.client import Candidate, PreflightClient, SpecLike, spec_payload
 from nas.errors import CandidateFailed
 
@@ -118,6 +119,12 @@ class Screened:
     def scales(self) -> dict[str, float]:
         """What ``nas.build_model(spec, scales=...)`` takes: the tuned multipliers."""
         return dict(self.report.get("scales") or {})
+
+    def build_model(self) -> PreflightNet:
+        """The survivor at its tuned initialization: the spec's weights at the seed the
+        conditioning used, multiplied by the tuned scales."""
+        seed = (self.report.get("environment") or {}).get("seed")
+        return build_model(self.spec, scales=self.scales or None, seed=seed)
 
 
 class ConditioningGate:

@@ -292,7 +292,9 @@ def _search(name: str, position: int, args: argparse.Namespace, data: Any, clien
                 record.state = "pruned-before"
                 raise optuna.TrialPruned()
             scales = report.get("scales") or None
-        model = nas.build_model(spec, scales=scales, seed=args.seed + trial.number)
+        # The conditioning seed (options["seed"]): the tuned scales belong to those weights,
+        # and every search trains the same weights for the same spec.
+        model = nas.build_model(spec, scales=scales, seed=args.seed)
         trainer = Trainer(model, data, optimizer=optimizer,
                           generator=torch.Generator().manual_seed(args.seed + trial.number))  # fmt: skip
         accuracy = 0.0

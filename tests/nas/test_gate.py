@@ -205,7 +205,11 @@ def test_prescreening_submits_all_specs_at_once_and_returns_the_kept(client: Pre
     kept = gate.prescreen(study, arch_space, n_trials=4)
     assert [s.trial.number for s in kept] == [0, 3]
     for screened in kept:
-        model = nas.build_model(screened.spec, scales=screened.scales)
+        model = screened.build_model()
+        seed = screened.report["environment"]["seed"]
+        reference = nas.build_model(screened.spec, scales=screened.scales, seed=seed)
+        for (name, p), (_, q) in zip(model.state_dict().items(), reference.state_dict().items(), strict=True):
+            assert torch.equal(p, q), name
         assert model(torch.zeros(2, 64)).shape == (2, 10)
         study.tell(screened.trial, 1.0)
     assert [t.state for t in study.trials] == [COMPLETE, PRUNED, PRUNED, COMPLETE]
