@@ -93,7 +93,8 @@ class Balancing:
     after: tuple[LayerScaling, ...]
     output_std_before: float
     output_std_after: float
-    converged: bool  # refined gammas within 0.05 of their log-mean and output std within 0.1%
+    converged: bool  # refined gammas within 0.05 of their log-mean and output std within 0.1%;
+    # always False for rounds=0 (the closed form: nothing is refined or measured)
     passes: int  # forward-backward passes spent (gamma measurements and output sensitivities)
 
     @property
@@ -126,6 +127,8 @@ def balance(
 ) -> Balancing:
     """Balance gamma_l across weighted layers and set the output std (steps in the module doc).
 
+    ``rounds=0``: the closed form only (input scale, geometric init, residual factors): no
+    forward pass; ``before``/``after`` empty, output stds NaN, the output std left to AutoInit.
     Cost: at most ``rounds + 2`` gamma measurements (forward + backward each) and one
     forward-backward per round for the output sensitivities, plus a few forward passes for the
     final common factor. The model is not modified. With a non-finite or zero output std the
@@ -135,8 +138,8 @@ def balance(
         raise ValueError(f"output_std must be a positive finite number, but got {output_std=}.")
     if target not in ("gamma", "hessian"):
         raise ValueError(f'target must be "gamma" or "hessian", but got {target=}.')
-    if rounds < 1:
-        raise ValueError(f"rounds must be at least 1, but got {rounds=}.")
+    if rounds < 0:
+        raise ValueError(f"rounds must be at least 0, but got {rounds=}.")
     from worker.scaling import measure_scaling
 
     work = copy.deepcopy(model)
@@ -146,8 +149,8 @@ def balance(
     layers = work.weighted_layers()
     weights = [f"{info.module}.weight" for info, _ in layers]
     with preserved_buffers(work), torch.no_grad():
-        out_dim = int(work(x).shape[1])
-    r = random_matrix(out_dim, generator, x)  # one loss for every measurement: exact ratios
+        out_dim = int(work(x).shape[1]) if rounds else 0
+    r = random_matrix(out_dim, generator, x) if rounds else None  # one loss for every measurement
 
     passes = [0]  # forward-backward passes, for cost accounting
 
@@ -186,8 +189,8 @@ def balance(
             )
         ]
 
-    before = measure()
-    std_before = measure_output_std(work, x)
+    before = measure() if rounds else []
+    std_before = measure_output_std(work, x) if rounds else math.nan
     multipliers: list[Multiplier] = []
     scales: dict[str, float] = {}
 
@@ -253,6 +256,8 @@ def balance(
             Multiplier(f"{module_name} (output)", "residual_undo", value, reason, False)
         )
 
+    if not rounds:  # the closed form (steps 1-2): no forward pass; AutoInit sets the output std
+        return Balancing(scales, tuple(multipliers), input_scale, (), (), math.nan, math.nan, False, 0)  # fmt: skip
     # 3-5. measured refinement and output std; a non-zero bias moves with its layer's weight
     bias_scale = {
         f"{info.module}.bias"

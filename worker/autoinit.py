@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from nas.build import PreflightNet
+from worker.budget import FORWARD_COST, profile_cost
 from worker.jacobian import JacobianProfile, block_jacobians
 from worker.structure import TuningUnit, analyse
 
@@ -69,6 +70,7 @@ class AutoInitResult:
     invariant: list[str] = field(default_factory=list)
     residuals: list[float] = field(default_factory=list)  # per unit, after tuning
     log_rho_k: list[float] = field(default_factory=list)  # per unit: pooling's measured effect on K
+    cost: float = 0.0  # training steps, counted (worker.budget's cost model)
 
 
 @contextmanager
@@ -102,6 +104,7 @@ def autoinit(
     tolerance: float = 0.1,
     output_std: float | None = None,
     generator: torch.Generator | None = None,
+    max_cost: float | None = None,
 ) -> AutoInitResult:
     """Tune the gains of ``model`` so every unit's APJN reaches its reduction-normalised
     target (or as close as it can); return multipliers relative to the model as given.
@@ -109,6 +112,9 @@ def autoinit(
     ``tolerance`` is on |log J - log rho| (0.1: within 10 %); the noise floor of the
     estimator (twice its standard error) is added, so noisy estimates cannot stall the rule.
     Never raises from inside torch on non-finite values: those end with a status.
+    ``max_cost`` (training steps, counted by ``worker.budget``'s cost model, so deterministic):
+    after the first, no step starts whose measurement would take the run past it; the run then
+    ends ``max_steps``. ``result.cost`` is what the run counted.
     """
     if loss not in ("log", "square", "kernel"):
         raise ValueError(f"loss must be 'log', 'square' or 'kernel', but got {loss=}.")
@@ -120,8 +126,9 @@ def autoinit(
     units = analyse(model)
     tuner = _Tuner(model, x, units, loss, kernel_lambda, n_vectors, tolerance, output_std, generator)
     with conditioning_mode(model), torch.no_grad():
-        result = tuner.run(steps)
+        result = tuner.run(steps, max_cost)
     result.seconds = time.perf_counter() - started
+    result.cost = tuner.cost
     return result
 
 
@@ -157,6 +164,7 @@ class _Tuner:
         # errors) of a residual that is itself the difference of two noisy estimates (sqrt 2)
         self.z = max(2.0, math.sqrt(2.0 * math.log(2.0 * len(units))))
         self.max_vectors = 16 * n_vectors
+        self.cost = FORWARD_COST  # training steps counted (worker.budget): the pooling forward
         self.log_rho_k = self.pooling_kernel_ratios()
 
     # -- measuring ---------------------------------------------------------------------
@@ -197,6 +205,7 @@ class _Tuner:
         return out
 
     def measure(self) -> JacobianProfile:
+        self.cost += profile_cost(self.n_vectors)
         return block_jacobians(self.model, self.x, self.n_vectors, self.generator, self.params())
 
     def residuals(self, p: JacobianProfile) -> tuple[list[float], list[float], list[float]]:
@@ -274,7 +283,7 @@ class _Tuner:
                 self.frozen[i] = True
 
     # -- the loop ----------------------------------------------------------------------
-    def run(self, steps: int) -> AutoInitResult:
+    def run(self, steps: int, max_cost: float | None = None) -> AutoInitResult:
         before = self.measure()
         if not torch.isfinite(self.x).all():
             return self.finish(before, before, [], 0, "non_finite", "the input batch has non-finite values")
@@ -296,6 +305,9 @@ class _Tuner:
         for t in range(steps):
             if self.done(r_j, r_k, noise):
                 return self.finish(before, current, curve, t, *self.converged(r_j))
+            if max_cost is not None and t > 0 and self.cost + profile_cost(self.n_vectors) > max_cost:
+                steps = t  # the cost budget: the next step would overrun it
+                break
             deltas = self.step_all(r_j, r_k)
             nxt = self.measure()
             if not nxt.finite:

@@ -6,7 +6,13 @@ and score it. The order (``docs/conditioning.md``):
    std): an analytical prior that equalises gamma_l across layers;
 3. AutoInit from there: the multipliers that make every block critical (Jacobian tuning);
 4. final scales = balancing x AutoInit, per parameter name; diagnostics on the result
-   (gamma_l and nu_l, Hessian blocks, kappa(D)); score, verdict and reasons.
+   (gamma_l and nu_l, kappa(D), Hessian blocks); score, verdict and reasons.
+
+Cost budget (``options.budget_steps``, default 20): one forward + backward is timed first and
+counted; balancing is then the closed form (no pass), AutoInit stops by ``AUTOINIT_SHARE`` of
+the budget leaving ``DIAGNOSTICS_RESERVE`` steps, and the diagnostics fit the rest (the Hessian
+on the layers it can reach, evenly spread; ``tuning.hessian_measured``). Without a budget,
+balancing iterates and its multipliers are dropped, with a note, unless it converged.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from torch import Tensor
 from nas import ArchitectureSpec, build_model, parse_spec, spec_hash
 from nas.build import PreflightNet, apply_scales_
 from worker.autoinit import AutoInitResult, autoinit, conditioning_mode
+from worker.budget import BNP_COST, FORWARD_COST, SCALING_COST, STEP_COST, profile_cost
 from worker.diagnostics import Diagnostics, run_diagnostics
 from worker.jacobian import JacobianProfile, block_jacobians
 from worker.options import ConditionOptions
@@ -41,6 +48,42 @@ from worker.structure import TuningUnit, block_log_rho
 __all__ = ["condition", "select_device"]
 
 log = logging.getLogger(__name__)
+
+# Budget shares, in training steps counted by worker.budget's cost model: AutoInit may take the
+# run to AUTOINIT_SHARE of the budget and must leave DIAGNOSTICS_RESERVE (scaling and bnp, which
+# always run, count 5; the Hessian gets the rest, at least 1). MANDATORY: the stages that always
+# run (timed step, profile, AutoInit's pooling forward, its first profile and first step, scaling, bnp).
+AUTOINIT_SHARE = 0.6
+DIAGNOSTICS_RESERVE = SCALING_COST + BNP_COST + 1.0
+MANDATORY = STEP_COST + 3 * profile_cost(2) + FORWARD_COST + SCALING_COST + BNP_COST
+
+
+def _autoinit_allowance(opts: ConditionOptions, spent: float) -> float:
+    """The most AutoInit may count: up to AUTOINIT_SHARE of the budget, DIAGNOSTICS_RESERVE left."""
+    budget = opts.budget_steps or math.inf
+    return max(0.0, min(AUTOINIT_SHARE * budget, budget - (DIAGNOSTICS_RESERVE if opts.diagnostics else 0.0)) - spent)
+
+
+def _left(opts: ConditionOptions, counted: dict[str, float]) -> float | None:
+    return None if opts.budget_steps is None else opts.budget_steps - sum(counted.values())
+
+
+def time_training_step(model: PreflightNet, x: Tensor) -> float:
+    """Seconds of one forward + backward of ``model`` on ``x`` (the budget's unit), in training
+    mode with BatchNorm's running statistics restored and the gradients cleared."""
+    from worker._moments import preserved_buffers
+
+    with conditioning_mode(model), preserved_buffers(model), torch.enable_grad():
+        if x.device.type == "cuda":
+            torch.cuda.synchronize(x.device)
+        clock = time.perf_counter()
+        model(x).float().pow(2).mean().backward()
+        if x.device.type == "cuda":
+            torch.cuda.synchronize(x.device)
+        seconds = time.perf_counter() - clock
+    for p in model.parameters():
+        p.grad = None
+    return seconds
 
 
 def select_device(preference: str = "auto") -> torch.device:
@@ -72,24 +115,44 @@ def condition(
     model = build_model(parsed, seed=opts.seed).to(device)
     rho = block_log_rho(model)
 
+    started = time.perf_counter()
+    step = time_training_step(model, x)  # the unit of the cost budget; counted in it
+    timings = {"step": step}
+    counted = {"step": STEP_COST, "profile_before": profile_cost(opts.n_vectors), "balance": 0.0}  # training steps (worker.budget)
     clock = time.perf_counter()
     with conditioning_mode(model), torch.no_grad():
         before = block_jacobians(model, x, opts.n_vectors, _generator(opts.seed + 1, device))
-    timings = {"profile_before": time.perf_counter() - clock}
+    timings["profile_before"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    balancing, balancing_note = _balance(model, x, opts, device)
+    balancing, balancing_note, balancing_mode = _balance(model, x, opts, device)
     timings["balance"] = time.perf_counter() - clock
     if balancing:
         apply_scales_(model, balancing)
     tuned = autoinit(
         model, x, loss=opts.loss, kernel_lambda=opts.kernel_lambda, steps=opts.steps, n_vectors=opts.n_vectors,
         tolerance=opts.tolerance, output_std=opts.output_std, generator=_generator(opts.seed + 2, device),
+        max_cost=None if opts.budget_steps is None else _autoinit_allowance(opts, sum(counted.values())),
     )  # fmt: skip
-    timings["autoinit"] = tuned.seconds
+    timings["autoinit"], counted["autoinit"] = tuned.seconds, tuned.cost
     apply_scales_(model, tuned.scales)
     scales = _product(balancing, tuned.scales)
-    diagnostics = run_diagnostics(model, x, y, opts, _generator(opts.seed + 3, device)) if opts.diagnostics else Diagnostics()
+    diagnostics = (
+        run_diagnostics(model, x, y, opts, _generator(opts.seed + 3, device), _left(opts, counted))
+        if opts.diagnostics
+        else Diagnostics()
+    )
     timings |= diagnostics.seconds
+    counted |= diagnostics.cost
+    spent = time.perf_counter() - started
+    budget = {
+        "budget_steps": opts.budget_steps, "step_seconds": step, "counted_steps": sum(counted.values()),
+        "timed_steps": spent / step if step > 0 else None,
+    } | {f"counted_{k}": v for k, v in counted.items()}  # fmt: skip
+    if opts.budget_steps is not None and sum(counted.values()) > opts.budget_steps + 1e-9:
+        diagnostics.notes.append(
+            f"the cost budget was exceeded: {sum(counted.values()):.1f} of {opts.budget_steps:g} training steps counted; the stages "
+            f"that always run (timed step, profile, AutoInit's first step, scaling, bnp) need about {MANDATORY:g}"
+        )
 
     components = _components(tuned, diagnostics, opts)
     result = score(components, opts.thresholds)
@@ -102,7 +165,9 @@ def condition(
         scales={k: float(v) for k, v in scales.items()},
         blocks=_blocks(before, tuned, rho),
         layers=_layers(model, diagnostics),
-        tuning=_tuning(tuned, before, opts, device, balancing).model_copy(update={"timings": timings}),
+        tuning=_tuning(tuned, before, opts, device, balancing).model_copy(
+            update={"timings": timings, "budget": budget, "balancing_mode": balancing_mode, "hessian_measured": diagnostics.hessian_measured}
+        ),
         components=result.components,
         penalties=result.penalties,
         thresholds=opts.thresholds,
@@ -144,24 +209,31 @@ def _batch(
     return x, y, "given"
 
 
-def _balance(model: PreflightNet, x: Tensor, opts: ConditionOptions, device: torch.device) -> tuple[dict[str, float], list[str]]:
-    """Balancing's multipliers (relative to the spec's init), or none with a note."""
+def _balance(model: PreflightNet, x: Tensor, opts: ConditionOptions, device: torch.device) -> tuple[dict[str, float], list[str], str]:
+    """Balancing's multipliers (relative to the spec's init), the notes, and the mode: the closed
+    form under a cost budget, else iterated up to ``balance_rounds`` and dropped unless converged."""
     if not opts.balance:
-        return {}, []
+        return {}, [], "off"
     try:
         from worker.scaling import balance
     except ImportError:
-        return {}, []
+        return {}, [], "off"
+    rounds = 0 if opts.budget_steps is not None else opts.balance_rounds
     try:
         with conditioning_mode(model):
-            result = balance(model, x, output_std=opts.output_std or 0.05, generator=_generator(opts.seed + 4, device))
+            result = balance(model, x, output_std=opts.output_std or 0.05, generator=_generator(opts.seed + 4, device), rounds=rounds)
     except Exception as exc:  # the tuner still runs from the spec's init; the report says so
         log.warning("balancing failed: %s", exc)
-        return {}, [f"balancing skipped: {exc}"]
+        return {}, [f"balancing skipped: {exc}"], "failed"
     scales = {k: float(v) for k, v in result.scales.items()}
     if not all(math.isfinite(v) and v > 0 for v in scales.values()):
-        return {}, ["balancing skipped: it produced non-finite or non-positive multipliers"]
-    return scales, []
+        return {}, ["balancing skipped: it produced non-finite or non-positive multipliers"], "failed"
+    if rounds and not result.converged:
+        return {}, [
+            f"balancing did not converge in {rounds} rounds (gamma_l not equalised or output std off target, "
+            "e.g. saturating activations); its multipliers were dropped and AutoInit started from the spec's init"
+        ], "dropped"  # fmt: skip
+    return scales, [], "iterated" if rounds else "closed_form"
 
 
 def _product(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from nas.build import PreflightNet
 from worker.autoinit import conditioning_mode
+from worker.budget import BNP_COST, SCALING_COST, hessian_plan
 from worker.options import ConditionOptions
 
 __all__ = ["Diagnostics", "run_diagnostics"]
@@ -38,6 +39,8 @@ class Diagnostics:
     kappa_d_log: float | None = None
     non_finite: bool = False
     seconds: dict[str, float] = field(default_factory=dict)
+    hessian_measured: list[str] | None = None  # layers with Hessian figures; None: all of them
+    cost: dict[str, float] = field(default_factory=dict)  # training steps, counted (worker.budget)
 
     def layer(self, name: str) -> dict[str, float | None]:
         return dict(self.per_layer.get(name, {}))
@@ -74,15 +77,28 @@ def _log_std(values: list[float | None]) -> float | None:
 
 
 def run_diagnostics(
-    model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, generator: torch.Generator
+    model: PreflightNet,
+    x: Tensor,
+    y: Tensor | None,
+    opts: ConditionOptions,
+    generator: torch.Generator,
+    budget_left: float | None = None,
 ) -> Diagnostics:
-    """gamma_l / nu_l, Hessian figures and kappa(D) of the (conditioned) model on batch x."""
+    """gamma_l / nu_l, kappa(D) and Hessian figures of the (conditioned) model on batch x.
+
+    ``budget_left`` (training steps, ``worker.budget``'s counted cost model): scaling and bnp
+    always run (``worker.condition`` reserves them); the Hessian, last, gets what they leave and
+    computes the layers and power iterations that fit (``worker.budget.hessian_plan``: the
+    layers evenly spread over the depth), the others null, with a note. ``cost`` holds the
+    counted cost of each diagnostic.
+    """
     diag = Diagnostics()
     with conditioning_mode(model):
-        for name, run in (("scaling", _scaling), ("hessian", _hessian), ("bnp", _bnp)):
+        for name, run in (("scaling", _scaling), ("bnp", _bnp), ("hessian", _hessian)):
             started = time.perf_counter()
+            left = None if budget_left is None else budget_left - sum(diag.cost.values())
             try:
-                if not run(diag, model, x, y, opts, generator):
+                if not run(diag, model, x, y, opts, generator, left):
                     continue
             except ImportError:  # that diagnostic's module is not installed
                 continue
@@ -95,8 +111,10 @@ def run_diagnostics(
     return diag
 
 
-def _scaling(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, g: torch.Generator) -> bool:
+def _scaling(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, g: torch.Generator, _d: float | None) -> bool:
     from worker.scaling import measure_scaling
+
+    diag.cost["scaling"] = SCALING_COST
 
     figures = measure_scaling(model, x, targets=y, generator=g)
     for f in figures:
@@ -108,13 +126,34 @@ def _scaling(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None
     return True
 
 
-def _hessian(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, g: torch.Generator) -> bool:
+def _hessian(
+    diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, g: torch.Generator, left: float | None
+) -> bool:
     if opts.hessian_iterations == 0:
         return False  # switched off
-    from worker.hessian import hessian_figures
+    from worker.hessian import hessian_figures, spread_order
 
     n = min(opts.hessian_batch_size, x.shape[0])
-    figures = hessian_figures(model, x[:n], None if y is None else y[:n], iterations=opts.hessian_iterations, probes=opts.hessian_probes, generator=g)
+    names = [info.module for info, _ in model.weighted_layers()]
+    iterations, chosen = opts.hessian_iterations, None
+    if left is not None:
+        count, iterations, cost = hessian_plan(left, len(names), opts.hessian_iterations, opts.hessian_probes, n / x.shape[0])
+        diag.cost["hessian"] = cost
+        if count == 0:
+            diag.hessian_measured = []
+            diag.notes.append(f"Hessian figures skipped: {max(left, 0):.1f} training steps were left of the cost budget, not enough for one layer")
+            return False
+        if count < len(names):
+            chosen = [names[i] for i in sorted(spread_order(len(names))[:count])]
+        if chosen is not None or iterations < opts.hessian_iterations:
+            diag.notes.append(
+                f"Hessian figures within the cost budget: {count} of {len(names)} layers (evenly spread; the others are null), "
+                f"{iterations} power iterations (asked {opts.hessian_iterations})"
+            )
+    figures = hessian_figures(
+        model, x[:n], None if y is None else y[:n], iterations=iterations, probes=opts.hessian_probes, generator=g, layers=chosen,
+    )  # fmt: skip
+    diag.hessian_measured = None if chosen is None else [f.name for f in figures]
     for f in figures:
         diag._put(f.name, "hessian_top_eigenvalue", f.top_eigenvalue)
         diag._put(f.name, "hessian_chain_rule", f.chain_rule_estimate)
@@ -123,8 +162,10 @@ def _hessian(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None
     return True
 
 
-def _bnp(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, g: torch.Generator) -> bool:
+def _bnp(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, g: torch.Generator, _d: float | None) -> bool:
     from worker.bnp import kappa_d
+
+    diag.cost["bnp"] = BNP_COST
 
     kappas = kappa_d(model, x)
     for name, k in kappas.items():

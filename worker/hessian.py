@@ -39,7 +39,7 @@ from torch import Tensor
 from nas.build import PreflightNet
 from worker._moments import preserved_buffers, random_quadratic_loss, task_loss
 
-__all__ = ["LayerHessian", "hessian_figures", "power_iteration"]
+__all__ = ["LayerHessian", "hessian_figures", "power_iteration", "spread_order"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,21 @@ def _log10_abs(v: float) -> float:
     if math.isnan(v):
         return math.nan
     return math.log10(abs(v)) if v != 0 else -math.inf
+
+
+def spread_order(n: int) -> list[int]:
+    """0..n-1 in an order whose every prefix is spread evenly over the depth: the two ends
+    first, then midpoints (``worker.condition`` takes a prefix when the budget is short)."""
+    if n <= 2:
+        return list(range(n))
+    order, spans = [0, n - 1], [(0, n - 1)]
+    while spans:
+        lo, hi = spans.pop(0)
+        if hi - lo > 1:
+            mid = (lo + hi) // 2
+            order.append(mid)
+            spans += [(lo, mid), (mid, hi)]
+    return order
 
 
 def power_iteration(op: Callable[[Tensor], Tensor], start: Tensor, iterations: int) -> float:

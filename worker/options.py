@@ -47,6 +47,11 @@ class ConditionOptions(BaseModel):
     tolerance: Positive = 0.1  # |log J - log rho| at which a unit counts as critical
     output_std: Positive | None = 0.05  # scaling paper, section 10; None: tune the head on J too
     balance: bool = True  # geometric init + GR balancing first (scaling paper), then AutoInit
+    # whole conditioning, diagnostics included, in training steps (forward + backward) of the
+    # candidate at this batch, timed once at the start (docs/conditioning.md section 6); None:
+    # no budget (balancing iterates up to balance_rounds, every diagnostic on every layer)
+    budget_steps: Positive | None = 20.0
+    balance_rounds: Annotated[int, Field(ge=0, le=64)] = 16  # 0: closed form; with a budget: 0
     hessian_iterations: Annotated[int, Field(ge=0, le=200)] = 3  # per layer; 0 skips the Hessian
     hessian_probes: Annotated[int, Field(ge=1, le=64)] = 1  # Hutchinson vectors for tr(H^2)
     hessian_batch_size: Annotated[int, Field(ge=1, le=4096)] = 8

@@ -74,6 +74,12 @@ class TuningReport(_Model):
     balancing: dict[str, float] = Field(default_factory=dict)  # balancing's own multipliers
     autoinit: dict[str, float] = Field(default_factory=dict)  # AutoInit's, on top of balancing
     timings: dict[str, float] = Field(default_factory=dict)  # seconds per stage of condition()
+    # the cost budget: budget_steps, step_seconds (one forward + backward, timed), counted_steps
+    # (worker.budget's deterministic cost model, which decides) and counted_<stage>, timed_steps
+    budget: dict[str, float | None] = Field(default_factory=dict)
+    balancing_mode: str = "off"  # off | closed_form | iterated | dropped (not converged) | failed
+    # weighted layers whose Hessian figures were computed (the others are null); None: all
+    hessian_measured: list[str] | None = None
 
 
 class Environment(_Model):
