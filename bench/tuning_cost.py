@@ -188,15 +188,19 @@ def peak_memory(name: str, kind: str, batch: int, device: torch.device) -> int:
 
 def whole_conditioning(
     name: str, batch: int, device: torch.device
-) -> tuple[float, dict[str, float], int]:
-    """Wall time of ``worker.condition`` with default options, its per-stage times and the
-    AutoInit steps it took."""
+) -> tuple[float, dict[str, float], int, dict[str, Any]]:
+    """Wall time of ``worker.condition`` with default options (the 20-step budget), its
+    per-stage times, the AutoInit steps it took and its budget figures (counted and timed)."""
     from worker import condition
 
     start = time.perf_counter()
     report = condition(SPECS[name](), options={"batch_size": batch, "device": str(device)})
     _sync(device)
-    return time.perf_counter() - start, report.tuning.timings, report.tuning.steps
+    budget = dict(report.tuning.budget) | {
+        "hessian_measured": report.tuning.hessian_measured, "layers": len(report.layers),
+        "balancing_mode": report.tuning.balancing_mode, "autoinit_status": report.tuning.status,
+    }  # fmt: skip
+    return time.perf_counter() - start, report.tuning.timings, report.tuning.steps, budget
 
 
 def run(device: torch.device, batch: int, repeats: int, names: list[str]) -> dict[str, Any]:
@@ -210,7 +214,7 @@ def run(device: torch.device, batch: int, repeats: int, names: list[str]) -> dic
         sys.stderr.write(
             f"{name}: train {t_train:.3f} s, tune {t_tune:.3f} s, memory {m_train >> 20} / {m_tune >> 20} MiB\n"
         )
-        t_condition, stages, tuning_steps = whole_conditioning(name, batch, device)
+        t_condition, stages, tuning_steps, budget = whole_conditioning(name, batch, device)
         sys.stderr.write(f"{name}: whole conditioning {t_condition:.1f} s\n")
         rows.append({
             "model": SPECS[name]()["name"], "parameters": sum(p.numel() for p in model.parameters()), "batch": batch,
@@ -219,6 +223,8 @@ def run(device: torch.device, batch: int, repeats: int, names: list[str]) -> dic
             "memory_ratio": m_tune / m_train if m_train > 0 else math.nan,
             "condition_s": t_condition, "condition_in_train_steps": t_condition / t_train,
             "autoinit_steps": tuning_steps, "stages_in_train_steps": {k: v / t_train for k, v in stages.items()},
+            "stages_in_own_steps": {k: v / stages["step"] for k, v in stages.items()} if stages.get("step") else {},
+            "budget": budget,
         })  # fmt: skip
     return {
         "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
@@ -242,10 +248,18 @@ def markdown(result: dict[str, Any]) -> str:
             f"{r['condition_in_train_steps']:.1f} steps | {r['stages_in_train_steps'].get('autoinit', math.nan):.1f} steps "
             f"({r['autoinit_steps']} tuning steps) |"
         )
-    lines += ["", "Stages of the whole conditioning, in training steps:", ""]
+    lines += ["", "Stages of the whole conditioning, in training steps (bench median step; in the report's own timed step; counted):", ""]
     for r in result["rows"]:
-        stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages_in_train_steps"].items())
-        lines.append(f"- {r['model']}: {stages}")
+        own, b = r.get("stages_in_own_steps", {}), r.get("budget", {})
+        stages = ", ".join(
+            f"{k} {v:.1f} / {own.get(k, math.nan):.1f} / {b.get('counted_' + k, math.nan) or 0:.1f}"
+            for k, v in r["stages_in_train_steps"].items()
+        )
+        lines.append(
+            f"- {r['model']}: {stages}; total counted {b.get('counted_steps', math.nan):.1f}, timed (own step) "
+            f"{b.get('timed_steps', math.nan):.1f}; Hessian layers {'all' if b.get('hessian_measured') is None else b['hessian_measured']} of {b.get('layers')}; "
+            f"balancing {b.get('balancing_mode')}; AutoInit {r['autoinit_steps']} steps, {b.get('autoinit_status')}"
+        )
     return "\n".join(lines)
 
 
@@ -259,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--models", default="mlp,vgg,resnet")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (1 on a loaded machine)")
     parser.add_argument(
         "--child", nargs=4, metavar=("MODEL", "KIND", "BATCH", "DEVICE"), help=argparse.SUPPRESS
     )
@@ -268,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(f"{peak_memory_child(name, kind, int(batch), device_name)}\n")
         return 0
     from worker.condition import select_device
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     device = select_device(args.device)
     batch = args.batch or (128 if device.type == "cuda" else 32)

@@ -25,11 +25,12 @@ __all__ = [
 
 STEP_COST = 1.0  # the timed forward + backward that fixes the unit
 FORWARD_COST = 1.0 / 3.0
-SCALING_COST = 4.0  # worker.scaling.measure_scaling: forward, backward, a VJP and per-sample weight gradients per layer (measured 0.3-4.5)
-BNP_COST = 1.0  # worker.bnp.kappa_d: a forward with statistics hooks (measured 0.2-0.9)
-# one Hessian-vector or Gauss-Newton product at the *full* batch: a double backward through the
-# network (conv double backward is slow on the CPU; measured 0.4-3.5, VGG the worst)
-HESSIAN_PRODUCT_COST = 3.5
+SCALING_COST = 5.0  # worker.scaling.measure_scaling: forward, backward, a VJP and per-sample weight gradients per layer (measured 0.3-4.5)
+BNP_COST = 0.5  # worker.bnp.kappa_d: a forward with statistics hooks (measured 0.2-0.5)
+# one Hessian-vector or Gauss-Newton product, per unit of (Hessian batch / conditioning batch):
+# a double backward through the network (measured 1.2-1.9 per unit on a quiet CPU for the first,
+# largest layer of VGG11-BN and of a 6x1024 MLP, whose products do not shrink with the batch)
+HESSIAN_PRODUCT_COST = 2.0
 
 
 def profile_cost(n_vectors: int) -> float:

@@ -49,12 +49,13 @@ __all__ = ["condition", "select_device"]
 
 log = logging.getLogger(__name__)
 
-# Budget shares, in training steps counted by worker.budget's cost model: AutoInit may take the
-# run to AUTOINIT_SHARE of the budget and must leave DIAGNOSTICS_RESERVE (scaling and bnp, which
-# always run, count 5; the Hessian gets the rest, at least 1). MANDATORY: the stages that always
-# run (timed step, profile, AutoInit's pooling forward, its first profile and first step, scaling, bnp).
-AUTOINIT_SHARE = 0.6
-DIAGNOSTICS_RESERVE = SCALING_COST + BNP_COST + 1.0
+# Budget shares, in training steps counted by worker.budget's cost model: AutoInit (what the
+# scales and the verdict need) may take the run to AUTOINIT_SHARE of the budget and must leave
+# DIAGNOSTICS_RESERVE (scaling and bnp, which always run); the Hessian gets what is left. MANDATORY:
+# the stages that always run (timed step, profile, AutoInit's pooling forward, its first profile
+# and first step, scaling, bnp).
+AUTOINIT_SHARE = 0.75
+DIAGNOSTICS_RESERVE = SCALING_COST + BNP_COST
 MANDATORY = STEP_COST + 3 * profile_cost(2) + FORWARD_COST + SCALING_COST + BNP_COST
 
 
