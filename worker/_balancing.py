@@ -142,8 +142,8 @@ def balance(
         raise ValueError(f"rounds must be at least 0, but got {rounds=}.")
     from worker.scaling import measure_scaling
 
-    work = copy.deepcopy(model)
-    for module in work.modules():  # dropout off: deterministic moments (it maintains scaling, B.5)
+    work = copy.deepcopy(model) if rounds else model  # the closed form only reads the model
+    for module in work.modules() if rounds else ():  # dropout off: deterministic moments (B.5)
         if isinstance(module, torch.nn.Dropout):
             module.eval()
     layers = work.weighted_layers()
@@ -197,7 +197,7 @@ def balance(
     def apply(name: str, kind: str, value: float, reason: str, *, applied: bool = False) -> None:
         multipliers.append(Multiplier(name, kind, value, reason, True))
         scales[name] = scales.get(name, 1.0) * value
-        if not applied:
+        if not applied and rounds:
             apply_scales_(work, {name: value})
 
     # 1. input scaling (section 8.1)
