@@ -143,13 +143,12 @@ def _hessian(
             diag.hessian_measured = []
             diag.notes.append(f"Hessian figures skipped: {max(left, 0):.1f} training steps were left of the cost budget, not enough for one layer")
             return False
-        if count < len(names):
-            chosen = [names[i] for i in sorted(spread_order(len(names))[:count])]
+        if count < len(names):  # hidden layers first, spread evenly; the output layer is not scored
+            hidden = len(names) - 1 if len(names) >= 3 else len(names)
+            chosen = [names[i] for i in sorted(spread_order(hidden)[:count])]
         if chosen is not None or iterations < opts.hessian_iterations:
-            diag.notes.append(
-                f"Hessian figures within the cost budget: {count} of {len(names)} layers (evenly spread; the others are null), "
-                f"{iterations} power iterations (asked {opts.hessian_iterations})"
-            )
+            which = "all layers" if chosen is None else f"{count} of {len(names)} layers (evenly spread; the others are null)"
+            diag.notes.append(f"Hessian figures within the cost budget: {which}, {iterations} power iterations (asked {opts.hessian_iterations})")
     figures = hessian_figures(
         model, x[:n], None if y is None else y[:n], iterations=iterations, probes=opts.hessian_probes, generator=g, layers=chosen,
     )  # fmt: skip
@@ -158,7 +157,9 @@ def _hessian(
         diag._put(f.name, "hessian_top_eigenvalue", f.top_eigenvalue)
         diag._put(f.name, "hessian_chain_rule", f.chain_rule_estimate)
         diag._put(f.name, "hessian_mean_sq_singular", f.mean_sq_singular_value)
-    diag.hessian_log_spread = _log_std(_hidden([_finite(abs(f.top_eigenvalue)) for f in figures]))
+    output = names[-1] if len(names) >= 3 else None  # as _hidden: the output layer is not scored
+    hidden = [_finite(abs(f.top_eigenvalue)) for f in figures if f.name != output]
+    diag.hessian_log_spread = _log_std(hidden) if len(hidden) >= 2 or chosen is None else None  # one layer: no spread
     return True
 
 

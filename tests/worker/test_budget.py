@@ -83,6 +83,9 @@ def test_the_whole_conditioning_of_a_small_cnn_stays_within_its_budget(budget: f
         assert layer.gamma is not None and layer.kappa_d is not None  # scaling and bnp always run
     if tuning.hessian_measured is not None:
         assert any("Hessian figures" in r for r in report.reasons)
+        assert names[-1] not in tuning.hessian_measured  # hidden layers first: the output layer is not scored
+        if len(tuning.hessian_measured) < 2:
+            assert report.components["hessian_log_spread"] is None  # no spread from one layer
 
 
 def test_the_budget_decisions_are_deterministic() -> None:
