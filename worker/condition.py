@@ -135,6 +135,7 @@ def condition(
         max_cost=None if opts.budget_steps is None else _autoinit_allowance(opts, sum(counted.values())),
     )  # fmt: skip
     timings["autoinit"], counted["autoinit"] = tuned.seconds, tuned.cost
+    balancing = _release_invariant_(model, balancing, tuned.invariant)
     apply_scales_(model, tuned.scales)
     scales = _product(balancing, tuned.scales)
     diagnostics = (
@@ -235,6 +236,22 @@ def _balance(model: PreflightNet, x: Tensor, opts: ConditionOptions, device: tor
             "e.g. saturating activations); its multipliers were dropped and AutoInit started from the spec's init"
         ], "dropped"  # fmt: skip
     return scales, [], "iterated" if rounds else "closed_form"
+
+
+def _release_invariant_(model: PreflightNet, balancing: dict[str, float], invariant: list[str]) -> dict[str, float]:
+    """Undo balancing's multipliers on scale-invariant layers (weights feeding a norm).
+
+    The network's function does not depend on them; they only set the effective learning
+    rate of those weights under SGD (lr / a^2), which nothing here measures. On the
+    trainability benchmark BatchNorm MLPs trained worse from the tuned start (2 of 17 won,
+    docs/benchmarks.md), and resetting these multipliers to the spec's scale trained better
+    on 4 of 6 such nets (docs/conditioning.md, section 4). AutoInit holds them at 1 too.
+    """
+    prefixes = tuple(f"{module}." for module in invariant)
+    released = {name: factor for name, factor in balancing.items() if name.startswith(prefixes)}
+    if released:
+        apply_scales_(model, {name: 1.0 / factor for name, factor in released.items()})
+    return {name: factor for name, factor in balancing.items() if name not in released}
 
 
 def _product(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:

@@ -140,3 +140,25 @@ def test_block_cuts_agree_on_score_verdict_and_initialization() -> None:
         with torch.no_grad():
             outs.append(build_model(_cut(GAP_CNN, c), scales=report.scales, seed=0)(x))
     assert ((outs[0] - outs[1]).abs().max() / outs[0].abs().max()).item() < 0.01
+
+
+def test_weights_feeding_batchnorm_keep_the_spec_scale() -> None:
+    """Claim: the scale of a weight that feeds BatchNorm does not change the network's
+    function, only its effective learning rate, so the tuned scales leave it at the spec's
+    (multiplier exactly 1) while the layers that do matter are still tuned."""
+    spec = {
+        "input_shape": [16],
+        "init": {"scheme": "torch_default", "gain": 0.4},
+        "blocks": [
+            {"layers": [{"type": "linear", "out": 32}, {"type": "batchnorm"}, {"type": "relu"}]},
+            {"layers": [{"type": "linear", "out": 32}, {"type": "batchnorm"}, {"type": "relu"}]},
+            {"layers": [{"type": "linear", "out": 4}]},
+        ],
+    }
+    report = condition(spec, options={"seed": 0})
+    invariant = set(report.tuning.invariant)
+    assert {"blocks.0.0", "blocks.1.0"} <= invariant
+    for name in build_model(spec).state_dict():
+        if name.rsplit(".", 1)[0] in invariant:
+            assert report.scales.get(name, 1.0) == 1.0, name
+    assert report.scales["blocks.2.0.weight"] != 1.0  # the head is tuned (output std)
