@@ -16,14 +16,7 @@ from torch import nn
 from nas import build_model
 from worker.bnp import BNP, kappa_d, neuron_hessian_condition
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():  # type: ignore[no-untyped-def]
-    """These tensors are tiny: intra-op threads only add overhead on a shared 2-core CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _gen(seed: int) -> torch.Generator:

@@ -13,14 +13,7 @@ from torch.func import functional_call
 from nas import build_model
 from worker.hessian import hessian_figures, power_iteration
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():  # type: ignore[no-untyped-def]
-    """These tensors are tiny: intra-op threads only add overhead (10x on a shared 2-core CPU)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _spec(activation: str, pool: bool = False) -> dict[str, Any]:

@@ -16,14 +16,7 @@ from worker._moments import random_matrix
 from worker.hessian import hessian_figures
 from worker.scaling import balance, measure_scaling, spread
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():  # type: ignore[no-untyped-def]
-    """These tensors are tiny: intra-op threads only add overhead (10x on a shared 2-core CPU)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _mlp(
