@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import to_thread
 from fastapi import FastAPI
 
 from nas import SpecLimits
@@ -18,6 +19,7 @@ from service.migrations import check_current
 from service.problems import install_problem_handlers
 from service.routes import candidates, health, studies
 from service.settings import Settings, get_settings
+from service.submitter import GroupCommitter
 
 __all__ = ["create_app"]
 
@@ -35,12 +37,17 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(settings.database_url)
+        # Blocking database work runs in the thread pool; its size bounds the connections
+        # this process uses, so the pool holds one per thread and never opens and closes
+        # connections under load.
+        to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
+        engine = make_engine(settings.database_url, **_pool(settings))
         if settings.check_migrations:
             check_current(engine)
         sessions = make_sessionmaker(engine)
         app.state.engine = engine
         app.state.sessions = sessions
+        app.state.committer = GroupCommitter(sessions, max_attempts=settings.max_attempts)
         app.state.tokens = TokenCache(sessions, settings.token_cache_seconds)
         app.state.metrics = Metrics(sessions)
         app.state.spec_limits = SpecLimits()  # PREFLIGHT_SPEC_*, read once
@@ -53,6 +60,7 @@ def create_app(
         try:
             yield
         finally:
+            await app.state.committer.aclose()
             if runner is not None:
                 runner.stop()
                 runner.join(timeout=settings.shutdown_grace_seconds + 10)
@@ -74,3 +82,9 @@ def create_app(
     app.include_router(studies.router)
     app.include_router(health.router)
     return app
+
+
+def _pool(settings: Settings) -> dict[str, int]:
+    """Connection pool of the API process: one connection per thread."""
+    # + 2: the group commit's transaction and the token check may run beside a full pool
+    return {"pool_size": settings.api_threads + 2, "max_overflow": 4}

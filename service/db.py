@@ -69,13 +69,21 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
 
 
 @contextmanager
-def session_scope(factory: sessionmaker[Session], *, write: bool = False) -> Iterator[Session]:
+def session_scope(
+    factory: sessionmaker[Session], *, write: bool = False, single_read: bool = False
+) -> Iterator[Session]:
     """A session whose transaction commits on success and rolls back on error.
 
     ``write=True`` starts the transaction with BEGIN IMMEDIATE on SQLite (no effect on
-    PostgreSQL): use it for every transaction that may write.
+    PostgreSQL): use it for every transaction that may write. ``single_read=True`` is for a
+    session that runs one SELECT: on PostgreSQL it runs in autocommit, which saves the
+    BEGIN and COMMIT round trips (a single statement is its own snapshot anyway).
     """
     bind = factory.kw.get("bind")
+    if single_read and bind is not None and bind.dialect.name == "postgresql":
+        with factory(bind=_autocommit(bind)) as session:
+            yield session
+        return
     if not write or bind is None:
         with factory() as session, session.begin():
             yield session
@@ -95,6 +103,14 @@ def _sqlite_write_lock(engine: Engine) -> threading.Lock:
 
 
 _WRITERS: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+_AUTOCOMMIT: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+
+
+def _autocommit(engine: Engine) -> Engine:
+    reader = _AUTOCOMMIT.get(engine)
+    if reader is None:
+        reader = _AUTOCOMMIT[engine] = engine.execution_options(isolation_level="AUTOCOMMIT")
+    return reader
 
 
 def _writer(engine: Engine) -> Engine:

@@ -32,6 +32,11 @@ class Settings(BaseSettings):
     max_batch: int = Field(256, ge=1)
     max_wait_seconds: float = Field(60.0, gt=0)
     page_size: int = Field(50, ge=1, le=1000)
+    # Threads of an API process for blocking (database) work, and so its connection pool
+    # size. Few is faster on a local database (the threads contend for the GIL: 4 threads
+    # served 1.3x the reads/s of 16 in bench/service_load.py); a distant database, whose
+    # round trips take milliseconds, wants more.
+    api_threads: int = Field(4, ge=1, le=256)
     # The queue.
     lease_seconds: float = Field(30.0, gt=0)
     heartbeat_seconds: float = Field(5.0, gt=0)
