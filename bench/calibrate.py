@@ -1,37 +1,80 @@
-"""Calibrate Preflight's score components on the benchmark: a reproducible fit.
+"""Calibrate Preflight's score on the benchmark: the reproducible fit behind the shipped weights.
 
-The engine's score (``worker.score``) combines non-negative log-space components c with
-thresholds t_c. This module fits, on a *training split* of the candidates, non-negative
-weights for the form
+    python -m bench.calibrate           # fit on the cache in bench/out/full, write the weights
+    python -m bench.calibrate --check   # exit 1 if the shipped weights differ from a fresh fit
 
-    calibrated = -sum_c w_c * log1p(c / t_c)
+The engine's score (``worker.score``, weights in ``worker/score_weights.json``) is
 
-by non-negative least squares (``scipy.optimize.nnls``, with an intercept column) against
-the trained loss of the spec initialization normalized by the chance loss and capped at 1
-(every loss at or above chance is equally untrainable). ``log1p`` keeps a single huge
-component from dominating the fit; non-negativity keeps every component's direction
-(larger = worse) as the engine defines it. The prune threshold is the cut on the training
-split with the best precision among those reaching recall >= ``RECALL_TARGET``.
+    score = -sum_c w_c * f_c,    f_c = log1p(|c| / t_c) if c was measured, else fill_c
+
+over the log-space components c with thresholds t_c. This module fits, on a *training split*
+of the candidates, the non-negative weights w_c by non-negative least squares
+(``scipy.optimize.nnls``, with an intercept column) against a trained loss normalized by the
+chance loss and capped at 1 (every loss at or above chance is equally untrainable). ``log1p``
+keeps a single huge component from dominating; non-negativity keeps every component's
+direction (larger = worse) as the engine defines it.
+
+Missing components are handled deliberately: a diagnostic skipped under the cost budget
+(``tuning.hessian_measured == []``) or not applicable leaves its component ``None``, and
+``fill_c`` is the mean of f_c over the training candidates where c *was* measured. A skipped
+diagnostic then costs the expected penalty: neither a reward (the old policy, no penalty)
+nor a punishment. ``non_finite`` is not fitted: it is a hard prune with a fixed penalty
+(``worker._calibration.NON_FINITE_PENALTY``), and candidates with it are left out of the regression.
+
+The prune threshold is the score cut, on the training split, with the best precision among
+the cuts reaching recall >= ``RECALL_TARGET`` of the untrainable candidates.
+
+Ground truth (``--truth``): ``B`` (trained from Preflight's tuned initialization, what a
+gated search trains; the default and what ships), ``A`` (from the spec's initialization) or
+``both`` (the mean of the two capped losses; thresholded on B). ``compare`` fits all three,
+and the fill ablation, and reports each on the held-out half (docs/benchmarks.md).
 
 The split is deterministic: within each family, candidates in id order alternate
 train / held-out, so both halves cover every family. Figures are reported on the held-out
-half only. The fit writes JSON; it never edits ``worker/`` (the engine owns ``WEIGHTS``).
+half only.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy.optimize import nnls
 
+from bench import metrics
 from bench.metrics import precision_recall_curve
 
-__all__ = ["RECALL_TARGET", "apply", "features", "fit", "split"]
+__all__ = [
+    "COMPONENTS",
+    "RECALL_TARGET",
+    "TRUTHS",
+    "apply",
+    "compare",
+    "features",
+    "fit",
+    "fit_rows",
+    "split",
+]
 
 RECALL_TARGET = 0.8
+COMPONENTS = (
+    "gamma_log_spread",
+    "hessian_log_spread",
+    "jacobian_log",
+    "kappa_d_log",
+    "kernel_log_range",
+    "output_log_ratio",
+)  # every fitted component; non_finite is a rule, not a weight
+TRUTHS = ("A", "B", "both")
+SHIPPED_TRUTH = "B"
+ROOT = Path(__file__).resolve().parent.parent
+WEIGHTS_FILE = ROOT / "worker" / "score_weights.json"
 
 
 def split(ids_by_family: dict[str, list[str]]) -> tuple[list[str], list[str]]:
@@ -46,13 +89,13 @@ def split(ids_by_family: dict[str, list[str]]) -> tuple[list[str], list[str]]:
 def features(
     components: dict[str, float | None], thresholds: dict[str, float], names: Sequence[str]
 ) -> np.ndarray:
-    """``log1p(c / t_c)`` per component name; a component not measured counts as 0 (no
-    penalty, the engine's policy); a non-finite one as the largest value, 50."""
+    """``log1p(|c| / t_c)`` per component name; nan where the component was not measured
+    (``None``; ``fit`` fills it), 50 where it is non-finite (capped)."""
     row = []
     for name in names:
         value = components.get(name)
         if value is None:
-            row.append(0.0)
+            row.append(math.nan)
             continue
         value = abs(float(value))
         scaled = math.log1p(value / thresholds.get(name, 1.0)) if math.isfinite(value) else 50.0
@@ -60,33 +103,49 @@ def features(
     return np.asarray(row, dtype=np.float64)
 
 
+def _fills(rows: np.ndarray, policy: str) -> np.ndarray:
+    """Per column: the mean of the measured entries (``"mean"``) or 0 (``"zero"``: the old
+    engine's policy, a skipped diagnostic costs nothing)."""
+    if policy == "zero":
+        return np.zeros(rows.shape[1])
+    measured = ~np.isnan(rows)
+    sums = np.where(measured, rows, 0.0).sum(axis=0)
+    counts = measured.sum(axis=0)
+    return np.where(counts > 0, sums / np.maximum(counts, 1), 0.0)
+
+
 def fit(
     rows: list[np.ndarray],
     targets: Sequence[float],
     untrainable: Sequence[bool],
     names: Sequence[str],
+    fill: str = "mean",
 ) -> dict[str, Any]:
-    """NNLS fit of ``targets`` (capped normalized loss) on the features, plus the threshold."""
-    x = np.vstack(rows)
+    """NNLS fit of ``targets`` (capped normalized loss) on the features, plus the threshold.
+    nan features (not measured) get the column's fill (``_fills``)."""
+    x = np.vstack(rows).astype(np.float64)
+    fills = _fills(x, fill)
+    x = np.where(np.isnan(x), fills, x)
     y = np.minimum(np.asarray(targets, dtype=np.float64), 1.0)
     design = np.hstack([np.ones((len(x), 1)), x])
     coef, residual = nnls(design, y)
-    weights = {name: float(w) for name, w in zip(names, coef[1:], strict=True)}
-    scores = -(x @ coef[1:])
     model = {
-        "form": "calibrated = -sum_c w_c * log1p(c / t_c)",
-        "weights": weights,
+        "form": "score = -sum_c w_c * f_c, f_c = log1p(|c| / t_c) if measured else fill_c",
+        "weights": {name: float(w) for name, w in zip(names, coef[1:], strict=True)},
+        "fill": {name: float(f) for name, f in zip(names, fills, strict=True)},
         "intercept": float(coef[0]),
         "train_rmse": float(residual / math.sqrt(len(y))),
-        "prune_below": _threshold(scores, untrainable),
         "recall_target": RECALL_TARGET,
     }
+    model["prune_below"] = _threshold(
+        np.array([apply(model, r, names) for r in rows]), untrainable
+    )
     return model
 
 
 def _threshold(scores: np.ndarray, untrainable: Sequence[bool]) -> float:
     """The score cut with the best training-split precision at recall >= RECALL_TARGET:
-    prune when ``calibrated < prune_below`` (midpoint between neighbouring scores)."""
+    prune when ``score < prune_below`` (midpoint between neighbouring scores)."""
     order = np.sort(scores)
     precision, recall = precision_recall_curve(scores, untrainable)
     ok = np.nonzero(recall >= RECALL_TARGET)[0]
@@ -98,5 +157,166 @@ def _threshold(scores: np.ndarray, untrainable: Sequence[bool]) -> float:
 
 
 def apply(model: dict[str, Any], row: np.ndarray, names: Sequence[str]) -> float:
-    """The calibrated score of one candidate's feature row."""
-    return -float(sum(model["weights"][n] * v for n, v in zip(names, row, strict=True)))
+    """The score of one candidate's feature row (nan entries take the model's fill)."""
+    total = 0.0
+    for n, v in zip(names, row, strict=True):
+        total += model["weights"][n] * (model["fill"].get(n, 0.0) if math.isnan(v) else v)
+    return -total
+
+
+# --- from benchmark rows (bench.analysis.collect) -------------------------------------------
+
+
+def _usable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["components"] and r["tuned_untrainable"] is not None]
+
+
+def _finite(r: dict[str, Any]) -> bool:
+    """No hard failure: the rule prunes the others, the regression leaves them out."""
+    comps = r["components"]
+    return not (comps.get("non_finite") or 0) and all(
+        v is None or math.isfinite(v) for v in comps.values()
+    )
+
+
+def _truth(r: dict[str, Any], truth: str) -> tuple[float, bool]:
+    """(capped normalized loss, untrainable) under a ground truth."""
+    a, b = min(r["norm_loss"], 1.0), min(r["tuned_norm_loss"], 1.0)
+    if truth == "A":
+        return a, r["untrainable"]
+    if truth == "B":
+        return b, bool(r["tuned_untrainable"])
+    return (a + b) / 2.0, bool(r["tuned_untrainable"])
+
+
+def split_rows(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    by_family: dict[str, list[str]] = {}
+    for r in _usable(rows):
+        by_family.setdefault(r["family"], []).append(r["id"])
+    return split(by_family)
+
+
+def fit_rows(
+    rows: list[dict[str, Any]], truth: str = SHIPPED_TRUTH, fill: str = "mean"
+) -> dict[str, Any]:
+    """Fit on the training split of benchmark rows; the model plus the split it used."""
+    if truth not in TRUTHS:
+        raise ValueError(f"truth must be one of {TRUTHS}, but got {truth=}")
+    train_ids, held_ids = split_rows(rows)
+    train = set(train_ids)
+    fitted = [r for r in _usable(rows) if r["id"] in train and _finite(r)]
+    feats = [features(r["components"], r["component_thresholds"], COMPONENTS) for r in fitted]
+    model = fit(
+        feats, [_truth(r, truth)[0] for r in fitted], [_truth(r, truth)[1] for r in fitted],
+        COMPONENTS, fill,
+    )  # fmt: skip
+    # The cut on every training candidate, hard failures included (the rule prunes them).
+    train_rows = [r for r in _usable(rows) if r["id"] in train]
+    scores = np.array([score_row(model, r) for r in train_rows])
+    model["prune_below"] = _threshold(scores, [_truth(r, truth)[1] for r in train_rows])
+    return model | {
+        "truth": truth,
+        "fill_policy": fill,
+        "thresholds": {n: _threshold_of(rows, n) for n in COMPONENTS},
+        "train_n": len(train_rows),
+        "train_ids": sorted(train_ids),
+        "heldout_ids": sorted(held_ids),
+    }
+
+
+def _threshold_of(rows: list[dict[str, Any]], name: str) -> float:
+    values = {r["component_thresholds"].get(name) for r in rows if r["components"]}
+    values.discard(None)
+    if len(values) != 1:
+        raise ValueError(f"the cached reports disagree on the threshold of {name}: {values}")
+    return float(values.pop())
+
+
+def score_row(model: dict[str, Any], r: dict[str, Any]) -> float:
+    """The shipped form on a benchmark row, hard failures included (``worker.score``)."""
+    from worker._calibration import NON_FINITE_PENALTY
+
+    row = features(r["components"], r["component_thresholds"], COMPONENTS)
+    value = apply(model, np.where(row >= 50.0, math.nan, row), COMPONENTS)
+    return value - (0.0 if _finite(r) else NON_FINITE_PENALTY)
+
+
+def compare(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each fit choice (ground truth x fill policy) on the held-out half: Spearman with -loss
+    under A and B, and its verdict's precision / recall under A and B."""
+    out = {}
+    for truth in TRUTHS:
+        for fill in ("mean", "zero"):
+            if fill == "zero" and truth != SHIPPED_TRUTH:
+                continue
+            model = fit_rows(rows, truth, fill)
+            held = [r for r in _usable(rows) if r["id"] in set(model["heldout_ids"])]
+            scores = [score_row(model, r) for r in held]
+            flags = [s < model["prune_below"] or not _finite(r) for s, r in zip(scores, held, strict=True)]
+            figures = {"prune_below": model["prune_below"]}
+            for t in ("A", "B"):
+                truth_rows = [_truth(r, t) for r in held]
+                figures[f"spearman_{t}"] = metrics.spearman(scores, [-y for y, _ in truth_rows])
+                f = metrics.flags_figures(flags, [bad for _, bad in truth_rows])
+                figures[f"precision_{t}"], figures[f"recall_{t}"] = f.precision, f.recall
+            out[f"{truth}, fill {fill}"] = figures
+    return out
+
+
+def shipped_file(model: dict[str, Any], engine: str) -> dict[str, Any]:
+    """What ``worker/score_weights.json`` holds: the weights the engine loads, and provenance."""
+    keep = ("form", "truth", "fill_policy", "weights", "fill", "thresholds", "prune_below",
+            "recall_target", "intercept", "train_rmse", "train_n", "train_ids")  # fmt: skip
+    return {
+        "regenerate": "python -m bench.calibrate  (from the cache of `make bench`, bench/out/full)",
+        "benchmark_engine": engine,
+    } | {k: model[k] for k in keep}
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.12g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def same_fit(shipped: dict[str, Any], fresh: dict[str, Any], tol: float = 1e-9) -> bool:
+    """The shipped weights, fills and cut equal a fresh fit's (to ``tol``, relative)."""
+    for key in ("weights", "fill", "thresholds"):
+        a, b = shipped.get(key, {}), fresh[key]
+        if set(a) != set(b) or any(not math.isclose(a[k], b[k], rel_tol=tol, abs_tol=tol) for k in b):
+            return False
+    return math.isclose(shipped.get("prune_below", math.nan), fresh["prune_below"], rel_tol=tol, abs_tol=tol)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench import analysis
+    from bench.candidates import sample_candidates
+    from bench.protocol import FULL
+
+    parser = argparse.ArgumentParser(prog="python -m bench.calibrate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "full", help="benchmark cache")
+    parser.add_argument("--candidates", type=int, default=160)
+    parser.add_argument("--truth", choices=TRUTHS, default=SHIPPED_TRUTH)
+    parser.add_argument("--weights", type=Path, default=WEIGHTS_FILE, help="file to write")
+    parser.add_argument("--check", action="store_true", help="compare with the file, write nothing")
+    args = parser.parse_args(argv)
+    rows = analysis.collect(sample_candidates(args.candidates, seed=0), args.out, FULL)
+    model = fit_rows(rows, args.truth)
+    engine = ", ".join(sorted({str(r.get("engine_version")) for r in rows if r["components"]}))
+    fresh = _rounded(shipped_file(model, engine))
+    if args.check:
+        shipped = json.loads(args.weights.read_text()) if args.weights.exists() else {}
+        ok = same_fit(shipped, fresh)
+        print(f"{args.weights}: {'matches' if ok else 'differs from'} a fresh fit on {args.out}")
+        return 0 if ok else 1
+    args.weights.write_text(json.dumps(fresh, indent=1) + "\n")
+    print(f"wrote {args.weights}: weights {fresh['weights']}, prune below {fresh['prune_below']:.4g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from worker._calibration import load as _calibration
+
 __all__ = ["ConditionOptions", "Thresholds"]
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -15,13 +17,16 @@ Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 class Thresholds(BaseModel):
     """Where the score's components start to count against a candidate (``worker.score``).
 
-    Each is the value at which a component's penalty reaches 1 (a mild problem); the
-    verdict is ``prune`` when the score falls below ``score`` or a hard failure occurs.
+    Each component threshold t_c is the scale of its penalty ``w_c log1p(|c| / t_c)``: at
+    t_c a component costs ``w_c ln 2`` and is named in the reasons. The verdict is ``prune``
+    when the score falls below ``score`` (default: the calibrated cut in
+    ``worker/score_weights.json``) or a hard failure occurs. The calibration was fitted with
+    these default t_c; changing one changes what the weights mean.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    score: Annotated[float, Field(allow_inf_nan=False)] = -3.0
+    score: Annotated[float, Field(allow_inf_nan=False)] = float(_calibration()["prune_below"])
     jacobian_log: Positive = 0.35  # |log J / rho| left after tuning (0.35: J off by a factor 1.4)
     kernel_log_ratio: Positive = 2.0  # max |log K^l / K^0| after tuning (a factor 7.4)
     output_log_ratio: Positive = 0.7  # |log of output std / target| (a factor 2)

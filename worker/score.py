@@ -13,13 +13,24 @@ kappa_d_log            log of the largest kappa(D) (BNP paper, section 5.1)
 non_finite             1 when a forward value or the tuning was non-finite, else 0
 =====================  ============================================================
 
-The penalty of a component is ``WEIGHTS[c] * (value / threshold_c)^2``: 1 at its threshold,
-growing quadratically; the score is minus the sum. A missing component (its diagnostic did
-not run) has no penalty. The verdict is ``prune`` when the score is below
-``thresholds.score`` or ``non_finite`` is set. ``WEIGHTS`` and ``options.Thresholds`` are
-the only knobs, so the trainability benchmark can calibrate them (fit weights to observed
-trainability) without touching the measurement code. NaN policy: a NaN component counts as
-a hard failure (``non_finite``), never as zero.
+The score is calibrated on the trainability benchmark (``docs/benchmarks.md``)::
+
+    score = -sum_c w_c * f_c,   f_c = log1p(|c| / t_c)   if c was measured
+                                f_c = fill_c             if not (None)
+
+with t_c the component's threshold (``options.Thresholds``), and the weights w_c >= 0, the
+fills and the default prune cut (``Thresholds.score``) loaded from ``score_weights.json``
+beside this module. That file is written by ``python -m bench.calibrate`` (a non-negative
+least-squares fit, on the benchmark's training half, of the trained loss from Preflight's
+tuned initialization: what a gated search trains its survivors from); never edit it by hand.
+A component at its threshold costs ``w_c ln 2``; a component with weight 0 does not count.
+
+Missing components: a diagnostic skipped under the cost budget (``tuning.hessian_measured``
+empty) or not applicable leaves its component None, and it costs ``w_c * fill_c``, the mean
+penalty of that component where the benchmark measured it: a skipped diagnostic is neither a
+reward nor a punishment. NaN policy: a NaN or infinite component counts as not measured and
+sets ``non_finite``, a hard failure: ``NON_FINITE_PENALTY`` more and the verdict ``prune``
+whatever the score. The verdict is ``prune`` when the score is below ``thresholds.score``.
 """
 
 from __future__ import annotations
@@ -27,19 +38,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from worker._calibration import NON_FINITE_PENALTY, load
 from worker.options import Thresholds
 
-__all__ = ["WEIGHTS", "ScoreResult", "score"]
-
-WEIGHTS: dict[str, float] = {
-    "jacobian_log": 1.0,
-    "kernel_log_range": 0.5,
-    "output_log_ratio": 1.0,
-    "gamma_log_spread": 0.25,
-    "hessian_log_spread": 0.25,
-    "kappa_d_log": 0.25,
-    "non_finite": 100.0,
-}
+__all__ = ["FILLS", "NON_FINITE_PENALTY", "WEIGHTS", "ScoreResult", "score"]
 
 _THRESHOLD_FIELD = {
     "jacobian_log": "jacobian_log",
@@ -51,37 +53,52 @@ _THRESHOLD_FIELD = {
 }
 
 
+_CALIBRATION = load()
+WEIGHTS: dict[str, float] = {k: float(v) for k, v in _CALIBRATION["weights"].items()}
+FILLS: dict[str, float] = {k: float(v) for k, v in _CALIBRATION["fill"].items()}
+_NAMES = {*WEIGHTS, "non_finite"}
+
+
 @dataclass(frozen=True)
 class ScoreResult:
     score: float
     verdict: str
     components: dict[str, float | None]
-    penalties: dict[str, float | None]
-    over: list[str]  # components at or above their threshold, worst first
+    penalties: dict[str, float | None]  # what each component cost; a missing one its fill's
+    over: list[str]  # weighted components measured at or above their threshold, worst first
+
+
+def _penalty(name: str, value: float | None, thresholds: Thresholds) -> float:
+    if value is None:
+        return WEIGHTS[name] * FILLS[name]
+    return WEIGHTS[name] * math.log1p(abs(value) / getattr(thresholds, _THRESHOLD_FIELD[name]))
 
 
 def score(components: dict[str, float | None], thresholds: Thresholds) -> ScoreResult:
-    """Combine components (names as in ``WEIGHTS``; None = not measured) into the score.
+    """Combine components (names as in ``WEIGHTS`` plus ``non_finite``; None = not measured,
+    a name left out likewise) into the score.
 
     >>> score({"jacobian_log": 0.0, "non_finite": 0.0}, Thresholds()).verdict
     'keep'
     """
-    unknown = sorted(set(components) - set(WEIGHTS))
+    unknown = sorted(set(components) - _NAMES)
     if unknown:
-        raise ValueError(f"unknown score components {unknown}; expected names from {sorted(WEIGHTS)}")
+        raise ValueError(f"unknown score components {unknown}; expected names from {sorted(_NAMES)}")
     values = dict(components)
     if any(v is not None and not math.isfinite(v) for v in values.values()):
         values = {k: (None if v is not None and not math.isfinite(v) else v) for k, v in values.items()}
         values["non_finite"] = 1.0
-    penalties: dict[str, float | None] = {}
-    for name, value in values.items():
-        if value is None:
-            penalties[name] = None
-            continue
-        scale = getattr(thresholds, _THRESHOLD_FIELD[name]) if name in _THRESHOLD_FIELD else 1.0
-        penalties[name] = WEIGHTS[name] * (abs(value) / scale) ** 2
-    total = -math.fsum(p for p in penalties.values() if p is not None)
-    over = sorted((k for k, p in penalties.items() if p is not None and p >= WEIGHTS[k]), key=lambda k: -(penalties[k] or 0.0))
     hard = (values.get("non_finite") or 0.0) > 0
+    penalties: dict[str, float | None] = {name: _penalty(name, values.get(name), thresholds) for name in WEIGHTS}
+    penalties["non_finite"] = NON_FINITE_PENALTY if hard else 0.0
+    total = -math.fsum(p for p in penalties.values() if p is not None)
+    over = [
+        name for name in WEIGHTS
+        if WEIGHTS[name] > 0 and values.get(name) is not None
+        and abs(values[name] or 0.0) >= getattr(thresholds, _THRESHOLD_FIELD[name])
+    ]  # fmt: skip
+    over.sort(key=lambda k: -(penalties[k] or 0.0))
+    if hard:
+        over.insert(0, "non_finite")
     verdict = "prune" if hard or total < thresholds.score else "keep"
     return ScoreResult(score=total, verdict=verdict, components=values, penalties=penalties, over=over)

@@ -1,4 +1,5 @@
-"""The calibration fit: split, features and the NNLS recovering known weights."""
+"""The calibration fit: split, features, missing components, the NNLS recovering known weights,
+and agreement with the engine's shipped form."""
 
 from __future__ import annotations
 
@@ -16,9 +17,21 @@ def test_split_alternates_within_each_family():
     assert held == ["a-1", "b-1"]
 
 
-def test_features_follow_the_engine_policy_for_missing_and_non_finite():
+def test_features_mark_missing_as_nan_and_cap_non_finite():
     row = calibrate.features({"x": 1.0, "y": None, "z": math.inf}, {"x": 0.5}, ["x", "y", "z"])
-    assert row.tolist() == pytest.approx([math.log1p(2.0), 0.0, 50.0])
+    assert row[0] == pytest.approx(math.log1p(2.0))
+    assert math.isnan(row[1]) and row[2] == 50.0
+
+
+def test_a_missing_feature_is_filled_with_the_mean_of_the_measured_ones():
+    rows = [np.array([1.0, 2.0]), np.array([3.0, math.nan]), np.array([5.0, 4.0])]
+    model = calibrate.fit(rows, [0.1, 0.2, 0.3], [False, False, True], ["a", "b"])
+    assert model["fill"] == pytest.approx({"a": 3.0, "b": 3.0})
+    assert calibrate.apply(model, np.array([0.0, math.nan]), ["a", "b"]) == pytest.approx(
+        calibrate.apply(model, np.array([0.0, 3.0]), ["a", "b"])
+    )
+    zero = calibrate.fit(rows, [0.1, 0.2, 0.3], [False, False, True], ["a", "b"], fill="zero")
+    assert zero["fill"] == {"a": 0.0, "b": 0.0}
 
 
 def test_fit_recovers_non_negative_weights_and_keeps_negative_ones_at_zero():
@@ -42,3 +55,62 @@ def test_threshold_prunes_below_the_cut_with_the_best_precision_at_the_target_re
     scores = [calibrate.apply(model, r, ["a"]) for r in rows]
     pruned = [s < model["prune_below"] for s in scores]
     assert pruned == [False, False, False, True, True, True]
+
+
+def _row(i: int, comps: dict, family: str = "f") -> dict:
+    bad = comps.get("jacobian_log") is not None and comps["jacobian_log"] > 1.0
+    loss = 0.1 + 0.3 * math.log1p((comps.get("jacobian_log") or 0.0) / 0.35)
+    return {
+        "id": f"{family}-{i:03d}", "family": family, "components": comps,
+        "component_thresholds": {"jacobian_log": 0.35, "kernel_log_range": 2.0, "output_log_ratio": 0.7,
+                                 "gamma_log_spread": 2.0, "hessian_log_spread": 2.0, "kappa_d_log": 2.3},
+        "norm_loss": 1.0, "untrainable": True, "tuned_norm_loss": loss, "tuned_untrainable": bad,
+    }  # fmt: skip
+
+
+def _synthetic(n: int = 60) -> list[dict]:
+    rng = np.random.default_rng(1)
+    rows = []
+    for i in range(n):
+        comps = {name: float(rng.uniform(0, 3)) for name in calibrate.COMPONENTS} | {"non_finite": 0.0}
+        if i % 3 == 0:
+            comps["hessian_log_spread"] = None  # skipped under the budget
+        rows.append(_row(i, comps, family="ab"[i % 2]))
+    return rows
+
+
+def test_fit_rows_weighs_the_component_that_drives_ground_truth_b_and_keeps_the_split():
+    rows = _synthetic()
+    model = calibrate.fit_rows(rows, "B")
+    assert max(model["weights"], key=model["weights"].get) == "jacobian_log"
+    assert model["weights"]["jacobian_log"] == pytest.approx(0.3, rel=1e-6)
+    assert not set(model["train_ids"]) & set(model["heldout_ids"])
+    assert len(model["train_ids"]) + len(model["heldout_ids"]) == len(rows)
+    # Ground truth A is uninformative here (every row untrainable from the spec's init).
+    assert calibrate.fit_rows(rows, "A")["weights"]["jacobian_log"] == pytest.approx(0.0, abs=1e-9)
+    with pytest.raises(ValueError, match="truth must be one of"):
+        calibrate.fit_rows(rows, "C")
+
+
+def test_the_fit_scores_rows_exactly_as_the_engine_scores_components():
+    """The form bench.calibrate fits is the form worker.score ships: the same components give
+    the same score, missing and non-finite ones included (an independent implementation)."""
+    from worker import _calibration
+    from worker.options import Thresholds
+    from worker.score import score
+
+    shipped = _calibration.load()
+    rows = _synthetic(12)
+    rows[0]["components"]["kappa_d_log"] = None
+    rows[1]["components"] |= {"jacobian_log": None, "non_finite": 1.0}
+    for r in rows:
+        expected = score(r["components"], Thresholds()).score
+        assert calibrate.score_row(shipped, r) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+def test_same_fit_compares_weights_fills_thresholds_and_cut():
+    model = calibrate.fit_rows(_synthetic(), "B")
+    assert calibrate.same_fit(calibrate.shipped_file(model, "x"), model)
+    moved = model | {"prune_below": model["prune_below"] - 0.01}
+    assert not calibrate.same_fit(moved, model)
+    assert not calibrate.same_fit({}, model)

@@ -1,56 +1,139 @@
-"""The conditioning score: a table of components and the verdict they must give."""
+"""The conditioning score: its calibrated form, missing and non-finite components, the verdict.
+
+The weights come from the benchmark's fit (``worker/score_weights.json``), so these tests
+prove the form's behaviour for whatever weights ship, never particular numbers.
+"""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
+from worker import _calibration
 from worker.options import Thresholds
-from worker.score import WEIGHTS, score
+from worker.score import FILLS, NON_FINITE_PENALTY, WEIGHTS, score
 
-PERFECT = {"jacobian_log": 0.0, "kernel_log_range": 0.0, "output_log_ratio": 0.0, "non_finite": 0.0}
+T = Thresholds()
+THRESHOLD = {
+    "jacobian_log": T.jacobian_log,
+    "kernel_log_range": T.kernel_log_ratio,
+    "output_log_ratio": T.output_log_ratio,
+    "gamma_log_spread": T.gamma_log_spread,
+    "hessian_log_spread": T.hessian_log_spread,
+    "kappa_d_log": T.kappa_d_log,
+}
+PERFECT = {name: 0.0 for name in WEIGHTS} | {"non_finite": 0.0}
+WEIGHTED = [name for name, w in WEIGHTS.items() if w > 0]
+
+
+def _beyond_cut(name: str) -> float:
+    """A value of ``name`` whose penalty alone exceeds the default cut by 1."""
+    return THRESHOLD[name] * math.expm1((abs(T.score) + 1.0) / WEIGHTS[name])
+
+
+def test_the_shipped_calibration_is_consistent_with_the_thresholds() -> None:
+    """The weights were fitted with the default t_c; the default cut is the fitted one, and
+    a perfectly conditioned candidate (every component 0) is kept."""
+    shipped = _calibration.load()
+    assert shipped["thresholds"] == pytest.approx(THRESHOLD)
+    assert T.score == shipped["prune_below"]
+    assert T.score < 0
+    assert WEIGHTED, "a calibration that weighs nothing cannot rank"
+
+
+def test_perfect_conditioning_scores_zero_and_is_kept() -> None:
+    result = score(PERFECT, T)
+    assert result.score == 0.0
+    assert result.verdict == "keep" and result.over == []
+
+
+@pytest.mark.parametrize("name", list(THRESHOLD))
+def test_the_score_never_rises_as_a_component_grows(name: str) -> None:
+    values = [score({**PERFECT, name: v}, T).score for v in (0.0, 0.1, 0.5, 2.0, 50.0)]
+    assert values == sorted(values, reverse=True)
+    if WEIGHTS[name] > 0:
+        assert len(set(values)) == len(values)  # strictly decreasing when it has a weight
+
+
+@pytest.mark.parametrize("name", list(THRESHOLD))
+def test_a_component_at_its_threshold_costs_its_weight_times_ln2(name: str) -> None:
+    result = score({**PERFECT, name: THRESHOLD[name]}, T)
+    assert result.penalties[name] == pytest.approx(WEIGHTS[name] * math.log(2.0), rel=1e-12)
+    assert (name in result.over) == (WEIGHTS[name] > 0)
+
+
+@pytest.mark.parametrize("name", WEIGHTED)
+def test_a_weighted_component_far_beyond_its_threshold_prunes_on_its_own(name: str) -> None:
+    result = score({**PERFECT, name: _beyond_cut(name)}, T)
+    assert result.verdict == "prune" and result.over[0] == name
+
+
+@pytest.mark.parametrize("name", list(THRESHOLD))
+def test_a_missing_component_costs_its_calibrated_mean_penalty_not_zero(name: str) -> None:
+    """A diagnostic skipped under the budget is neither rewarded nor punished: it costs what
+    the component costs at the fill value (the training half's mean of log1p(c / t_c))."""
+    at_fill = THRESHOLD[name] * math.expm1(FILLS[name])
+    missing = score({**PERFECT, name: None}, T)
+    assert missing.score == pytest.approx(score({**PERFECT, name: at_fill}, T).score, abs=1e-12)
+    assert missing.penalties[name] == pytest.approx(WEIGHTS[name] * FILLS[name], abs=1e-12)
+    assert name not in missing.over
+    left_out = {k: v for k, v in PERFECT.items() if k != name}
+    assert score(left_out, T).score == missing.score
 
 
 @pytest.mark.parametrize(
-    ("components", "verdict"),
+    "components",
     [
-        (PERFECT, "keep"),
-        ({**PERFECT, "jacobian_log": 0.35}, "keep"),  # at its threshold: penalty 1
-        ({**PERFECT, "jacobian_log": math.log(14.2)}, "prune"),  # J stuck at 14.2
-        ({**PERFECT, "output_log_ratio": math.log(8.0)}, "prune"),  # output 8x off target
-        ({**PERFECT, "non_finite": 1.0}, "prune"),  # hard failure, whatever else
-        ({**PERFECT, "jacobian_log": math.nan}, "prune"),  # NaN counts as non-finite
-        ({**PERFECT, "gamma_log_spread": None, "kappa_d_log": None}, "keep"),  # not measured
+        {**PERFECT, "non_finite": 1.0},  # hard failure
+        {**PERFECT, "jacobian_log": math.nan},  # NaN counts as non-finite
+        {**PERFECT, "kappa_d_log": math.inf},
     ],
 )
-def test_verdict_table(components: dict[str, float | None], verdict: str) -> None:
-    assert score(components, Thresholds()).verdict == verdict
+def test_non_finite_is_a_hard_prune_below_every_finite_score(components: dict) -> None:
+    result = score(components, Thresholds(score=-1e6))
+    assert result.verdict == "prune"
+    assert result.components["non_finite"] == 1.0
+    assert result.over[0] == "non_finite"
+    assert result.score <= -NON_FINITE_PENALTY
+    assert all(v is None or math.isfinite(v) for v in result.components.values())
 
 
-def test_perfect_conditioning_scores_zero_and_worse_scores_lower() -> None:
-    """Higher is better: 0 when nothing is off, strictly decreasing in every component."""
-    assert score(PERFECT, Thresholds()).score == 0.0
-    for name in ("jacobian_log", "kernel_log_range", "output_log_ratio"):
-        values = [score({**PERFECT, name: v}, Thresholds()).score for v in (0.1, 0.5, 2.0)]
-        assert values[0] > values[1] > values[2]
+def test_the_cut_is_a_setting() -> None:
+    """Prune exactly when the score is below ``thresholds.score``."""
+    name = WEIGHTED[0]
+    s = score({**PERFECT, name: THRESHOLD[name]}, T).score
+    assert score({**PERFECT, name: THRESHOLD[name]}, Thresholds(score=s + 1e-9)).verdict == "prune"
+    assert score({**PERFECT, name: THRESHOLD[name]}, Thresholds(score=s - 1e-9)).verdict == "keep"
 
 
-def test_penalty_is_the_weight_at_the_threshold() -> None:
-    """Calibration contract: a component at its threshold costs exactly its weight."""
-    t = Thresholds()
-    result = score({**PERFECT, "jacobian_log": t.jacobian_log}, t)
-    assert result.penalties["jacobian_log"] == pytest.approx(WEIGHTS["jacobian_log"])
-    assert result.over == ["jacobian_log"]
-
-
-def test_thresholds_are_settings() -> None:
-    """A stricter score threshold prunes what the default keeps."""
-    components = {**PERFECT, "jacobian_log": 0.5}
-    assert score(components, Thresholds()).verdict == "keep"
-    assert score(components, Thresholds(score=-1.0)).verdict == "prune"
+def test_a_larger_component_threshold_makes_the_same_value_cheaper() -> None:
+    name = WEIGHTED[0]
+    field = "kernel_log_ratio" if name == "kernel_log_range" else name
+    loose = Thresholds(**{field: 2 * THRESHOLD[name]})
+    assert score({**PERFECT, name: 1.0}, loose).score > score({**PERFECT, name: 1.0}, T).score
 
 
 def test_unknown_component_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown score components"):
-        score({"jacobian": 0.0}, Thresholds())
+        score({"jacobian": 0.0}, T)
+
+
+def _file(**changes: object) -> str:
+    data = _calibration.load() | changes
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_file(weights={"jacobian_log": 1.0}), "must name"),
+        (_file(weights=dict.fromkeys(_calibration.COMPONENTS, 0.0) | {"jacobian_log": -1.0}), "finite and >= 0"),
+        (_file(fill=dict.fromkeys(_calibration.COMPONENTS, math.nan)), "finite and >= 0"),
+        (_file(prune_below=None), "prune_below"),
+    ],
+)
+def test_a_malformed_calibration_file_is_refused(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _calibration.load(text)
