@@ -68,7 +68,7 @@ def collect(candidates: list[Candidate], out: Path, protocol: Protocol) -> list[
             "preflight": math.nan if pre.get("score") is None else float(pre["score"]),
             "verdict": pre.get("verdict"), "preflight_error": pre.get("error"),
             "preflight_seconds": pre.get("seconds", math.nan),
-            "components": comps,
+            "components": comps, "engine_version": pre.get("engine_version"),
             "component_thresholds": {k: _threshold_for(k, thresholds) for k in comps},
             "peers": {k: peers[k]["best_loss"] for k in PEERS if k in peers},
             "peer_seconds": {k: peers[k].get("init_seconds", 0.0) for k in PEERS if k in peers},
@@ -80,17 +80,59 @@ def collect(candidates: list[Candidate], out: Path, protocol: Protocol) -> list[
     return rows
 
 
-def _method_scores(rows: list[dict[str, Any]], calibrated: bool) -> dict[str, list[float]]:
+# The engine's score before the calibration (hand-set weights, quadratic penalties, a missing
+# component free, prune below -3), kept as a reference method: what the calibration changed.
+HANDSET_WEIGHTS = {
+    "jacobian_log": 1.0, "kernel_log_range": 0.5, "output_log_ratio": 1.0, "gamma_log_spread": 0.25,
+    "hessian_log_spread": 0.25, "kappa_d_log": 0.25, "non_finite": 100.0,
+}  # fmt: skip
+HANDSET_CUT = -3.0
+
+
+def _handset(components: dict[str, float | None], thresholds: dict[str, float]) -> float:
+    if not components:
+        return math.nan
+    total = 0.0
+    for name, value in components.items():
+        if value is None or name not in HANDSET_WEIGHTS:
+            continue
+        scale = thresholds.get(name, 1.0) if name != "non_finite" else 1.0
+        total += HANDSET_WEIGHTS[name] * (abs(value) / scale) ** 2 if math.isfinite(value) else 1e9
+    return -total
+
+
+def _shipped_scores_(rows: list[dict[str, Any]]) -> None:
+    """``preflight`` = the score and verdict the shipped engine gives, recomputed by
+    ``worker.score`` from each cached report's components (the score is a pure function of
+    them and the thresholds, so a cache computed before the current weights still gives the
+    shipped score); ``preflight_handset`` = the pre-calibration score, for reference."""
+    from worker.options import Thresholds
+    from worker.score import score
+
+    defaults = Thresholds()
+    for r in rows:
+        r["cached_score"], r["cached_verdict"] = r["preflight"], r["verdict"]
+        r["preflight_handset"] = _handset(r["components"], r["component_thresholds"])
+        r["handset_verdict"] = (
+            None if not r["components"]
+            else "prune" if r["preflight_handset"] < HANDSET_CUT or (r["components"].get("non_finite") or 0) else "keep"
+        )  # fmt: skip
+        if not r["components"]:
+            continue
+        result = score(r["components"], defaults)
+        r["preflight"], r["verdict"] = result.score, result.verdict
+
+
+def _method_scores(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
     methods = {name: [r["proxies"].get(name, math.nan) for r in rows] for name in PROXIES}
     methods["preflight"] = [r["preflight"] for r in rows]
-    if calibrated and rows and "calibrated" in rows[0]:
-        methods["preflight_calibrated"] = [r["calibrated"] for r in rows]
+    methods["preflight_handset"] = [r["preflight_handset"] for r in rows]
     return methods
 
 
 def _costs(rows: list[dict[str, Any]], method: str) -> tuple[float, float]:
     """Median seconds per candidate and the same in training-step equivalents."""
-    if method.startswith("preflight"):
+    if method.startswith("preflight"):  # the hand-set score costs the same measurement
         seconds = [r["preflight_seconds"] for r in rows]
     else:
         seconds = [r["proxy_seconds"].get(method, math.nan) for r in rows]
@@ -104,7 +146,7 @@ def _costs(rows: list[dict[str, Any]], method: str) -> tuple[float, float]:
 
 
 def ranking_table(
-    rows: list[dict[str, Any]], target: str = "spec", calibrated: bool = False
+    rows: list[dict[str, Any]], target: str = "spec"
 ) -> dict[str, dict[str, float]]:
     """Per method: correlations with -loss and accuracy, pruning figures, cost. ``target``:
     the ground truth from the spec's initialization (``"spec"``) or from Preflight's tuned
@@ -116,8 +158,7 @@ def ranking_table(
     accuracy = [r[prefix + "accuracy"] for r in rows]
     bad = [r[prefix + "untrainable"] for r in rows]
     table = {}
-    # The calibrated score only on held-out rows (``calibrated=True``): the rest fitted it.
-    for method, scores in _method_scores(rows, calibrated).items():
+    for method, scores in _method_scores(rows).items():
         quarter = metrics.prune_fraction(scores, bad, 0.25)
         seconds, steps = _costs(rows, method)
         table[method] = {
@@ -135,38 +176,25 @@ def ranking_table(
 
 
 def _calibrate(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    usable = [r for r in rows if r["components"]]
+    """A fresh fit of the shipped form (``bench.calibrate``), whether the shipped weights
+    equal it, and every fit choice on the held-out half."""
+    from worker._calibration import load
+
+    usable = [r for r in rows if r["components"] and r["tuned_untrainable"] is not None]
     if len(usable) < 10:
         return None
-    names = sorted({k for r in usable for k in r["components"]})
-    by_family: dict[str, list[str]] = {}
-    for r in usable:
-        by_family.setdefault(r["family"], []).append(r["id"])
-    train_ids, held_ids = calibrate.split(by_family)
-    feats = {
-        r["id"]: calibrate.features(r["components"], r["component_thresholds"], names)
-        for r in usable
-    }
-    train_rows = [r for r in usable if r["id"] in set(train_ids)]
-    model = calibrate.fit(
-        [feats[r["id"]] for r in train_rows],
-        [r["norm_loss"] for r in train_rows],
-        [r["untrainable"] for r in train_rows],
-        names,
-    )
-    for r in rows:
-        r["calibrated"] = (
-            calibrate.apply(model, feats[r["id"]], names) if r["id"] in feats else math.nan
-        )
-        r["calibrated_verdict"] = "prune" if r["calibrated"] < model["prune_below"] else "keep"
+    model = calibrate.fit_rows(rows)
+    shipped = load()
     return model | {
-        "components": names,
-        "train_ids": sorted(train_ids),
-        "heldout_ids": sorted(held_ids),
+        "shipped_matches_fresh_fit": calibrate.same_fit(shipped, model),
+        "shipped": {k: shipped.get(k) for k in ("truth", "weights", "fill", "prune_below", "train_n")},
+        "choices": calibrate.compare(rows),
     }
 
 
-def _tuning(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+def _tuning(
+    rows: list[dict[str, Any]], held: set[str] | None = None
+) -> dict[str, dict[str, dict[str, float]]]:
     groups = {
         "all": [r for r in rows if not math.isnan(r["tuned_loss"])],
         "survivors": [
@@ -178,6 +206,8 @@ def _tuning(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]
     groups["survivors trainable from the spec init (A)"] = [
         r for r in groups["survivors"] if not r["untrainable"]
     ]
+    if held:
+        groups["survivors, held-out half"] = [r for r in groups["survivors"] if r["id"] in held]
     out: dict[str, dict[str, dict[str, float]]] = {}
     for group, members in groups.items():
         tuned = [r["tuned_loss"] for r in members]
@@ -189,11 +219,13 @@ def _tuning(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]
 
 
 def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
-    """Every figure of the report; adds ``calibrated`` scores to the rows in place."""
+    """Every figure of the report (adds the shipped score to the rows). The shipped score was fitted on the calibration's training
+    half, so its figures that count are on the held-out half (``*_heldout*``)."""
+    _shipped_scores_(rows)
     bad = [r["untrainable"] for r in rows]
     calibration = _calibrate(rows)
-    held = [r for r in rows if calibration and r["id"] in set(calibration["heldout_ids"])]
-    verdict = metrics.flags_figures([r["verdict"] == "prune" for r in rows], bad)
+    held_ids = set(calibration["heldout_ids"]) if calibration else set()
+    held = [r for r in rows if r["id"] in held_ids]
     figures: dict[str, Any] = {
         "n": len(rows),
         "untrainable": int(sum(bad)),
@@ -208,13 +240,21 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
             f"{r['id']}: {r['preflight_error']}" for r in rows if r["preflight_error"]
         ],
         "ranking_all": ranking_table(rows),
-        "verdict_all": verdict.__dict__,
+        "verdict_all": _verdict(rows, "untrainable", "verdict"),
         "ranking_all_tuned": ranking_table(rows, "tuned"),
         "verdict_all_tuned": _verdict(rows, "tuned_untrainable", "verdict"),
         "untrainable_tuned": int(sum(bool(r["tuned_untrainable"]) for r in rows)),
         "median_pruner": median_pruner_reference([r["curve"] for r in rows], bad, protocol.epochs),
-        "tuning": _tuning(rows),
+        "tuning": _tuning(rows, held_ids),
+        "tuning_losses": {
+            r["id"]: {"family": r["family"], "spec": r["loss"], "tuned": r["tuned_loss"],
+                      "verdict": r["verdict"], "name": r["name"]}
+            for r in rows
+        },  # fmt: skip
         "calibration": calibration,
+        "cached_score_agrees": all(
+            r["cached_verdict"] == r["verdict"] for r in rows if r["components"]
+        ),
         "train_seconds_median": statistics.median(r["train_seconds"] for r in rows)
         if rows
         else math.nan,
@@ -223,21 +263,16 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
         * _steps_per_epoch(rows, protocol),
     }
     if held:
-        held_bad = [r["untrainable"] for r in held]
-        figures["ranking_heldout"] = ranking_table(held, calibrated=True)
         figures["heldout_n"] = len(held)
-        figures["heldout_untrainable"] = int(sum(held_bad))
-        figures["verdict_heldout"] = metrics.flags_figures(
-            [r["verdict"] == "prune" for r in held], held_bad
-        ).__dict__
-        figures["calibrated_verdict_heldout"] = metrics.flags_figures(
-            [r["calibrated_verdict"] == "prune" for r in held], held_bad
-        ).__dict__
-        figures["ranking_heldout_tuned"] = ranking_table(held, "tuned", calibrated=True)
-        figures["verdict_heldout_tuned"] = _verdict(held, "tuned_untrainable", "verdict")
-        figures["calibrated_verdict_heldout_tuned"] = _verdict(
-            held, "tuned_untrainable", "calibrated_verdict"
+        figures["heldout_untrainable"] = int(sum(r["untrainable"] for r in held))
+        figures["heldout_untrainable_tuned"] = int(sum(bool(r["tuned_untrainable"]) for r in held))
+        figures["median_pruner_heldout"] = median_pruner_reference(
+            [r["curve"] for r in held], [r["untrainable"] for r in held], protocol.epochs
         )
+        for suffix, truth in (("", "untrainable"), ("_tuned", "tuned_untrainable")):
+            figures["ranking_heldout" + suffix] = ranking_table(held, "spec" if not suffix else "tuned")
+            figures["verdict_heldout" + suffix] = _verdict(held, truth, "verdict")
+            figures["handset_verdict_heldout" + suffix] = _verdict(held, truth, "handset_verdict")
     return figures
 
 

@@ -80,10 +80,52 @@ def _scaling_md(table: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _pr(v: dict[str, float]) -> str:
+    return f"precision {_f(v['precision'])} / recall {_f(v['recall'])} ({v['flagged']} flagged)"
+
+
+def _calibration_md(cal: dict[str, Any], fig: dict[str, Any]) -> list[str]:
+    shipped = cal["shipped"]
+    lines = [
+        "## The score's calibration",
+        "",
+        "`python -m bench.calibrate` fits the engine's form "
+        "`score = -sum_c w_c f_c`, `f_c = log1p(|c| / t_c)` (or `fill_c` when the component was "
+        "not measured) by non-negative least squares (with an intercept) against the capped "
+        f"normalized trained loss of the training half ({cal['train_n']} candidates: within each "
+        "family, alternate candidates in id order), and sets the prune cut where the training "
+        "half's precision is best at recall >= 0.8. It writes `worker/score_weights.json`, which "
+        "the engine loads; `python -m bench.calibrate --check` compares it with a fresh fit. "
+        f"Shipped weights equal a fresh fit on this cache: **{'yes' if cal['shipped_matches_fresh_fit'] else 'NO'}**.",
+        "",
+        f"Shipped (fitted on ground truth {shipped['truth']}; prune below {_f(shipped['prune_below'], 4)}):",
+        "",
+        "| component | weight w_c | fill_c (when not measured) | t_c |",
+        "|---|---|---|---|",
+        *[
+            f"| {k} | {_f(w, 4)} | {_f(shipped['fill'][k], 3)} | {_f(cal['thresholds'].get(k), 2)} |"
+            for k, w in shipped["weights"].items()
+        ],
+        "",
+        "Which ground truth to fit, and how to treat a skipped diagnostic, decided on the "
+        "held-out half (Spearman with -loss; the fit's own verdict's precision / recall):",
+        "",
+        "| fit | Spearman A | Spearman B | precision A | recall A | precision B | recall B | cut |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, c in cal["choices"].items():
+        lines.append(
+            f"| {name} | {_f(c['spearman_A'])} | {_f(c['spearman_B'])} | {_f(c['precision_A'])} "
+            f"| {_f(c['recall_A'])} | {_f(c['precision_B'])} | {_f(c['recall_B'])} | {_f(c['prune_below'], 3)} |"
+        )
+    return lines
+
+
 def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> None:
     """The report: protocol, machine, command, tables, targets and plots."""
     held = fig.get("ranking_heldout", {})
     cal = fig.get("calibration") or {}
+    context = context | {"scaling": context.get("scaling")}
     lines = [
         "# Trainability benchmark: Preflight against zero-cost proxies and init peers",
         "",
@@ -120,7 +162,7 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
             for p in PROXIES.values()
         ],
         "",
-        "## Ranking trainability (all candidates, Preflight's score as shipped)",
+        "## Ranking trainability",
         "",
         "Two ground truths. **A**: trained from the spec's own initialization: what the "
         "zero-cost proxies score (the network as it stands), and what an ungated search trains. "
@@ -128,23 +170,54 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
         "survivors from, and what Preflight's score (measured after conditioning) is about. "
         f"Untrainable: A {fig['untrainable']}, B {fig['untrainable_tuned']} of {fig['n']}.",
         "",
-        "### A: trained from the spec's initialization",
+        "`preflight` is the score and verdict the engine ships: the calibrated form of "
+        "`worker/score.py` with the weights of `worker/score_weights.json`, recomputed from each "
+        "cached report's components (a pure function of them). Those weights were fitted on "
+        "half of these candidates (next section), so **the held-out tables are the figures that "
+        "count**; the all-candidate tables include the fit's training half. `preflight_handset` "
+        "is the engine's score before the calibration (hand-set weights, quadratic penalties, "
+        "a skipped diagnostic free, prune below -3), from the same components.",
+        "",
+    ]
+    if held:
+        lines += [
+            f"### Held-out half ({fig['heldout_n']} candidates; untrainable: A {fig['heldout_untrainable']}, "
+            f"B {fig['heldout_untrainable_tuned']})",
+            "",
+            "**A: trained from the spec's initialization**",
+            "",
+            *_ranking_md(held),
+            "",
+            f"Verdicts against A: shipped {_pr(fig['verdict_heldout'])}; hand-set {_pr(fig['handset_verdict_heldout'])}. "
+            f"Optuna MedianPruner on the training curves: precision {_f(fig['median_pruner_heldout']['precision'])}, "
+            f"recall {_f(fig['median_pruner_heldout']['recall'])}.",
+            "",
+            "**B: trained from Preflight's tuned initialization**",
+            "",
+            *_ranking_md(fig["ranking_heldout_tuned"]),
+            "",
+            f"Verdicts against B: shipped {_pr(fig['verdict_heldout_tuned'])}; hand-set "
+            f"{_pr(fig['handset_verdict_heldout_tuned'])}.",
+            "",
+        ]
+    lines += [
+        f"### All {fig['n']} candidates (includes the calibration's training half)",
+        "",
+        "**A: trained from the spec's initialization**",
         "",
         *_ranking_md(fig["ranking_all"]),
         "",
-        f"Preflight's own verdict (prune): precision {_f(fig['verdict_all']['precision'])}, "
-        f"recall {_f(fig['verdict_all']['recall'])}, {fig['verdict_all']['flagged']} flagged.",
+        f"Shipped verdict against A: {_pr(fig['verdict_all'])}. "
         f"Optuna MedianPruner on the training curves (middle learning rate, {fig['median_pruner']['orders']} "
         f"random orders, {fig['median_pruner']['n_startup_trials']} startup trials): precision "
         f"{_f(fig['median_pruner']['precision'])}, recall {_f(fig['median_pruner']['recall'])}, at "
         f"{_f(100 * fig['median_pruner']['fraction_of_training'], 0)} % of the training each candidate would get.",
         "",
-        "### B: trained from Preflight's tuned initialization",
+        "**B: trained from Preflight's tuned initialization**",
         "",
         *_ranking_md(fig["ranking_all_tuned"]),
         "",
-        f"Preflight's verdict against B: precision {_f(fig['verdict_all_tuned']['precision'])}, "
-        f"recall {_f(fig['verdict_all_tuned']['recall'])}.",
+        f"Shipped verdict against B: {_pr(fig['verdict_all_tuned'])}.",
     ]
     if fig["preflight_errors"]:
         lines += [
@@ -153,38 +226,8 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
             "",
         ]
         lines += [f"- {e}" for e in fig["preflight_errors"][:10]]
-    if held:
-        lines += [
-            "",
-            f"## Held-out split ({fig['heldout_n']} candidates, {fig['heldout_untrainable']} untrainable), with the calibrated score",
-            "",
-            "The calibration (`bench/calibrate.py`) fits non-negative weights of "
-            f"`{cal.get('form')}` on the other half of the candidates (NNLS on the capped normalized "
-            "loss); the weights are in `docs/benchmarks/calibration.json`:",
-            "",
-            "| component | weight |",
-            "|---|---|",
-            *[f"| {k} | {_f(v, 4)} |" for k, v in cal.get("weights", {}).items()],
-            "",
-            f"Calibrated prune threshold: score < {_f(cal.get('prune_below'), 4)}.",
-            "",
-            "Against A (the calibration's target):",
-            "",
-            *_ranking_md(held),
-            "",
-            f"Verdicts against A: shipped precision {_f(fig['verdict_heldout']['precision'])} / "
-            f"recall {_f(fig['verdict_heldout']['recall'])}; calibrated precision "
-            f"{_f(fig['calibrated_verdict_heldout']['precision'])} / recall {_f(fig['calibrated_verdict_heldout']['recall'])}.",
-            "",
-            "Against B:",
-            "",
-            *_ranking_md(fig["ranking_heldout_tuned"]),
-            "",
-            f"Verdicts against B: shipped precision {_f(fig['verdict_heldout_tuned']['precision'])} / "
-            f"recall {_f(fig['verdict_heldout_tuned']['recall'])}; calibrated precision "
-            f"{_f(fig['calibrated_verdict_heldout_tuned']['precision'])} / recall "
-            f"{_f(fig['calibrated_verdict_heldout_tuned']['recall'])}.",
-        ]
+    if cal:
+        lines += ["", *_calibration_md(cal, fig)]
     lines += ["", "## Tuning: trained loss from Preflight's tuned initialization vs the others", ""]
     for group in ("all", "survivors"):
         lines += [f"**{group}**", "", *_tuning_md(fig["tuning"][group]), ""]
@@ -224,23 +267,18 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
 
 
 def plots(rows: list[dict[str, Any]], directory: Path, heldout: set[str] | None = None) -> None:
-    """score_vs_loss.png, pruning_pr.png, tuned_vs_default.png. The calibrated score is shown
-    on the held-out candidates only (the others were used to fit it)."""
+    """score_vs_loss.png, pruning_pr.png, tuned_vs_default.png. Preflight's scores are shown
+    on the held-out candidates only (the others were used to fit the shipped weights)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     directory.mkdir(parents=True, exist_ok=True)
-    methods = [*PROXIES, "preflight"] + (
-        ["preflight_calibrated"] if rows and "calibrated" in rows[0] else []
-    )
+    methods = [*PROXIES, "preflight", "preflight_handset"]
     scores = {m: [r["proxies"].get(m, math.nan) for r in rows] for m in PROXIES}
-    scores["preflight"] = [r["preflight"] for r in rows]
-    if "preflight_calibrated" in methods:
-        scores["preflight_calibrated"] = [
-            r["calibrated"] if heldout is None or r["id"] in heldout else math.nan for r in rows
-        ]
+    for m in ("preflight", "preflight_handset"):  # fitted on the other half: held-out only
+        scores[m] = [r[m] if heldout is None or r["id"] in heldout else math.nan for r in rows]
     loss = np.minimum([r["norm_loss"] for r in rows], 1.2)
     bad = np.array([r["untrainable"] for r in rows])
     cols = 4
@@ -249,12 +287,12 @@ def plots(rows: list[dict[str, Any]], directory: Path, heldout: set[str] | None 
     )
     for ax, m in zip(axes.flat, methods, strict=False):
         s = np.asarray(scores[m], dtype=float)
-        keep = ~np.isnan(s) if m == "preflight_calibrated" else np.ones(len(s), dtype=bool)
+        keep = ~np.isnan(s) if m.startswith("preflight") else np.ones(len(s), dtype=bool)
         ax.scatter(s[~bad & keep], loss[~bad & keep], s=8, c="tab:blue", label="trainable")
         ax.scatter(s[bad & keep], loss[bad & keep], s=8, c="tab:red", label="untrainable")
         rho = metrics.spearman(s[keep], -loss[keep])
         ax.set_title(
-            f"{m}{' (held-out)' if m == 'preflight_calibrated' else ''}  rho={rho:.2f}", fontsize=9
+            f"{m}{' (held-out)' if m.startswith('preflight') and heldout else ''}  rho={rho:.2f}", fontsize=9
         )
         finite = s[np.isfinite(s)]
         if finite.size and np.ptp(finite) > 1e3:  # scores spread over orders of magnitude
@@ -271,10 +309,10 @@ def plots(rows: list[dict[str, Any]], directory: Path, heldout: set[str] | None 
     fig, ax = plt.subplots(figsize=(7, 5))
     for m in methods:
         s = np.asarray(scores[m], dtype=float)
-        keep = ~np.isnan(s) if m == "preflight_calibrated" else np.ones(len(s), dtype=bool)
+        keep = ~np.isnan(s) if m.startswith("preflight") else np.ones(len(s), dtype=bool)
         p, r = metrics.precision_recall_curve(s[keep], bad[keep])
         style = "-" if m.startswith("preflight") else ":"
-        label = m + (" (held-out)" if m == "preflight_calibrated" else "")
+        label = m + (" (held-out)" if m.startswith("preflight") and heldout else "")
         ax.plot(r, p, style, label=label, linewidth=2 if m.startswith("preflight") else 1)
     ax.plot([0.8], [0.9], "k*", markersize=12, label="target (recall 0.8, precision 0.9)")
     ax.set_xlabel("recall of untrainable candidates")
