@@ -7,10 +7,15 @@ generator costs little CPU) drive, for a fixed time each:
 1. ``GET /healthz``: the trivial endpoint of the same app, the baseline of the framework;
 2. ``POST /v1/candidates``: one new spec per request (each creates a candidate);
 3. ``POST /v1/candidates`` with batches of 32 specs;
-4. ``GET /v1/candidates/{id}``: reads of existing candidates.
+4. ``GET /v1/candidates/{id}`` of queued candidates (no report yet);
+5. ``GET /v1/candidates/{id}`` of done candidates, each with a full conditioning report (the
+   engine's real report of a 6-block MLP, written through the queue's ``complete``): what a
+   NAS controller polling for results reads.
 
-Reported: requests/s (and candidates/s for submissions), latency p50 / p99. Targets on a
-2-core machine: at least 500 submissions/s on PostgreSQL, GET p99 under 50 ms.
+Reported: requests/s (and candidates/s for submissions), latency p50 / p99, and the API
+processes' CPU time per request (user + system, from /proc: the figure that load on other
+processes disturbs least). Targets on a 2-core machine: at least 500 submissions/s on
+PostgreSQL, GET p99 under 50 ms.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class Result:
     errors: int
     p50_ms: float
     p99_ms: float
+    server_cpu_ms: float  # API processes' CPU time per request
 
     @property
     def per_second(self) -> float:
@@ -132,9 +138,70 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
 
 
-def run_phases(backend: str, port: int, seconds: float, warmup: float) -> list[Result]:
+def _tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its living descendants (uvicorn's workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        stack.extend(children.get(current, []))
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _report_of_a_real_run() -> dict[str, object]:
+    """The engine's report of a 6-block MLP: the size and shape of what clients read."""
+    from worker.condition import condition
+
+    blocks = [{"layers": [{"type": "linear", "out": 64}, {"type": "relu"}]} for _ in range(5)]
+    mlp = {"input_shape": [16], "blocks": [*blocks, {"layers": [{"type": "linear", "out": 10}]}]}
+    return condition(mlp).model_dump(mode="json")
+
+
+def _complete_queued(url: str, count: int, report: dict[str, object]) -> list[int]:
+    """Claim and complete ``count`` queued candidates with ``report``, as a worker would."""
+    from service import queue
+    from service.db import make_engine, make_sessionmaker, session_scope
+
+    engine = make_engine(url)
+    sessions = make_sessionmaker(engine)
+    done = []
+    try:
+        for _ in range(count):
+            with session_scope(sessions, write=True) as session:
+                job = queue.claim(session, worker="bench", device_kind="cpu", lease_seconds=60)
+                if job is None:
+                    break
+                queue.complete(session, job_id=job.id, token=job.lease_token, report=report)
+                done.append(job.id)
+    finally:
+        engine.dispose()
+    return done
+
+
+def run_phases(
+    backend: str,
+    url: str,
+    port: int,
+    pid: int,
+    seconds: float,
+    warmup: float,
+    report: dict[str, object],
+) -> list[Result]:
     counter = itertools.count(100)
     ids: list[int] = []
+    done: list[int] = []
     results = []
 
     def health() -> tuple[str, str, bytes, int]:
@@ -156,20 +223,29 @@ def run_phases(backend: str, port: int, seconds: float, warmup: float) -> list[R
     def read() -> tuple[str, str, bytes, int]:
         return "GET", f"/v1/candidates/{random.choice(ids)}", b"", 1
 
+    def read_done() -> tuple[str, str, bytes, int]:
+        return "GET", f"/v1/candidates/{random.choice(done)}", b"", 1
+
+    size = len(json.dumps(report)) // 1024
     phases = [("GET /healthz (trivial)", health, 200), ("POST /v1/candidates (1 spec)", submit_one, 202),
-              ("POST /v1/candidates (32 specs)", submit_batch, 202), ("GET /v1/candidates/{id}", read, 200)]  # fmt: skip
+              ("POST /v1/candidates (32 specs)", submit_batch, 202), ("GET /v1/candidates/{id} (queued)", read, 200),
+              (f"GET /v1/candidates/{{id}} (done, {size} KB report)", read_done, 200)]  # fmt: skip
     for name, make, expect in phases:
         if make is read:
-            ids.extend(range(1, 500))
+            done.extend(_complete_queued(url, 500, report))
+            ids.extend(range(1000, 1500))  # still queued: the first 500 were completed
         asyncio.run(drive(port, warmup, make, expect))
+        cpu = _tree_cpu_seconds(pid)
         latencies, requests, items, errors, elapsed = asyncio.run(
             drive(port, seconds, make, expect)
         )
+        cpu = _tree_cpu_seconds(pid) - cpu
         result = Result(backend, name, requests, items, elapsed, errors, percentile(latencies, 0.5),
-                        percentile(latencies, 0.99))  # fmt: skip
+                        percentile(latencies, 0.99), 1000 * cpu / max(requests, 1))  # fmt: skip
         results.append(result)
-        print(f"  {backend:10s} {name:32s} {result.per_second:8.0f} req/s {result.items_per_second:8.0f} items/s "
-              f"p50 {result.p50_ms:6.1f} ms  p99 {result.p99_ms:6.1f} ms  errors {errors}", flush=True)  # fmt: skip
+        print(f"  {backend:10s} {name:40s} {result.per_second:8.0f} req/s {result.items_per_second:8.0f} items/s "
+              f"p50 {result.p50_ms:6.1f} ms  p99 {result.p99_ms:6.1f} ms  API CPU {result.server_cpu_ms:5.2f} ms/req  "
+              f"errors {errors}", flush=True)  # fmt: skip
     return results
 
 
@@ -203,13 +279,13 @@ async def _once(port: int) -> tuple[int, bytes]:
 
 
 def bench_backend(
-    backend: str, url: str, seconds: float, warmup: float, workers: int
+    backend: str, url: str, seconds: float, warmup: float, workers: int, report: dict[str, object]
 ) -> list[Result]:
     upgrade(url)
     port = free_port()
     process = serve(url, port, workers)
     try:
-        return run_phases(backend, port, seconds, warmup)
+        return run_phases(backend, url, port, process.pid, seconds, warmup, report)
     finally:
         process.terminate()
         process.wait(30)
@@ -240,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.sqlite_api_workers}, PostgreSQL {args.api_workers}; {os.cpu_count()} CPU(s), load average "
           f"{load:.1f} at start, Python {platform.python_version()}", flush=True)  # fmt: skip
     results: list[Result] = []
+    report = _report_of_a_real_run()
     with tempfile.TemporaryDirectory() as folder:
         results += bench_backend(
             "sqlite",
@@ -247,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             args.seconds,
             args.warmup,
             args.sqlite_api_workers,
+            report,
         )
     if not args.skip_postgres:
         admin_url = (
@@ -262,17 +340,22 @@ def main(argv: list[str] | None = None) -> int:
             url = (
                 make_url(args.postgres_url).set(database=name).render_as_string(hide_password=False)
             )
-            results += bench_backend("postgresql", url, args.seconds, args.warmup, args.api_workers)
+            results += bench_backend(
+                "postgresql", url, args.seconds, args.warmup, args.api_workers, report
+            )
         finally:
             with admin.connect() as connection:
                 connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             admin.dispose()
-    print("\n| backend | phase | requests/s | candidates/s | p50 ms | p99 ms | errors |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print(
+        "\n| backend | phase | requests/s | candidates/s | p50 ms | p99 ms | API CPU ms / request | errors |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         items = f"{r.items_per_second:.0f}" if r.phase.startswith("POST") else ""
         print(
-            f"| {r.backend} | {r.phase} | {r.per_second:.0f} | {items} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | {r.errors} |"
+            f"| {r.backend} | `{r.phase}` | {r.per_second:.0f} | {items} | {r.p50_ms:.1f} | {r.p99_ms:.1f} "
+            f"| {r.server_cpu_ms:.2f} | {r.errors} |"
         )
     if args.json:
         args.json.write_text(

@@ -12,10 +12,17 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["WRITE_OPTION", "make_engine", "make_sessionmaker", "session_scope", "utcnow"]
+__all__ = [
+    "WRITE_OPTION",
+    "make_engine",
+    "make_sessionmaker",
+    "read_connection",
+    "session_scope",
+    "utcnow",
+]
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 WRITE_OPTION = "preflight_write"
@@ -69,21 +76,23 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
 
 
 @contextmanager
-def session_scope(
-    factory: sessionmaker[Session], *, write: bool = False, single_read: bool = False
-) -> Iterator[Session]:
+def read_connection(engine: Engine) -> Iterator[Connection]:
+    """A connection for one SELECT on the hot read paths. On PostgreSQL it runs in
+    autocommit, which saves the BEGIN and COMMIT round trips (one statement is its own
+    snapshot anyway); no ORM session is made."""
+    bind = _autocommit(engine) if engine.dialect.name == "postgresql" else engine
+    with bind.connect() as connection:
+        yield connection
+
+
+@contextmanager
+def session_scope(factory: sessionmaker[Session], *, write: bool = False) -> Iterator[Session]:
     """A session whose transaction commits on success and rolls back on error.
 
     ``write=True`` starts the transaction with BEGIN IMMEDIATE on SQLite (no effect on
-    PostgreSQL): use it for every transaction that may write. ``single_read=True`` is for a
-    session that runs one SELECT: on PostgreSQL it runs in autocommit, which saves the
-    BEGIN and COMMIT round trips (a single statement is its own snapshot anyway).
+    PostgreSQL): use it for every transaction that may write.
     """
     bind = factory.kw.get("bind")
-    if single_read and bind is not None and bind.dialect.name == "postgresql":
-        with factory(bind=_autocommit(bind)) as session:
-            yield session
-        return
     if not write or bind is None:
         with factory() as session, session.begin():
             yield session

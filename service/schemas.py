@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from sqlalchemy import Row
 
 from service.models import Candidate, Status
 
@@ -101,7 +102,10 @@ class CandidatePublic(BaseModel):
     report: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, row: Candidate, *, with_report: bool = True, cached: bool | None = None) -> CandidatePublic:
+    def of(
+        cls, row: Candidate | Row[Any], *, with_report: bool = True, cached: bool | None = None
+    ) -> CandidatePublic:
+        """From an ORM row or a Core row of the candidates table (same attribute names)."""
         started, finished = row.started_at, row.finished_at
         end = finished if finished is not None else None
         return cls(
@@ -146,7 +150,8 @@ class ScoreSummary(BaseModel):
     max: float | None = None
     mean: float | None = None
     quantiles: dict[str, float] = Field(
-        default_factory=dict, description="quantile (as text, e.g. '0.25') -> score, linear interpolation"
+        default_factory=dict,
+        description="quantile (as text, e.g. '0.25') -> score, linear interpolation",
     )
 
 
