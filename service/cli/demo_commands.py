@@ -120,7 +120,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.url:
         results = _run_all(args, args.url, out)
     else:
-        from service.cli._embedded import EmbeddedService
+        from service.embedded import EmbeddedService
 
         # A fresh store each run, so every candidate is really conditioned (no cache hits).
         with tempfile.TemporaryDirectory(prefix="preflight-demo-") as folder:

@@ -11,7 +11,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def live_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from service.cli._embedded import EmbeddedService
+    from service.embedded import EmbeddedService
 
     folder = tmp_path_factory.mktemp("preflight-service")
     with EmbeddedService(f"sqlite:///{folder / 'preflight.db'}", device="cpu", poll_seconds=0.02) as service:

@@ -1,0 +1,109 @@
+"""The service inside this process: migrations applied, the API served by uvicorn in a
+background thread on a free local port, and (optionally) a job runner embedded in the app.
+
+``preflight demo`` runs on it, and so do tests that need a real running service (here and in
+users' own suites; ``service.testing.live_server`` is the context-manager form)::
+
+    with EmbeddedService("sqlite:///" + str(tmp_path / "preflight.db")) as service:
+        client = PreflightClient(service.url)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import TracebackType
+from typing import Any
+
+from service.settings import Settings
+
+__all__ = ["EmbeddedService"]
+
+
+class EmbeddedService:
+    """Start the service on 127.0.0.1 in this process; stop it on exit.
+
+    Args:
+        database: SQLAlchemy URL of the store, or complete :class:`Settings` (it listens on a
+            free port of 127.0.0.1 whatever they say; their host still decides auth).
+        embedded_worker: run a job runner in the app (the one-machine default).
+        device: the embedded worker's device (``auto``, ``cpu``, ``cuda:N``).
+        migrate: apply the migrations first.
+        startup_timeout: seconds to wait for the API to listen.
+        settings: further :class:`Settings` fields (e.g. ``poll_seconds``).
+    """
+
+    def __init__(
+        self,
+        database: str | Settings,
+        *,
+        embedded_worker: bool = True,
+        device: str = "auto",
+        migrate: bool = True,
+        startup_timeout: float = 60.0,
+        **settings: Any,
+    ) -> None:
+        base = database if isinstance(database, Settings) else Settings(database_url=database)
+        # it listens on 127.0.0.1 whatever the settings say; their host still decides auth
+        self.settings = base.model_copy(update={**settings, "port": 0})
+        self.embedded_worker = embedded_worker
+        self.device = device
+        self.migrate = migrate
+        self.startup_timeout = startup_timeout
+        self.url = ""
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> EmbeddedService:
+        import uvicorn
+
+        from service.app import create_app
+        from service.migrations import upgrade
+
+        if self.migrate:
+            upgrade(self.settings.database_url)
+        app = create_app(
+            self.settings, embedded_worker=self.embedded_worker, worker_device=self.device
+        )
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=0, log_level="warning", access_log=False, lifespan="on"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, name="preflight-embedded-api", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + self.startup_timeout
+        while not self._server.started:
+            if not self._thread.is_alive():
+                self.stop()
+                raise RuntimeError(
+                    "the embedded Preflight service failed to start (see the log above)"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(
+                    f"the embedded Preflight service did not start within {self.startup_timeout} s"
+                )
+            time.sleep(0.02)
+        port = self._server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self._server = self._thread = None
+
+    def __enter__(self) -> EmbeddedService:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
