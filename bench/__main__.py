@@ -29,7 +29,7 @@ from bench.run import STAGES, read_json, run_stage, write_json
 from bench.targets import target_lines
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = ("tuning_cost", "service_load")  # optional benchmarks other modules may provide
+EXTRAS = ("tuning_cost", "service_load", "output_std")  # optional benchmarks other modules may provide
 
 
 def _machine() -> str:
@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         read_json(out / "e2e.json") if (out / "e2e.json").exists() and not args.smoke else None
     )
     context["e2e"] = _e2e_text(e2e_result)
+    ablation = out / "output_std.json"
+    context["output_std"] = read_json(ablation)["summary"] if ablation.exists() else None
     context["targets"] = target_lines(figures, e2e_result)
     write_json(out / "figures.json", figures)
     docs.mkdir(parents=True, exist_ok=True)

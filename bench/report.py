@@ -80,6 +80,27 @@ def _scaling_md(table: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _output_std_md(summary: dict[str, Any] | None) -> list[str]:
+    if not summary:
+        return ["Not run (`python -m bench.output_std`)."]
+    lines = [
+        "`python -m bench.output_std`: each survivor conditioned with another `output_std` "
+        "(the head unit's target output std; every other option at its default) and trained "
+        "from that tuned initialization; fraction trained better than from the spec's "
+        "initialization (median ln(spec / tuned)). The default was chosen on the training half.",
+        "",
+        "| output_std | training half | held-out half | all |",
+        "|---|---|---|---|",
+    ]
+    for variant, halves in summary.items():
+        cells = [
+            f"{_f(100 * h['better'], 0)} % of {h['n']} ({_f(h['median_log_ratio'])})"
+            for h in (halves["train"], halves["held-out"], halves["all"])
+        ]
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _pr(v: dict[str, float]) -> str:
     return f"precision {_f(v['precision'])} / recall {_f(v['recall'])} ({v['flagged']} flagged)"
 
@@ -245,6 +266,7 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
                 f"| {_f(t['median_log_ratio'])} |"
             )
     lines.append("")
+    lines += ["### Tuning: the output std", "", *_output_std_md(context.get("output_std")), ""]
     lines += [
         "## The scaling-calculus LIBSVM table on the bundled datasets",
         "",

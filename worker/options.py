@@ -50,7 +50,12 @@ class ConditionOptions(BaseModel):
     seed: Annotated[int, Field(ge=0)] = 0
     device: str = "auto"
     tolerance: Positive = 0.1  # |log J - log rho| at which a unit counts as critical
-    output_std: Positive | None = 0.05  # scaling paper, section 10; None: tune the head on J too
+    # scaling paper, section 10; None: tune the head on J too. 0.5, not the paper's 0.05: the
+    # paper multiplies the logits by a fixed constant, while a multiplier on the head's weights
+    # (all Preflight can return) also shrinks every gradient flowing into the body by the same
+    # factor, and at 0.05 tuned networks trained worse than from their spec's init
+    # (docs/benchmarks.md, "Tuning: the output std")
+    output_std: Positive | None = 0.5
     balance: bool = True  # geometric init + GR balancing first (scaling paper), then AutoInit
     # whole conditioning, diagnostics included, in training steps (forward + backward) of the
     # candidate at this batch, timed once at the start (docs/conditioning.md section 6); None:

@@ -53,7 +53,8 @@ def test_scales_rebuild_the_conditioned_model(cnn_report: ConditioningReport) ->
     ratio = profile.apjn[:-1] / targets[:-1]
     assert torch.all((ratio > 0.75) & (ratio < 1.25)), ratio
     out_std = math.sqrt(profile.k[-1].item())
-    assert 0.05 / 2 < out_std < 0.05 * 2
+    target = ConditionOptions().output_std
+    assert target is not None and target / 2 < out_std < target * 2
 
 
 def test_the_same_seed_gives_the_same_report() -> None:
