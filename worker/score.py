@@ -23,7 +23,8 @@ fills and the default prune cut (``Thresholds.score``) loaded from ``score_weigh
 beside this module. That file is written by ``python -m bench.calibrate`` (a non-negative
 least-squares fit, on the benchmark's training half, of the trained loss from Preflight's
 tuned initialization: what a gated search trains its survivors from); never edit it by hand.
-A component at its threshold costs ``w_c ln 2``; a component with weight 0 does not count.
+A component at its threshold costs ``w_c ln 2`` and is named in the reasons; one with weight 0
+does not move the score but is still named when over its threshold (the diagnosis is true).
 
 Missing components: a diagnostic skipped under the cost budget (``tuning.hessian_measured``
 empty) or not applicable leaves its component None, and it costs ``w_c * fill_c``, the mean
@@ -65,7 +66,7 @@ class ScoreResult:
     verdict: str
     components: dict[str, float | None]
     penalties: dict[str, float | None]  # what each component cost; a missing one its fill's
-    over: list[str]  # weighted components measured at or above their threshold, worst first
+    over: list[str]  # measured components at or above their threshold, worst first
 
 
 def _penalty(name: str, value: float | None, thresholds: Thresholds) -> float:
@@ -92,12 +93,12 @@ def score(components: dict[str, float | None], thresholds: Thresholds) -> ScoreR
     penalties: dict[str, float | None] = {name: _penalty(name, values.get(name), thresholds) for name in WEIGHTS}
     penalties["non_finite"] = NON_FINITE_PENALTY if hard else 0.0
     total = -math.fsum(p for p in penalties.values() if p is not None)
-    over = [
-        name for name in WEIGHTS
-        if WEIGHTS[name] > 0 and values.get(name) is not None
-        and abs(values[name] or 0.0) >= getattr(thresholds, _THRESHOLD_FIELD[name])
-    ]  # fmt: skip
-    over.sort(key=lambda k: -(penalties[k] or 0.0))
+    ratio = {
+        name: abs(values[name] or 0.0) / getattr(thresholds, _THRESHOLD_FIELD[name])
+        for name in WEIGHTS if values.get(name) is not None
+    }  # fmt: skip
+    # weighted components by penalty, then the zero-weight ones (still a true diagnosis) by ratio
+    over = sorted((k for k, r in ratio.items() if r >= 1.0), key=lambda k: (-(penalties[k] or 0.0), -ratio[k]))
     if hard:
         over.insert(0, "non_finite")
     verdict = "prune" if hard or total < thresholds.score else "keep"

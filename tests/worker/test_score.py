@@ -61,7 +61,7 @@ def test_the_score_never_rises_as_a_component_grows(name: str) -> None:
 def test_a_component_at_its_threshold_costs_its_weight_times_ln2(name: str) -> None:
     result = score({**PERFECT, name: THRESHOLD[name]}, T)
     assert result.penalties[name] == pytest.approx(WEIGHTS[name] * math.log(2.0), rel=1e-12)
-    assert (name in result.over) == (WEIGHTS[name] > 0)
+    assert result.over == [name]  # named in the reasons even with weight 0: a true diagnosis
 
 
 @pytest.mark.parametrize("name", WEIGHTED)
