@@ -218,9 +218,26 @@ def _tuning(
     return out
 
 
+def _misses(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Survivors that trained no better from the tuned initialization than from the spec's:
+    how many, how many were near-ties (tuned loss within 25 % of spec's), how many already
+    trained from the spec's initialization (A), by family."""
+    misses = [
+        r for r in rows
+        if r["verdict"] == "keep" and not math.isnan(r["tuned_loss"]) and not r["tuned_loss"] < r["loss"]
+    ]  # fmt: skip
+    return {
+        "n": len(misses),
+        "near_ties": sum(r["tuned_loss"] <= 1.25 * r["loss"] for r in misses),
+        "trainable_from_spec": sum(not r["untrainable"] for r in misses),
+        "by_family": {f: sum(r["family"] == f for r in misses) for f in sorted({r["family"] for r in misses})},
+    }
+
+
 def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
-    """Every figure of the report (adds the shipped score to the rows). The shipped score was fitted on the calibration's training
-    half, so its figures that count are on the held-out half (``*_heldout*``)."""
+    """Every figure of the report (adds the shipped score to the rows). The shipped score was
+    fitted on the calibration's training half, so its figures that count are on the held-out
+    half (``*_heldout*``)."""
     _shipped_scores_(rows)
     bad = [r["untrainable"] for r in rows]
     calibration = _calibrate(rows)
@@ -246,6 +263,7 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
         "untrainable_tuned": int(sum(bool(r["tuned_untrainable"]) for r in rows)),
         "median_pruner": median_pruner_reference([r["curve"] for r in rows], bad, protocol.epochs),
         "tuning": _tuning(rows, held_ids),
+        "tuning_misses": _misses(rows),
         "tuning_losses": {
             r["id"]: {"family": r["family"], "spec": r["loss"], "tuned": r["tuned_loss"],
                       "verdict": r["verdict"], "name": r["name"]}
@@ -266,6 +284,9 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
         figures["heldout_n"] = len(held)
         figures["heldout_untrainable"] = int(sum(r["untrainable"] for r in held))
         figures["heldout_untrainable_tuned"] = int(sum(bool(r["tuned_untrainable"]) for r in held))
+        figures["heldout_rescued"] = int(
+            sum(r["untrainable"] and r["tuned_untrainable"] is False for r in held)
+        )
         figures["median_pruner_heldout"] = median_pruner_reference(
             [r["curve"] for r in held], [r["untrainable"] for r in held], protocol.epochs
         )

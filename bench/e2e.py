@@ -72,6 +72,8 @@ def summarize_seed(results: dict[str, Any]) -> dict[str, Any]:
                 float(t.get("train_seconds") or 0) + float(t.get("condition_seconds") or 0)
                 for t in trials
             ),
+            "conditioning_seconds": sum(float(t.get("condition_seconds") or 0) for t in trials),
+            "training_seconds": sum(float(t.get("train_seconds") or 0) for t in trials),
             "pruned_before": sum(t["state"] == "pruned-before" for t in trials),
             "pruned_during": sum(t["state"] == "pruned-during" for t in trials),
         }
