@@ -178,7 +178,10 @@ STAGES: dict[str, Callable[[Candidate, Protocol, Path], dict[str, Any]]] = {
 
 @cache
 def engine_version() -> str:
-    """A hash of the engine's source (``worker/*.py``): a changed engine reruns its stages."""
+    """A hash of the engine's source (``worker/*.py``): a changed engine reruns its stages.
+    The score's weights (``worker/score_weights.json``) are left out on purpose: they change no
+    measurement, and the report recomputes the shipped score from the cached components, so a
+    refit (``python -m bench.calibrate``) needs no rerun."""
     import worker
 
     folder = Path(worker.__file__).parent
