@@ -49,6 +49,7 @@ from scipy.optimize import nnls
 
 from bench import metrics
 from bench.metrics import precision_recall_curve
+from worker._calibration import COMPONENTS as ENGINE_COMPONENTS
 
 __all__ = [
     "COMPONENTS",
@@ -63,14 +64,8 @@ __all__ = [
 ]
 
 RECALL_TARGET = 0.8
-COMPONENTS = (
-    "gamma_log_spread",
-    "hessian_log_spread",
-    "jacobian_log",
-    "kappa_d_log",
-    "kernel_log_range",
-    "output_log_ratio",
-)  # every fitted component; non_finite is a rule, not a weight
+# every fitted component (the engine's list); non_finite is a rule, not a weight
+COMPONENTS = ENGINE_COMPONENTS
 TRUTHS = ("A", "B", "both")
 SHIPPED_TRUTH = "B"
 ROOT = Path(__file__).resolve().parent.parent
