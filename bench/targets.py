@@ -81,7 +81,8 @@ def _tuning_why(tuning: dict[str, Any], misses: dict[str, Any] | None) -> str:
             f"{misses['near_ties']} are near-ties (tuned loss within 25 % of the spec's): where the "
             "spec's initialization already trains, the tuned one is a different starting point more "
             "than a better one (the output-std ablation below shows how much the head's multiplier "
-            "moves this fraction)."
+            "moves this fraction; leaving such units at the spec's scale was tried and gained "
+            "nothing net: docs/conditioning.md section 4, \"do no harm\")."
         )
     return why
 
