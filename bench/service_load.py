@@ -190,6 +190,20 @@ def _complete_queued(url: str, count: int, report: dict[str, object]) -> list[in
     return done
 
 
+def _queued_ids(url: str, count: int) -> list[int]:
+    """Ids of candidates still queued (the submission phases made them)."""
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text("SELECT id FROM candidates WHERE status = 'queued' ORDER BY id LIMIT :n"),
+                {"n": count},
+            )
+            return [int(row[0]) for row in rows]
+    finally:
+        engine.dispose()
+
+
 def run_phases(
     backend: str,
     url: str,
@@ -233,7 +247,7 @@ def run_phases(
     for name, make, expect in phases:
         if make is read:
             done.extend(_complete_queued(url, 500, report))
-            ids.extend(range(1000, 1500))  # still queued: the first 500 were completed
+            ids.extend(_queued_ids(url, 500))
         asyncio.run(drive(port, warmup, make, expect))
         cpu = _tree_cpu_seconds(pid)
         latencies, requests, items, errors, elapsed = asyncio.run(

@@ -85,6 +85,10 @@ def create_app(
 
 
 def _pool(settings: Settings) -> dict[str, int]:
-    """Connection pool of the API process: one connection per thread."""
-    # + 2: the group commit's transaction and the token check may run beside a full pool
+    """Connection pool of the API process: a connection for each thread of the pool, plus a
+    few for the blocking work FastAPI runs outside that limit (dependency exits) and the
+    embedded worker."""
+    url = settings.database_url
+    if url.startswith("sqlite") and (":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite+pysqlite:")):
+        return {}  # an in-memory database has one connection per thread, no pool to size
     return {"pool_size": settings.api_threads + 2, "max_overflow": 4}

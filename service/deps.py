@@ -14,7 +14,7 @@ from service.db import session_scope
 from service.problems import ProblemError
 from service.settings import Settings
 
-__all__ = ["AuthDep", "SessionDep", "SettingsDep", "WriteSessionDep", "require_token"]
+__all__ = ["AuthDep", "SessionDep", "SettingsDep", "require_token"]
 
 
 # Dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` in the
@@ -24,14 +24,10 @@ async def get_settings(request: Request) -> Settings:
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    """A read transaction for one request."""
+    """A read transaction for one request. Writes never use a dependency: a write
+    transaction runs in one thread-pool hop (see ``cancel_candidate``), because on SQLite
+    it holds a lock that must not be held while waiting for another thread."""
     with session_scope(request.app.state.sessions) as session:
-        yield session
-
-
-def get_write_session(request: Request) -> Iterator[Session]:
-    """A write transaction for one request (BEGIN IMMEDIATE on SQLite)."""
-    with session_scope(request.app.state.sessions, write=True) as session:
         yield session
 
 
@@ -59,5 +55,4 @@ async def require_token(request: Request) -> None:
 # reads right after a write sees it.
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
-WriteSessionDep = Annotated[Session, Depends(get_write_session, scope="function")]
 AuthDep = Depends(require_token)

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nas import SpecError
@@ -182,4 +183,5 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SpecError, _on_spec_error)
     app.add_exception_handler(OperationalError, _on_database_down)
     app.add_exception_handler(InterfaceError, _on_database_down)
+    app.add_exception_handler(PoolTimeoutError, _on_database_down)  # every connection busy
     app.add_exception_handler(Exception, _on_unexpected)

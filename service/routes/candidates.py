@@ -15,8 +15,8 @@ from sqlalchemy import Row, bindparam, exists, select
 
 from nas import SpecError, SpecLimits, parse_spec, spec_hash
 from service import queue
-from service.db import read_connection
-from service.deps import AuthDep, SessionDep, SettingsDep, WriteSessionDep
+from service.db import read_connection, session_scope
+from service.deps import AuthDep, SessionDep, SettingsDep
 from service.models import Candidate, Status, Submission
 from service.problems import Problem, ProblemError
 from service.schemas import (
@@ -237,12 +237,16 @@ def list_candidates(
 
 @router.delete(
     "/{candidate_id}",
+    response_model=CandidatePublic,
     responses={**_NOT_FOUND, 409: {"model": Problem, "description": "already done or failed"}},
     summary="Cancel a queued or running candidate",
 )
-def cancel_candidate(candidate_id: CandidateId, session: WriteSessionDep) -> CandidatePublic:
+async def cancel_candidate(request: Request, candidate_id: CandidateId) -> Response:
     """A running job's worker notices at its next heartbeat and drops its work."""
-    status = queue.cancel(session, job_id=candidate_id)
+    # The whole write transaction runs in one thread-pool hop: on SQLite it holds the
+    # process's write lock, and a lock held across hops (dependency, then endpoint) lets a
+    # few concurrent cancels take every thread while the holder waits for one.
+    status, row = await run_in_threadpool(_cancel, request, candidate_id)
     if status is None:
         raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
     if status in (Status.DONE, Status.FAILED):
@@ -251,6 +255,11 @@ def cancel_candidate(candidate_id: CandidateId, session: WriteSessionDep) -> Can
             f"candidate {candidate_id} is already {status.value}; nothing to cancel",
             kind="conflict",
         )
-    row = session.get(Candidate, candidate_id)
     assert row is not None
-    return CandidatePublic.of(row)
+    return _json(CandidatePublic.of(row))
+
+
+def _cancel(request: Request, candidate_id: int) -> tuple[Status | None, Candidate | None]:
+    with session_scope(request.app.state.sessions, write=True) as session:
+        status = queue.cancel(session, job_id=candidate_id)
+        return status, session.get(Candidate, candidate_id) if status is not None else None

@@ -258,3 +258,27 @@ def test_tokens_are_required_beyond_localhost_or_when_asked(sqlite_url: str, mak
             assert revoke_token(session, name="ci") == 1
         assert_problem(client.get("/v1/candidates", headers=good), 401)
     engine.dispose()
+
+
+def test_many_concurrent_cancels_do_not_starve_the_thread_pool(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """On SQLite a write holds the process's write lock; cancels (writes) outnumbering the
+    API's threads must still all be answered, and reads after them too."""
+    settings = make_settings(sqlite_url, api_threads=2)
+    with live_server(settings) as url, httpx.Client(base_url=url, timeout=20) as client:
+        body = {"specs": [{"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": w}]}]}
+                          for w in range(1, 13)]}  # fmt: skip
+        ids = [c["id"] for c in client.post("/v1/candidates", json=body).json()["candidates"]]
+        statuses: list[int] = []
+
+        def cancel(candidate_id: int) -> None:
+            statuses.append(httpx.delete(f"{url}/v1/candidates/{candidate_id}", timeout=20).status_code)
+
+        threads = [threading.Thread(target=cancel, args=(i,)) for i in ids]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert sorted(statuses) == [200] * len(ids)
+        assert all(client.get(f"/v1/candidates/{i}").json()["status"] == "cancelled" for i in ids)

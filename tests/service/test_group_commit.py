@@ -104,3 +104,33 @@ def test_a_lone_request_is_committed_at_once(sessions: Any, size: int) -> None:
     committer = GroupCommitter(sessions, max_attempts=3)
     (answer,) = asyncio.run(_submit_all(committer, [[new(100 + i) for i in range(size)]]))
     assert committer.commits == 1 and [s.created for s in answer] == [True] * size
+
+
+def test_a_value_the_database_refuses_fails_only_its_own_request(sessions: Any) -> None:
+    """A trial number beyond 64 bits passes the Python side and is refused by the database."""
+    committer = GroupCommitter(sessions, max_attempts=3)
+    answers = asyncio.run(_submit_all(committer, [[new(1)], [new(2, trial=2**70)], [new(3)]]))
+
+    assert isinstance(answers[1], Exception)
+    assert [a[0].created for i, a in enumerate(answers) if i != 1] == [True, True]
+    with session_scope(sessions) as session:
+        assert session.scalar(select(func.count()).select_from(Candidate)) == 2
+        assert session.scalar(select(func.count()).select_from(Submission)) == 2
+
+
+def test_closing_commits_what_waits_and_refuses_later_submissions(sessions: Any) -> None:
+    async def scenario() -> tuple[list[Any], Exception | None]:
+        committer = GroupCommitter(sessions, max_attempts=3)
+        pending = [asyncio.ensure_future(committer.submit([new(50 + i)])) for i in range(5)]
+        await asyncio.sleep(0)  # every request is waiting before the close begins
+        await committer.aclose()
+        answers = [await p for p in pending]
+        try:
+            await committer.submit([new(99)])
+        except RuntimeError as exc:
+            return answers, exc
+        return answers, None
+
+    answers, refused = asyncio.run(scenario())
+    assert [a[0].created for a in answers] == [True] * 5
+    assert refused is not None and "shutting down" in str(refused)
