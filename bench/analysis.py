@@ -68,6 +68,7 @@ def collect(candidates: list[Candidate], out: Path, protocol: Protocol) -> list[
             "preflight": math.nan if pre.get("score") is None else float(pre["score"]),
             "verdict": pre.get("verdict"), "preflight_error": pre.get("error"),
             "preflight_seconds": pre.get("seconds", math.nan),
+            "probe_seconds": ((pre.get("tuning") or {}).get("timings") or {}).get("probe", 0.0),
             "components": comps, "engine_version": pre.get("engine_version"),
             "component_thresholds": {k: _threshold_for(k, thresholds) for k in comps},
             "peers": {k: peers[k]["best_loss"] for k in PEERS if k in peers},
@@ -121,18 +122,23 @@ def _shipped_scores_(rows: list[dict[str, Any]]) -> None:
             continue
         result = score(r["components"], defaults)
         r["preflight"], r["verdict"] = result.score, result.verdict
+        alone = score(r["components"] | {"probe_loss": None}, defaults)
+        r["preflight_no_probe"], r["no_probe_verdict"] = alone.score, alone.verdict
 
 
 def _method_scores(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
     methods = {name: [r["proxies"].get(name, math.nan) for r in rows] for name in PROXIES}
     methods["preflight"] = [r["preflight"] for r in rows]
+    methods["preflight_no_probe"] = [r.get("preflight_no_probe", math.nan) for r in rows]
     methods["preflight_handset"] = [r["preflight_handset"] for r in rows]
     return methods
 
 
 def _costs(rows: list[dict[str, Any]], method: str) -> tuple[float, float]:
     """Median seconds per candidate and the same in training-step equivalents."""
-    if method.startswith("preflight"):  # the hand-set score costs the same measurement
+    if method == "preflight_no_probe":  # the same report without the probe's seconds
+        seconds = [r["preflight_seconds"] - r["probe_seconds"] for r in rows]
+    elif method.startswith("preflight"):  # the hand-set score costs the same measurement
         seconds = [r["preflight_seconds"] for r in rows]
     else:
         seconds = [r["proxy_seconds"].get(method, math.nan) for r in rows]
@@ -183,11 +189,11 @@ def _calibrate(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     usable = [r for r in rows if r["components"] and r["tuned_untrainable"] is not None]
     if len(usable) < 10:
         return None
-    model = calibrate.fit_rows(rows)
+    model, alone = calibrate.fit_shipped(rows)
     shipped = load()
     return model | {
-        "shipped_matches_fresh_fit": calibrate.same_fit(shipped, model),
-        "shipped": {k: shipped.get(k) for k in ("truth", "weights", "fill", "prune_below", "train_n")},
+        "shipped_matches_fresh_fit": calibrate.same_fit(shipped, model | {"without_probe": alone}),
+        "shipped": {k: shipped.get(k) for k in ("truth", "weights", "fill", "prune_below", "train_n", "without_probe")},
         "choices": calibrate.compare(rows),
     }
 
@@ -294,6 +300,7 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
             figures["ranking_heldout" + suffix] = ranking_table(held, "spec" if not suffix else "tuned")
             figures["verdict_heldout" + suffix] = _verdict(held, truth, "verdict")
             figures["handset_verdict_heldout" + suffix] = _verdict(held, truth, "handset_verdict")
+            figures["no_probe_verdict_heldout" + suffix] = _verdict(held, truth, "no_probe_verdict")
     return figures
 
 

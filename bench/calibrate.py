@@ -21,8 +21,12 @@ diagnostic then costs the expected penalty: neither a reward (the old policy, no
 nor a punishment. ``non_finite`` is not fitted: it is a hard prune with a fixed penalty
 (``worker._calibration.NON_FINITE_PENALTY``), and candidates with it are left out of the regression.
 
-The prune threshold is the score cut, on the training split, with the best precision among
-the cuts reaching recall >= ``RECALL_TARGET`` of the untrainable candidates.
+The prune threshold is where a logistic fit, on the training split, of "untrainable" on the
+score crosses 1/2: the verdict prunes a candidate more likely untrainable than not. The first
+rule (the cut with the training split's best precision among the cuts reaching recall >=
+``RECALL_TARGET``) sits at the edge of the training split's untrainable scores, so on new
+candidates recall falls below the target about half the time; it is kept as a comparison
+(``cut_rule="recall"``; docs/benchmarks.md).
 
 Ground truth (``--truth``): ``B`` (trained from Preflight's tuned initialization, what a
 gated search trains; the default and what ships), ``A`` (from the spec's initialization) or
@@ -115,6 +119,7 @@ def fit(
     untrainable: Sequence[bool],
     names: Sequence[str],
     fill: str = "mean",
+    cut_rule: str = "logistic",
 ) -> dict[str, Any]:
     """NNLS fit of ``targets`` (capped normalized loss) on the features, plus the threshold.
     nan features (not measured) get the column's fill (``_fills``)."""
@@ -133,14 +138,24 @@ def fit(
         "recall_target": RECALL_TARGET,
     }
     model["prune_below"] = _threshold(
-        np.array([apply(model, r, names) for r in rows]), untrainable
+        np.array([apply(model, r, names) for r in rows]), untrainable, cut_rule
     )
     return model
 
 
-def _threshold(scores: np.ndarray, untrainable: Sequence[bool]) -> float:
-    """The score cut with the best training-split precision at recall >= RECALL_TARGET:
-    prune when ``score < prune_below`` (midpoint between neighbouring scores)."""
+CUT_RULES = ("logistic", "recall")
+_RIDGE = 1e-3  # keeps the logistic slope finite when the training split separates perfectly
+
+
+def _threshold(scores: np.ndarray, untrainable: Sequence[bool], rule: str = "logistic") -> float:
+    """The prune cut (prune when ``score < prune_below``) by ``rule``: ``"logistic"``, where
+    the logistic fit of untrainable on the score crosses 1/2 (hard failures, at or below
+    ``-NON_FINITE_PENALTY / 2``, left out: the rule prunes them anyway); ``"recall"``, the cut
+    with the best precision at recall >= RECALL_TARGET (midpoint between neighbouring scores)."""
+    if rule == "logistic":
+        return _logistic_cut(scores, untrainable)
+    if rule != "recall":
+        raise ValueError(f"cut_rule must be one of {CUT_RULES}, but got {rule!r}")
     order = np.sort(scores)
     precision, recall = precision_recall_curve(scores, untrainable)
     ok = np.nonzero(recall >= RECALL_TARGET)[0]
@@ -149,6 +164,33 @@ def _threshold(scores: np.ndarray, untrainable: Sequence[bool]) -> float:
     k = int(ok[np.argmax(precision[ok])])  # prune the k + 1 lowest scores
     upper = order[k + 1] if k + 1 < len(order) else order[k] + 1.0
     return float((order[k] + upper) / 2.0)
+
+
+def _logistic_cut(scores: np.ndarray, untrainable: Sequence[bool]) -> float:
+    from scipy.optimize import minimize
+
+    from worker._calibration import NON_FINITE_PENALTY
+
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(untrainable, dtype=np.float64)
+    keep = s > -NON_FINITE_PENALTY / 2
+    s, y = s[keep], y[keep]
+    if len(s) == 0 or y.min() == y.max():
+        return float(s.min()) - 1.0 if len(s) else -1.0  # one class only: nothing to separate
+    centre, spread = float(s.mean()), float(s.std()) or 1.0
+    z = (s - centre) / spread
+
+    def loss(p: np.ndarray) -> tuple[float, np.ndarray]:
+        t = p[0] + p[1] * z
+        prob = 1.0 / (1.0 + np.exp(-t))
+        value = float(np.sum(np.logaddexp(0.0, t) - y * t) + _RIDGE * p[1] ** 2)
+        grad = np.array([np.sum(prob - y), np.sum((prob - y) * z) + 2 * _RIDGE * p[1]])
+        return value, grad
+
+    a, b = minimize(loss, np.zeros(2), jac=True, method="BFGS").x
+    if b >= 0:  # a higher score is not less likely untrainable: no cut below it helps
+        return float(s.min()) - 1.0
+    return centre - spread * a / b
 
 
 def apply(model: dict[str, Any], row: np.ndarray, names: Sequence[str]) -> float:
@@ -192,26 +234,35 @@ def split_rows(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
 
 
 def fit_rows(
-    rows: list[dict[str, Any]], truth: str = SHIPPED_TRUTH, fill: str = "mean"
+    rows: list[dict[str, Any]],
+    truth: str = SHIPPED_TRUTH,
+    fill: str = "mean",
+    names: Sequence[str] = COMPONENTS,
+    cut_rule: str = "logistic",
 ) -> dict[str, Any]:
-    """Fit on the training split of benchmark rows; the model plus the split it used."""
+    """Fit on the training split of benchmark rows; the model plus the split it used.
+    ``names``: the components fitted (the others get weight 0; an ablation leaves some out)."""
     if truth not in TRUTHS:
         raise ValueError(f"truth must be one of {TRUTHS}, but got {truth=}")
     train_ids, held_ids = split_rows(rows)
     train = set(train_ids)
     fitted = [r for r in _usable(rows) if r["id"] in train and _finite(r)]
-    feats = [features(r["components"], r["component_thresholds"], COMPONENTS) for r in fitted]
+    feats = [features(r["components"], r["component_thresholds"], names) for r in fitted]
     model = fit(
         feats, [_truth(r, truth)[0] for r in fitted], [_truth(r, truth)[1] for r in fitted],
-        COMPONENTS, fill,
+        names, fill, cut_rule,
     )  # fmt: skip
+    left_out = [n for n in COMPONENTS if n not in names]
+    model["weights"] |= dict.fromkeys(left_out, 0.0)
+    model["fill"] |= dict.fromkeys(left_out, 0.0)
     # The cut on every training candidate, hard failures included (the rule prunes them).
     train_rows = [r for r in _usable(rows) if r["id"] in train]
     scores = np.array([score_row(model, r) for r in train_rows])
-    model["prune_below"] = _threshold(scores, [_truth(r, truth)[1] for r in train_rows])
+    model["prune_below"] = _threshold(scores, [_truth(r, truth)[1] for r in train_rows], cut_rule)
     return model | {
         "truth": truth,
         "fill_policy": fill,
+        "cut_rule": cut_rule,
         "thresholds": {n: _threshold_of(rows, n) for n in COMPONENTS},
         "train_n": len(train_rows),
         "train_ids": sorted(train_ids),
@@ -236,36 +287,53 @@ def score_row(model: dict[str, Any], r: dict[str, Any]) -> float:
     return value - (0.0 if _finite(r) else NON_FINITE_PENALTY)
 
 
+WITHOUT_PROBE = tuple(n for n in COMPONENTS if n != "probe_loss")
+
+
 def compare(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Each fit choice (ground truth x fill policy) on the held-out half: Spearman with -loss
-    under A and B, and its verdict's precision / recall under A and B."""
+    """Each fit choice (ground truth x fill policy, and the shipped choice without the
+    trainability probe) on the held-out half: Spearman with -loss under A and B, and its
+    verdict's precision / recall under A and B."""
     out = {}
-    for truth in TRUTHS:
-        for fill in ("mean", "zero"):
-            if fill == "zero" and truth != SHIPPED_TRUTH:
-                continue
-            model = fit_rows(rows, truth, fill)
-            held = [r for r in _usable(rows) if r["id"] in set(model["heldout_ids"])]
-            scores = [score_row(model, r) for r in held]
-            flags = [s < model["prune_below"] or not _finite(r) for s, r in zip(scores, held, strict=True)]
-            figures = {"prune_below": model["prune_below"]}
-            for t in ("A", "B"):
-                truth_rows = [_truth(r, t) for r in held]
-                figures[f"spearman_{t}"] = metrics.spearman(scores, [-y for y, _ in truth_rows])
-                f = metrics.flags_figures(flags, [bad for _, bad in truth_rows])
-                figures[f"precision_{t}"], figures[f"recall_{t}"] = f.precision, f.recall
-            out[f"{truth}, fill {fill}"] = figures
+    choices = [(t, f, COMPONENTS, "logistic", f"{t}, fill {f}") for t in TRUTHS for f in ("mean", "zero") if f == "mean" or t == SHIPPED_TRUTH]
+    choices += [
+        (SHIPPED_TRUTH, "mean", COMPONENTS, "recall", f"{SHIPPED_TRUTH}, fill mean, cut at the best precision at recall >= {RECALL_TARGET:g}"),
+        (SHIPPED_TRUTH, "mean", WITHOUT_PROBE, "logistic", f"{SHIPPED_TRUTH}, fill mean, without the probe"),
+        (SHIPPED_TRUTH, "mean", WITHOUT_PROBE, "recall", f"{SHIPPED_TRUTH}, fill mean, without the probe, cut at recall >= {RECALL_TARGET:g}"),
+    ]
+    for truth, fill, names, rule, label in choices:
+        model = fit_rows(rows, truth, fill, names, rule)
+        held = [r for r in _usable(rows) if r["id"] in set(model["heldout_ids"])]
+        scores = [score_row(model, r) for r in held]
+        flags = [s < model["prune_below"] or not _finite(r) for s, r in zip(scores, held, strict=True)]
+        figures = {"prune_below": model["prune_below"]}
+        for t in ("A", "B"):
+            truth_rows = [_truth(r, t) for r in held]
+            figures[f"spearman_{t}"] = metrics.spearman(scores, [-y for y, _ in truth_rows])
+            f = metrics.flags_figures(flags, [bad for _, bad in truth_rows])
+            figures[f"precision_{t}"], figures[f"recall_{t}"] = f.precision, f.recall
+        out[label] = figures
     return out
 
 
-def shipped_file(model: dict[str, Any], engine: str) -> dict[str, Any]:
-    """What ``worker/score_weights.json`` holds: the weights the engine loads, and provenance."""
-    keep = ("form", "truth", "fill_policy", "weights", "fill", "thresholds", "prune_below",
+def shipped_file(model: dict[str, Any], alone: dict[str, Any], engine: str) -> dict[str, Any]:
+    """What ``worker/score_weights.json`` holds: the fit with the probe (``model``) at the top
+    level, the fit without it (``alone``) under ``without_probe``, and provenance."""
+    keep = ("form", "truth", "fill_policy", "cut_rule", "weights", "fill", "thresholds", "prune_below",
             "recall_target", "intercept", "train_rmse", "train_n", "train_ids")  # fmt: skip
-    return {
-        "regenerate": "python -m bench.calibrate  (from the cache of `make bench`, bench/out/full)",
-        "benchmark_engine": engine,
-    } | {k: model[k] for k in keep}
+    return (
+        {
+            "regenerate": "python -m bench.calibrate  (from the cache of `make bench`, bench/out/full)",
+            "benchmark_engine": engine,
+        }
+        | {k: model[k] for k in keep}
+        | {"without_probe": {k: alone[k] for k in ("weights", "fill", "prune_below", "intercept", "train_rmse")}}
+    )
+
+
+def fit_shipped(rows: list[dict[str, Any]], truth: str = SHIPPED_TRUTH) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two fits the engine ships: with the trainability probe, and without it."""
+    return fit_rows(rows, truth), fit_rows(rows, truth, names=WITHOUT_PROBE)
 
 
 def _rounded(value: Any) -> Any:
@@ -279,10 +347,17 @@ def _rounded(value: Any) -> Any:
 
 
 def same_fit(shipped: dict[str, Any], fresh: dict[str, Any], tol: float = 1e-9) -> bool:
-    """The shipped weights, fills and cut equal a fresh fit's (to ``tol``, relative)."""
+    """The shipped weights, fills and cut equal a fresh fit's (to ``tol``, relative), for both
+    fits when ``fresh`` holds the one without the probe too."""
     for key in ("weights", "fill", "thresholds"):
+        if key not in fresh:
+            continue
         a, b = shipped.get(key, {}), fresh[key]
         if set(a) != set(b) or any(not math.isclose(a[k], b[k], rel_tol=tol, abs_tol=tol) for k in b):
+            return False
+    if "without_probe" in fresh:
+        alone = {k: fresh["without_probe"][k] for k in ("weights", "fill", "prune_below")}
+        if not same_fit(shipped.get("without_probe") or {}, alone, tol):
             return False
     return math.isclose(shipped.get("prune_below", math.nan), fresh["prune_below"], rel_tol=tol, abs_tol=tol)
 
@@ -300,16 +375,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare with the file, write nothing")
     args = parser.parse_args(argv)
     rows = analysis.collect(sample_candidates(args.candidates, seed=0), args.out, FULL)
-    model = fit_rows(rows, args.truth)
+    model, alone = fit_shipped(rows, args.truth)
     engine = ", ".join(sorted({str(r.get("engine_version")) for r in rows if r["components"]}))
-    fresh = _rounded(shipped_file(model, engine))
+    fresh = _rounded(shipped_file(model, alone, engine))
     if args.check:
         shipped = json.loads(args.weights.read_text()) if args.weights.exists() else {}
         ok = same_fit(shipped, fresh)
         print(f"{args.weights}: {'matches' if ok else 'differs from'} a fresh fit on {args.out}")
         return 0 if ok else 1
     args.weights.write_text(json.dumps(fresh, indent=1) + "\n")
-    print(f"wrote {args.weights}: weights {fresh['weights']}, prune below {fresh['prune_below']:.4g}")
+    print(f"wrote {args.weights}: weights {fresh['weights']}, prune below {fresh['prune_below']:.4g}; "
+          f"without the probe {fresh['without_probe']['weights']}, prune below {fresh['without_probe']['prune_below']:.4g}")
     return 0
 
 

@@ -80,6 +80,29 @@ def _scaling_md(table: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _probe_length_md(summary: list[dict[str, Any]] | None) -> list[str]:
+    if not summary:
+        return ["Not run (`python -m bench.probe_length`)."]
+    lines = [
+        "`python -m bench.probe_length`: the engine's trainability probe (`worker/probe.py`) "
+        "from each candidate's tuned initialization, on the batch Preflight sees, with its "
+        "labels; the probe figure alone against ground truth B, per probe length and rate set: "
+        "best precision of flagging at recall >= 0.8 / Spearman with -loss. Cost: training "
+        "steps per candidate. The shipped length and rates are the training half's best.",
+        "",
+        "| steps | rates | cost | training half | held-out half |",
+        "|---|---|---|---|---|",
+    ]
+    for row in summary:
+        cells = [
+            f"{_f(row[h]['best_precision_at_recall_0.8'])} / {_f(row[h]['spearman'])}"
+            for h in ("train", "held-out")
+        ]
+        rates = ", ".join(f"{r:g}" for r in row["rates"])
+        lines.append(f"| {row['steps']} | {rates} | {_f(row['cost'], 0)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _output_std_md(summary: dict[str, Any] | None) -> list[str]:
     if not summary:
         return ["Not run (`python -m bench.output_std`)."]
@@ -107,6 +130,7 @@ def _pr(v: dict[str, float]) -> str:
 
 def _calibration_md(cal: dict[str, Any], fig: dict[str, Any]) -> list[str]:
     shipped = cal["shipped"]
+    alone = shipped.get("without_probe") or {"weights": {}, "fill": {}, "prune_below": math.nan}
     lines = [
         "## The score's calibration",
         "",
@@ -121,12 +145,16 @@ def _calibration_md(cal: dict[str, Any], fig: dict[str, Any]) -> list[str]:
         "",
         f"Shipped (fitted on ground truth {shipped['truth']}; prune below {_f(shipped['prune_below'], 4)}):",
         "",
-        "| component | weight w_c | fill_c (when not measured) | t_c |",
-        "|---|---|---|---|",
+        "| component | weight w_c | fill_c (when not measured) | t_c | w_c without the probe | fill_c without |",
+        "|---|---|---|---|---|---|",
         *[
-            f"| {k} | {_f(w, 4)} | {_f(shipped['fill'][k], 3)} | {_f(cal['thresholds'].get(k), 2)} |"
+            f"| {k} | {_f(w, 4)} | {_f(shipped['fill'][k], 3)} | {_f(cal['thresholds'].get(k), 2)} "
+            f"| {_f(alone['weights'][k], 4)} | {_f(alone['fill'][k], 3)} |"
             for k, w in shipped["weights"].items()
         ],
+        "",
+        f"Without the probe (`probe_steps: 0`, or a probe that could not run) the engine scores "
+        f"with the second fit and prunes below {_f(alone['prune_below'], 4)}.",
         "",
         "Which ground truth to fit, and how to treat a skipped diagnostic, decided on the "
         "held-out half (Spearman with -loss; the fit's own verdict's precision / recall):",
@@ -197,7 +225,10 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
         "half of these candidates (next section), so **the held-out tables are the figures that "
         "count**; the all-candidate tables include the fit's training half. `preflight_handset` "
         "is the engine's score before the calibration (hand-set weights, quadratic penalties, "
-        "a skipped diagnostic free, prune below -3), from the same components.",
+        "a skipped diagnostic free, prune below -3), from the same components. "
+        "`preflight_no_probe` is what the engine gives with the trainability probe off "
+        "(`probe_steps: 0`): the calibration fitted without `probe_loss`, from the same "
+        "reports; its cost leaves out the probe's seconds.",
         "",
     ]
     if held:
@@ -209,7 +240,8 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
             "",
             *_ranking_md(held),
             "",
-            f"Verdicts against A: shipped {_pr(fig['verdict_heldout'])}; hand-set {_pr(fig['handset_verdict_heldout'])}. "
+            f"Verdicts against A: shipped {_pr(fig['verdict_heldout'])}; without the probe {_pr(fig['no_probe_verdict_heldout'])}; "
+            f"hand-set {_pr(fig['handset_verdict_heldout'])}. "
             f"Optuna MedianPruner on the training curves: precision {_f(fig['median_pruner_heldout']['precision'])}, "
             f"recall {_f(fig['median_pruner_heldout']['recall'])}.",
             "",
@@ -217,8 +249,8 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
             "",
             *_ranking_md(fig["ranking_heldout_tuned"]),
             "",
-            f"Verdicts against B: shipped {_pr(fig['verdict_heldout_tuned'])}; hand-set "
-            f"{_pr(fig['handset_verdict_heldout_tuned'])}.",
+            f"Verdicts against B: shipped {_pr(fig['verdict_heldout_tuned'])}; without the probe "
+            f"{_pr(fig['no_probe_verdict_heldout_tuned'])}; hand-set {_pr(fig['handset_verdict_heldout_tuned'])}.",
             "",
         ]
     lines += [
@@ -249,6 +281,7 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
         lines += [f"- {e}" for e in fig["preflight_errors"][:10]]
     if cal:
         lines += ["", *_calibration_md(cal, fig)]
+    lines += ["", "### The trainability probe: length and rates", "", *_probe_length_md(context.get("probe_length"))]
     lines += ["", "## Tuning: trained loss from Preflight's tuned initialization vs the others", ""]
     for group in ("all", "survivors"):
         lines += [f"**{group}**", "", *_tuning_md(fig["tuning"][group]), ""]
@@ -297,9 +330,9 @@ def plots(rows: list[dict[str, Any]], directory: Path, heldout: set[str] | None 
     import matplotlib.pyplot as plt
 
     directory.mkdir(parents=True, exist_ok=True)
-    methods = [*PROXIES, "preflight", "preflight_handset"]
+    methods = [*PROXIES, "preflight", "preflight_no_probe", "preflight_handset"]
     scores = {m: [r["proxies"].get(m, math.nan) for r in rows] for m in PROXIES}
-    for m in ("preflight", "preflight_handset"):  # fitted on the other half: held-out only
+    for m in ("preflight", "preflight_no_probe", "preflight_handset"):  # fitted on the other half: held-out only
         scores[m] = [r[m] if heldout is None or r["id"] in heldout else math.nan for r in rows]
     loss = np.minimum([r["norm_loss"] for r in rows], 1.2)
     bad = np.array([r["untrainable"] for r in rows])

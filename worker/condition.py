@@ -34,11 +34,13 @@ from worker.budget import BNP_COST, FORWARD_COST, SCALING_COST, STEP_COST, profi
 from worker.diagnostics import Diagnostics, run_diagnostics
 from worker.jacobian import JacobianProfile, block_jacobians
 from worker.options import ConditionOptions
+from worker.probe import ProbeResult, run_probe
 from worker.report import (
     BlockReport,
     ConditioningReport,
     Environment,
     LayerReport,
+    ProbeReport,
     TuningReport,
     finite_or_none,
 )
@@ -145,10 +147,12 @@ def condition(
     )
     timings |= diagnostics.seconds
     counted |= diagnostics.cost
+    probe = _probe(model, x, y, opts, tuned)
+    timings["probe"] = probe.seconds
     spent = time.perf_counter() - started
     budget = {
         "budget_steps": opts.budget_steps, "step_seconds": step, "counted_steps": sum(counted.values()),
-        "timed_steps": spent / step if step > 0 else None,
+        "timed_steps": spent / step if step > 0 else None, "probe_counted_steps": probe.cost,
     } | {f"counted_{k}": v for k, v in counted.items()}  # fmt: skip
     if opts.budget_steps is not None and sum(counted.values()) > opts.budget_steps + 1e-9:
         diagnostics.notes.append(
@@ -156,9 +160,9 @@ def condition(
             f"that always run (timed step, profile, AutoInit's first step, scaling, bnp) need about {MANDATORY:g}"
         )
 
-    components = _components(tuned, diagnostics, opts)
+    components = _components(tuned, diagnostics, opts) | {"probe_loss": probe.loss}
     result = score(components, opts.thresholds)
-    reasons = _reasons(tuned, result.over, components, diagnostics, opts, parsed) + balancing_note + diagnostics.notes
+    reasons = _reasons(tuned, result.over, components, diagnostics, opts, parsed, probe) + balancing_note + diagnostics.notes
     return ConditioningReport(
         spec_hash=spec_hash(parsed),
         score=finite_or_none(result.score),
@@ -168,16 +172,41 @@ def condition(
         blocks=_blocks(before, tuned, rho),
         layers=_layers(model, diagnostics),
         tuning=_tuning(tuned, before, opts, device, balancing).model_copy(
-            update={"timings": timings, "budget": budget, "balancing_mode": balancing_mode, "hessian_measured": diagnostics.hessian_measured}
-        ),
+            update={
+                "timings": timings, "budget": budget, "balancing_mode": balancing_mode, "hessian_measured": diagnostics.hessian_measured,
+                "probe": _probe_report(probe),
+            }
+        ),  # fmt: skip
         components=result.components,
         penalties=result.penalties,
         thresholds=opts.thresholds,
+        score_fit=result.fit,  # type: ignore[arg-type]
+        prune_below=result.cut,
         options=opts,
         environment=Environment(
             batch_size=int(x.shape[0]), n_vectors=opts.n_vectors, seed=opts.seed, device=str(device),
             data=source, versions=_versions(), diagnostics=diagnostics.ran,
         ),  # fmt: skip
+    )
+
+
+def _probe(model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, tuned: AutoInitResult) -> ProbeResult:
+    """The trainability probe from the tuned weights (``worker.probe``); skipped (None, the
+    score's fill) when the forward pass is already non-finite or the probe is off."""
+    if opts.probe_steps == 0 or not tuned.after.finite or tuned.status == "non_finite":
+        return ProbeResult()
+    try:
+        return run_probe(model, x, y, steps=opts.probe_steps, lrs=opts.probe_lrs, momentum=opts.probe_momentum, seed=opts.seed + 5)
+    except RuntimeError as exc:  # e.g. out of memory: the score falls back to the fill
+        log.warning("trainability probe failed: %s", exc)
+        return ProbeResult()
+
+
+def _probe_report(probe: ProbeResult) -> ProbeReport | None:
+    if probe.loss is None:
+        return None
+    return ProbeReport(
+        loss=probe.loss, best_lr=probe.best_lr, reference=probe.reference, targets=probe.targets, curves=probe.curves
     )
 
 
@@ -287,7 +316,13 @@ def _components(tuned: AutoInitResult, diag: Diagnostics, opts: ConditionOptions
 
 
 def _reasons(
-    tuned: AutoInitResult, over: list[str], comps: dict[str, float | None], diag: Diagnostics, opts: ConditionOptions, spec: ArchitectureSpec
+    tuned: AutoInitResult,
+    over: list[str],
+    comps: dict[str, float | None],
+    diag: Diagnostics,
+    opts: ConditionOptions,
+    spec: ArchitectureSpec,
+    probe: ProbeResult,
 ) -> list[str]:
     reasons: list[str] = []
     if tuned.status != "converged":
@@ -302,9 +337,22 @@ def _reasons(
             reasons.append(f"output std is {std:.3g} after tuning; target {opts.output_std:g}")
         elif name == "non_finite":
             reasons.append("non-finite values in the forward pass or the diagnostics")
+        elif name == "probe_loss":
+            reasons.append(_probe_reason(probe, opts))
         else:
             reasons.append(diag.describe(name, comps[name]))
     return reasons
+
+
+def _probe_reason(probe: ProbeResult, opts: ConditionOptions) -> str:
+    rates = ", ".join(f"{lr:g}" for lr in opts.probe_lrs)
+    targets = "its labels" if probe.targets == "given" else "random labels"
+    if probe.best_lr is None:
+        return f"the trainability probe diverged at every learning rate ({rates}): SGD on the batch ({targets}) blew up from the tuned init"
+    return (
+        f"the trainability probe kept {100 * (probe.loss or 0):.0f} % of the uniform (or mean) prediction's loss after "
+        f"{opts.probe_steps} SGD steps on the batch ({targets}) at the best learning rate {probe.best_lr:g} of {rates}"
+    )
 
 
 def _jacobian_reasons(tuned: AutoInitResult, opts: ConditionOptions, spec: ArchitectureSpec) -> list[str]:

@@ -7,8 +7,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from worker._calibration import load as _calibration
-
 __all__ = ["ConditionOptions", "Thresholds"]
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -19,20 +17,23 @@ class Thresholds(BaseModel):
 
     Each component threshold t_c is the scale of its penalty ``w_c log1p(|c| / t_c)``: at
     t_c a component costs ``w_c ln 2`` and is named in the reasons. The verdict is ``prune``
-    when the score falls below ``score`` (default: the calibrated cut in
-    ``worker/score_weights.json``) or a hard failure occurs. The calibration was fitted with
+    when the score falls below ``score`` (default None: the calibrated cut, in
+    ``worker/score_weights.json``, of the fit that scores the candidate: with the trainability
+    probe, or without it when it did not run) or a hard failure occurs. The calibration was fitted with
     these default t_c; changing one changes what the weights mean.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    score: Annotated[float, Field(allow_inf_nan=False)] = float(_calibration()["prune_below"])
+    # None: the calibrated cut of the fit that scores the candidate (with or without the probe)
+    score: Annotated[float | None, Field(allow_inf_nan=False)] = None
     jacobian_log: Positive = 0.35  # |log J / rho| left after tuning (0.35: J off by a factor 1.4)
     kernel_log_ratio: Positive = 2.0  # max |log K^l / K^0| after tuning (a factor 7.4)
     output_log_ratio: Positive = 0.7  # |log of output std / target| (a factor 2)
     gamma_log_spread: Positive = 2.0  # std of log gamma_l across hidden layers (scaling paper)
     hessian_log_spread: Positive = 2.0  # std of log top Hessian eigenvalue across hidden layers
     kappa_d_log: Positive = 2.3  # log max kappa(D) (10: BNP would help a lot)
+    probe_loss: Positive = 1.0  # probe loss / a constant prediction's (1: nothing learned)
 
 
 class ConditionOptions(BaseModel):
@@ -66,6 +67,13 @@ class ConditionOptions(BaseModel):
     hessian_probes: Annotated[int, Field(ge=1, le=64)] = 1  # Hutchinson vectors for tr(H^2)
     hessian_batch_size: Annotated[int, Field(ge=1, le=4096)] = 8
     diagnostics: bool = True  # scaling, Hessian and BNP figures (cost: a few training steps)
+    # the trainability probe (worker.probe): probe_steps SGD steps at each of probe_lrs from the
+    # tuned init, on the conditioning batch; counted apart from budget_steps (it costs
+    # len(probe_lrs) * (probe_steps + 1/3) training steps); 0 turns it off. Set the rates to
+    # the ones your training uses: the benchmark's protocol uses these
+    probe_steps: Annotated[int, Field(ge=0, le=1000)] = 15
+    probe_lrs: Annotated[tuple[Positive, ...], Field(min_length=1, max_length=8)] = (0.1, 0.03, 0.01)
+    probe_momentum: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.9
     thresholds: Thresholds = Field(default_factory=Thresholds)
 
     @field_validator("device")

@@ -58,6 +58,17 @@ class LayerReport(_Model):
     kappa_d: float | None = None
 
 
+class ProbeReport(_Model):
+    """The trainability probe (``worker.probe``): normalized loss, the rate that reached it,
+    the constant prediction's loss it is normalized by (uniform for classes), and the curve at each rate."""
+
+    loss: float  # lowest final loss over the rates / reference, capped (worker.probe.CAP)
+    best_lr: float | None  # None: every rate diverged
+    reference: float | None
+    targets: Literal["given", "random"]
+    curves: dict[str, list[float | None]]  # per rate: the loss before each step, then the final
+
+
 class TuningReport(_Model):
     steps: int
     converged: bool
@@ -80,6 +91,7 @@ class TuningReport(_Model):
     balancing_mode: str = "off"  # off | closed_form | iterated | dropped (not converged) | failed
     # weighted layers whose Hessian figures were computed (the others are null); None: all
     hessian_measured: list[str] | None = None
+    probe: ProbeReport | None = None  # None: the probe was off or could not run
 
 
 class Environment(_Model):
@@ -106,5 +118,9 @@ class ConditioningReport(_Model):
     components: dict[str, float | None]
     penalties: dict[str, float | None]
     thresholds: Thresholds
+    # the calibration that scored it (with the trainability probe, or without when it did not
+    # run) and the cut the verdict used (thresholds.score, else that fit's calibrated cut)
+    score_fit: Literal["with_probe", "without_probe"] = "with_probe"
+    prune_below: float | None = None
     options: ConditionOptions
     environment: Environment

@@ -47,14 +47,38 @@ def test_fit_recovers_non_negative_weights_and_keeps_negative_ones_at_zero():
     assert model["intercept"] == pytest.approx(0.1, abs=1e-9)
 
 
-def test_threshold_prunes_below_the_cut_with_the_best_precision_at_the_target_recall():
+@pytest.mark.parametrize("rule", calibrate.CUT_RULES)
+def test_a_separable_training_split_is_cut_between_its_classes(rule: str):
     # Features grow with badness: the three worst rows are the untrainable ones.
     rows = [np.array([v]) for v in (0.0, 0.1, 0.2, 0.9, 1.0, 1.1)]
     targets = [0.1, 0.1, 0.1, 1.0, 1.0, 1.0]
-    model = calibrate.fit(rows, targets, [False, False, False, True, True, True], ["a"])
+    model = calibrate.fit(rows, targets, [False, False, False, True, True, True], ["a"], cut_rule=rule)
     scores = [calibrate.apply(model, r, ["a"]) for r in rows]
     pruned = [s < model["prune_below"] for s in scores]
     assert pruned == [False, False, False, True, True, True]
+
+
+def test_the_logistic_cut_is_where_untrainable_becomes_more_likely_than_not():
+    """Labels drawn from P(untrainable | s) = 1 / (1 + exp(8 (s + 0.5))): the cut is -0.5,
+    recovered within 0.05 from 4000 candidates (the logistic MLE's standard error there is
+    about 0.01); hard failures (score -100 and below) do not move it."""
+    rng = np.random.default_rng(0)
+    s = rng.uniform(-1.5, 0.5, size=4000)
+    bad = rng.uniform(size=s.size) < 1.0 / (1.0 + np.exp(8.0 * (s + 0.5)))
+    cut = calibrate._threshold(s, bad, "logistic")
+    assert cut == pytest.approx(-0.5, abs=0.05)
+    with_failures = calibrate._threshold(np.concatenate([s, [-100.0, -101.0]]), np.concatenate([bad, [True, False]]), "logistic")
+    assert with_failures == pytest.approx(cut, abs=1e-6)
+    with pytest.raises(ValueError, match="cut_rule must be one of"):
+        calibrate._threshold(s, bad, "median")
+
+
+def test_the_recall_rule_cuts_at_the_best_precision_reaching_the_target_recall():
+    scores = np.array([-3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0])
+    bad = [True, True, False, True, True, False, False, True, False, False]
+    cut = calibrate._threshold(scores, bad, "recall")
+    # recall 0.8 needs the 5 lowest (4 of 5 untrainable): precision 0.8, the best reaching it
+    assert cut == pytest.approx(-0.25)
 
 
 def _row(i: int, comps: dict, family: str = "f") -> dict:
@@ -63,7 +87,8 @@ def _row(i: int, comps: dict, family: str = "f") -> dict:
     return {
         "id": f"{family}-{i:03d}", "family": family, "components": comps,
         "component_thresholds": {"jacobian_log": 0.35, "kernel_log_range": 2.0, "output_log_ratio": 0.7,
-                                 "gamma_log_spread": 2.0, "hessian_log_spread": 2.0, "kappa_d_log": 2.3},
+                                 "gamma_log_spread": 2.0, "hessian_log_spread": 2.0, "kappa_d_log": 2.3,
+                                 "probe_loss": 1.0},
         "norm_loss": 1.0, "untrainable": True, "tuned_norm_loss": loss, "tuned_untrainable": bad,
     }  # fmt: skip
 
@@ -108,9 +133,14 @@ def test_the_fit_scores_rows_exactly_as_the_engine_scores_components():
         assert calibrate.score_row(shipped, r) == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
-def test_same_fit_compares_weights_fills_thresholds_and_cut():
-    model = calibrate.fit_rows(_synthetic(), "B")
-    assert calibrate.same_fit(calibrate.shipped_file(model, "x"), model)
-    moved = model | {"prune_below": model["prune_below"] - 0.01}
-    assert not calibrate.same_fit(moved, model)
-    assert not calibrate.same_fit({}, model)
+def test_same_fit_compares_weights_fills_thresholds_and_cut_of_both_fits():
+    model, alone = calibrate.fit_shipped(_synthetic(), "B")
+    fresh = model | {"without_probe": alone}
+    shipped = calibrate.shipped_file(model, alone, "x")
+    assert calibrate.same_fit(shipped, fresh)
+    assert alone["weights"]["probe_loss"] == 0.0
+    moved = shipped | {"prune_below": model["prune_below"] - 0.01}
+    assert not calibrate.same_fit(moved, fresh)
+    moved_alone = shipped | {"without_probe": shipped["without_probe"] | {"prune_below": alone["prune_below"] - 0.01}}
+    assert not calibrate.same_fit(moved_alone, fresh)
+    assert not calibrate.same_fit({}, fresh)

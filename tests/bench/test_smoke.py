@@ -23,7 +23,7 @@ def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
 
     figures = read_json(tmp_path / "figures.json")
     assert figures["n"] == 5
-    assert set(figures["ranking_all"]) == {*PROXIES, "preflight", "preflight_handset"}
+    assert set(figures["ranking_all"]) == {*PROXIES, "preflight", "preflight_no_probe", "preflight_handset"}
     for method, row in figures["ranking_all"].items():
         rho = row["spearman_loss"]
         assert math.isnan(rho) or -1.0 <= rho <= 1.0, (method, rho)

@@ -13,7 +13,7 @@ import pytest
 
 from worker import _calibration
 from worker.options import Thresholds
-from worker.score import FILLS, NON_FINITE_PENALTY, WEIGHTS, score
+from worker.score import CUTS, FILLS, FIT_FILLS, FIT_WEIGHTS, NON_FINITE_PENALTY, WEIGHTS, score
 
 T = Thresholds()
 THRESHOLD = {
@@ -23,24 +23,29 @@ THRESHOLD = {
     "gamma_log_spread": T.gamma_log_spread,
     "hessian_log_spread": T.hessian_log_spread,
     "kappa_d_log": T.kappa_d_log,
+    "probe_loss": T.probe_loss,
 }
-PERFECT = {name: 0.0 for name in WEIGHTS} | {"non_finite": 0.0}
+PERFECT = {name: 0.0 for name in WEIGHTS} | {"non_finite": 0.0}  # the probe measured: the default fit
 WEIGHTED = [name for name, w in WEIGHTS.items() if w > 0]
+BUT_PROBE = [name for name in THRESHOLD if name != "probe_loss"]
 
 
 def _beyond_cut(name: str) -> float:
-    """A value of ``name`` whose penalty alone exceeds the default cut by 1."""
-    return THRESHOLD[name] * math.expm1((abs(T.score) + 1.0) / WEIGHTS[name])
+    """A value of ``name`` whose penalty alone exceeds the default fit's cut by 1."""
+    return THRESHOLD[name] * math.expm1((abs(CUTS["with_probe"]) + 1.0) / WEIGHTS[name])
 
 
 def test_the_shipped_calibration_is_consistent_with_the_thresholds() -> None:
-    """The weights were fitted with the default t_c; the default cut is the fitted one, and
+    """The weights were fitted with the default t_c; the default cuts are the fitted ones, and
     a perfectly conditioned candidate (every component 0) is kept."""
     shipped = _calibration.load()
     assert shipped["thresholds"] == pytest.approx(THRESHOLD)
-    assert T.score == shipped["prune_below"]
-    assert T.score < 0
-    assert WEIGHTED, "a calibration that weighs nothing cannot rank"
+    assert T.score is None  # the verdict uses the cut of the fit that scores the candidate
+    assert CUTS == {"with_probe": shipped["prune_below"], "without_probe": shipped["without_probe"]["prune_below"]}
+    assert all(cut < 0 for cut in CUTS.values())
+    for fit, weights in FIT_WEIGHTS.items():
+        assert any(w > 0 for w in weights.values()), f"a calibration that weighs nothing cannot rank ({fit})"
+    assert FIT_WEIGHTS["without_probe"]["probe_loss"] == 0.0
 
 
 def test_perfect_conditioning_scores_zero_and_is_kept() -> None:
@@ -70,7 +75,7 @@ def test_a_weighted_component_far_beyond_its_threshold_prunes_on_its_own(name: s
     assert result.verdict == "prune" and result.over[0] == name
 
 
-@pytest.mark.parametrize("name", list(THRESHOLD))
+@pytest.mark.parametrize("name", BUT_PROBE)
 def test_a_missing_component_costs_its_calibrated_mean_penalty_not_zero(name: str) -> None:
     """A diagnostic skipped under the budget is neither rewarded nor punished: it costs what
     the component costs at the fill value (the training half's mean of log1p(c / t_c))."""
@@ -81,6 +86,21 @@ def test_a_missing_component_costs_its_calibrated_mean_penalty_not_zero(name: st
     assert name not in missing.over
     left_out = {k: v for k, v in PERFECT.items() if k != name}
     assert score(left_out, T).score == missing.score
+
+
+def test_without_the_probe_the_fit_of_the_other_components_scores_with_its_own_cut() -> None:
+    """A report whose probe did not run is scored by the calibration fitted without it: its
+    weights, its fills for skipped diagnostics, and its cut; the probe costs nothing."""
+    alone = {**PERFECT, "probe_loss": None}
+    assert score(alone, T).fit == "without_probe" and score(PERFECT, T).fit == "with_probe"
+    assert score(alone, T).cut == CUTS["without_probe"] and score(PERFECT, T).cut == CUTS["with_probe"]
+    name = max(BUT_PROBE, key=lambda n: FIT_WEIGHTS["without_probe"][n])
+    result = score({**alone, name: THRESHOLD[name]}, T)
+    assert result.penalties[name] == pytest.approx(FIT_WEIGHTS["without_probe"][name] * math.log(2.0), rel=1e-12)
+    assert result.penalties["probe_loss"] == 0.0
+    skipped = score({**alone, name: None}, T)
+    assert skipped.penalties[name] == pytest.approx(FIT_WEIGHTS["without_probe"][name] * FIT_FILLS["without_probe"][name])
+    assert score({**alone, name: THRESHOLD[name]}, Thresholds(score=0.0)).cut == 0.0  # a set cut overrides both
 
 
 @pytest.mark.parametrize(
@@ -132,6 +152,11 @@ def _file(**changes: object) -> str:
         (_file(weights=dict.fromkeys(_calibration.COMPONENTS, 0.0) | {"jacobian_log": -1.0}), "finite and >= 0"),
         (_file(fill=dict.fromkeys(_calibration.COMPONENTS, math.nan)), "finite and >= 0"),
         (_file(prune_below=None), "prune_below"),
+        (_file(without_probe=None), "without_probe"),
+        (
+            _file(without_probe=_calibration.load()["without_probe"] | {"weights": dict.fromkeys(_calibration.COMPONENTS, 0.5)}),
+            "without_probe.weights.probe_loss' must be 0",
+        ),
     ],
 )
 def test_a_malformed_calibration_file_is_refused(text: str, message: str) -> None:

@@ -1,0 +1,164 @@
+"""The trainability probe: a few SGD steps from the tuned weights, normalized by the best
+constant prediction's loss, that leave the model as they found it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+import worker
+from nas import build_model
+from worker.probe import CAP, probe_cost, reference_loss, run_probe
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+CLASSES = 4
+
+
+def _mlp(
+    depth: int = 2,
+    width: int = 32,
+    init: dict[str, Any] | None = None,
+    dropout: float = 0.0,
+    norm: bool = True,
+) -> dict[str, Any]:
+    hidden = [
+        {"type": "linear", "out": width},
+        *([{"type": "batchnorm"}] if norm else []),
+        {"type": "relu"},
+    ]
+    if dropout:
+        hidden.append({"type": "dropout", "p": dropout})
+    return {
+        "input_shape": [16],
+        "init": init or {"scheme": "fan_in"},
+        "blocks": [{"layers": hidden} for _ in range(depth)]
+        + [{"layers": [{"type": "linear", "out": CLASSES}]}],
+    }
+
+
+def _separable(n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Classes from a fixed linear rule: a batch an ordinary MLP fits in a few steps."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 16, generator=g)
+    y = (x @ torch.randn(16, CLASSES, generator=g)).argmax(dim=1)
+    return x, y
+
+
+def _probe(
+    model: torch.nn.Module, y: torch.Tensor | None, lrs: tuple[float, ...] = (0.1, 0.03, 0.01)
+) -> Any:
+    x, labels = _separable()
+    return run_probe(model, x, labels if y is None else y, steps=10, lrs=lrs, momentum=0.9, seed=0)
+
+
+def test_the_probe_leaves_weights_statistics_gradients_and_mode_unchanged() -> None:
+    model = build_model(_mlp(), seed=0)
+    model.eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    result = _probe(model, None)
+    assert result.loss is not None
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), (
+        "weights or BatchNorm buffers changed"
+    )
+    assert all(p.grad is None for p in model.parameters())
+    assert not model.training
+
+
+def test_a_trainable_network_learns_its_batch_and_a_dead_one_does_not() -> None:
+    """An MLP at fan-in init fits a linearly separable batch: after 10 steps it keeps less
+    than half the uniform prediction's loss. With weights at std 1e-4 through 12 layers and
+    no normalization, no signal reaches the head (the gradients vanish): on balanced labels,
+    where a constant prediction can do no better than uniform, the probe stays within 2 % of 1."""
+    healthy = _probe(build_model(_mlp(), seed=0), None)
+    balanced = torch.arange(64) % CLASSES
+    dead = _probe(
+        build_model(_mlp(depth=12, init={"scheme": "normal", "std": 1e-4}, norm=False), seed=0),
+        balanced,
+    )
+    assert healthy.loss is not None and healthy.loss < 0.5
+    assert dead.loss is not None and dead.loss == pytest.approx(1.0, abs=0.02)
+
+
+def test_a_rate_that_blows_up_is_diverged_and_every_rate_diverging_is_the_cap() -> None:
+    model = build_model(_mlp(), seed=0)
+    result = _probe(model, None, lrs=(1e6,))
+    assert result.loss == CAP and result.best_lr is None
+    assert result.curves["1e+06"][-1] is None  # non-finite or beyond the limit: stored as null
+    mixed = _probe(model, None, lrs=(1e6, 0.03))
+    assert mixed.best_lr == 0.03 and mixed.loss is not None and mixed.loss < 1.0
+
+
+def test_without_labels_the_probe_memorizes_random_classes_over_the_logits() -> None:
+    x, _ = _separable()
+    result = run_probe(
+        build_model(_mlp(), seed=0), x, None, steps=5, lrs=(0.03,), momentum=0.9, seed=3
+    )
+    assert result.targets == "random"
+    assert result.reference == pytest.approx(math.log(CLASSES))
+    again = run_probe(
+        build_model(_mlp(), seed=0), x, None, steps=5, lrs=(0.03,), momentum=0.9, seed=3
+    )
+    assert again.curves == result.curves
+
+
+def test_the_reference_is_the_uniform_or_mean_predictions_loss() -> None:
+    assert reference_loss(torch.tensor([0, 1, 2]), outputs=10) == pytest.approx(math.log(10))
+    t = torch.tensor([[1.0, 0.0], [3.0, 2.0]])  # mean (2, 1): squared distances 2 and 2
+    assert reference_loss(t, outputs=2) == pytest.approx(0.5 * 2.0)
+    x = torch.randn(16, 16)
+    constant = torch.nn.Linear(16, 2)  # trained to the mean of float targets, MSE -> reference
+    with torch.no_grad():
+        constant.weight.zero_()
+        constant.bias.copy_(t.mean(dim=0))
+    targets = t.repeat(8, 1)
+    with torch.no_grad():
+        loss = 0.5 * (constant(x) - targets).pow(2).sum(dim=1).mean()
+    assert float(loss) == pytest.approx(reference_loss(targets, outputs=2))
+
+
+def test_dropout_draws_the_same_masks_at_every_rate_and_every_run() -> None:
+    spec = _mlp(dropout=0.5)
+    a = _probe(build_model(spec, seed=0), None)
+    b = _probe(build_model(spec, seed=0), None)
+    assert a.curves == b.curves
+
+
+def test_condition_reports_the_probe_as_a_score_component_and_counts_its_cost() -> None:
+    from worker.options import ConditionOptions
+
+    x, y = _separable()
+    report = worker.condition(_mlp(), data={"x": x, "y": y})
+    probe, steps = report.tuning.probe, ConditionOptions().probe_steps
+    assert probe is not None and probe.targets == "given"
+    assert report.components["probe_loss"] == pytest.approx(probe.loss)
+    assert report.score_fit == "with_probe"
+    assert set(probe.curves) == {"0.1", "0.03", "0.01"} and all(
+        len(c) == steps + 1 for c in probe.curves.values()
+    )
+    assert (
+        report.tuning.budget["probe_counted_steps"]
+        == pytest.approx(probe_cost(steps, 3))
+        == pytest.approx(3 * (steps + 1 / 3))
+    )
+    assert "probe" in report.tuning.timings
+
+
+def test_turning_the_probe_off_scores_with_the_calibration_fitted_without_it() -> None:
+    """probe_steps 0: no probe; the score is the fit of the other components alone, with its
+    own cut, and the probe costs nothing."""
+    from worker.score import CUTS, FIT_WEIGHTS
+
+    on = worker.condition(_mlp())
+    off = worker.condition(_mlp(), options={"probe_steps": 0})
+    assert off.components["probe_loss"] is None and off.tuning.probe is None
+    assert off.score_fit == "without_probe" and off.prune_below == CUTS["without_probe"]
+    assert off.penalties["probe_loss"] == 0.0
+    assert off.score == pytest.approx(-sum(p for p in off.penalties.values() if p))
+    assert FIT_WEIGHTS["without_probe"] != FIT_WEIGHTS["with_probe"]
+    assert off.tuning.budget["probe_counted_steps"] == 0.0
+    assert on.scales == off.scales  # the probe measures; it never changes the initialization
