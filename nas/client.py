@@ -346,6 +346,15 @@ class _Core:
     def study_summary(self, study: str) -> _Operation[dict[str, Any]]:
         return (yield from self.request("GET", f"/v1/studies/{quote(study, safe='')}/summary"))
 
+    def upload_batch(self, x: Any, y: Any) -> _Operation[str]:
+        body = {"x": _nested(x)} | ({} if y is None else {"y": _nested(y)})
+        return str((yield from self.request("POST", "/v1/batches", body=body))["id"])
+
+
+def _nested(array: Any) -> Any:
+    """Nested lists from an array-like (a tensor, a NumPy array) or a list as is."""
+    return array.tolist() if hasattr(array, "tolist") else array
+
 
 def _candidate_path(candidate_id: str) -> str:
     return f"/v1/candidates/{quote(str(candidate_id), safe='')}"
@@ -445,6 +454,12 @@ class PreflightClient:
         """Counts and score quantiles of a study's candidates."""
         return self._run(self._core.study_summary(study))
 
+    def upload_batch(self, x: Any, y: Any = None) -> str:
+        """Upload a batch of inputs ``x`` [N, *input_shape] and optional labels ``y`` [N] (arrays
+        or nested lists); returns its id, for the option ``data``: candidates submitted with
+        ``{"data": id}`` are conditioned, and their trainability probed, on this batch."""
+        return self._run(self._core.upload_batch(x, y))
+
     def close(self) -> None:
         self._http.close()
 
@@ -530,6 +545,10 @@ class AsyncPreflightClient:
 
     async def study_summary(self, study: str) -> dict[str, Any]:
         return await self._run(self._core.study_summary(study))
+
+    async def upload_batch(self, x: Any, y: Any = None) -> str:
+        """See :meth:`PreflightClient.upload_batch`."""
+        return await self._run(self._core.upload_batch(x, y))
 
     async def aclose(self) -> None:
         await self._http.aclose()

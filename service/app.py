@@ -17,7 +17,7 @@ from service.metrics import Metrics, RequestLatencyMiddleware
 from service.middleware import BodyLimitMiddleware
 from service.migrations import check_current
 from service.problems import install_problem_handlers
-from service.routes import candidates, health, studies
+from service.routes import batches, candidates, health, studies
 from service.settings import Settings, get_settings
 from service.submitter import GroupCommitter
 
@@ -79,6 +79,7 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestLatencyMiddleware, get_metrics=lambda: app.state.metrics)
     app.include_router(candidates.router)
+    app.include_router(batches.router)
     app.include_router(studies.router)
     app.include_router(health.router)
     return app

@@ -33,6 +33,7 @@ __all__ = [
     "Base",
     "BlockFigure",
     "Candidate",
+    "DataBatch",
     "LayerFigure",
     "ScaleFactor",
     "Status",
@@ -176,3 +177,20 @@ class ApiToken(Base):
     prefix: Mapped[str] = mapped_column(String(16))  # first characters, to recognise a token
     created_at: Mapped[datetime] = mapped_column(DateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class DataBatch(Base):
+    """A batch of inputs (and optionally labels) a client uploaded for conditioning on its own
+    data: candidates name it in their options (``data``), and the worker conditions and runs
+    the trainability probe on it instead of a Gaussian batch without labels. Its id is the
+    SHA-256 of its content, so the same batch uploaded twice is one row, and the cache key of a
+    candidate (which includes the id) changes exactly when the data does."""
+
+    __tablename__ = "data_batches"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    shape: Mapped[dict[str, Any]]  # {"x": [N, *input_shape], "labels": "class" | "float" | null}
+    x: Mapped[dict[str, Any]]  # {"values": nested lists}
+    y: Mapped[dict[str, Any] | None]  # {"values": list} or null
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+

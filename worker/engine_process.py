@@ -88,9 +88,9 @@ def _serve(connection: Connection, device: str) -> None:
             return
         if message is None:
             return
-        spec, options = message
+        spec, options, data = message
         try:
-            report = condition(spec, options=ConditionOptions.model_validate({**options, "device": resolved}))
+            report = condition(spec, data, options=ConditionOptions.model_validate({**options, "device": resolved}))
             connection.send(("done", report.model_dump(mode="json")))
         except Exception as exc:  # the engine's error is the job's outcome
             connection.send(("error", EngineError(type(exc).__name__, str(exc), isinstance(exc, _DETERMINISTIC))))
@@ -133,10 +133,11 @@ class EngineProcess:
         self.device = value
         return value
 
-    def submit(self, spec: dict[str, Any], options: dict[str, Any]) -> None:
+    def submit(self, spec: dict[str, Any], options: dict[str, Any], data: dict[str, Any] | None = None) -> None:
+        """Send one job: the spec, the engine's options and the data (None: a Gaussian batch)."""
         self.start()
         assert self._connection is not None
-        self._connection.send((spec, options))
+        self._connection.send((spec, options, data))
 
     def result(self, timeout: float) -> tuple[str, Any] | None:
         """``("done", report)`` or ``("error", EngineError)``; None while still working.

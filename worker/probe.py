@@ -92,6 +92,8 @@ def run_probe(
         outputs = model.eval()(x[:2]).reshape(2, -1).shape[1]
     given = y is not None
     targets = y if y is not None else _random_targets(x, outputs, generator)
+    if targets.is_floating_point() and targets.dim() == 1:
+        targets = targets[:, None]  # one float target per sample: the single output's shape
     reference = reference_loss(targets, outputs)
     curves: dict[str, list[float | None]] = {}
     finals: dict[float, float] = {}

@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import queue
+from service import data_batches, queue
 from service.db import make_engine, make_sessionmaker, session_scope
 from service.settings import Settings
+from service.tuning import DATA
 from worker.engine_process import EngineCrashed, EngineError, EngineProcess
 
 __all__ = ["Runner"]
@@ -153,8 +154,12 @@ class Runner:
         started = time.monotonic()
         next_beat = started + settings.heartbeat_seconds
         outcome: tuple[str, Any] | None = None
+        options, data = self._options_and_data(job)
         try:
-            self.engine.submit(job.spec, job.options)
+            if isinstance(data, EngineError):
+                outcome = ("error", data)
+            else:
+                self.engine.submit(job.spec, options, data)
         except EngineCrashed as exc:
             outcome = ("crashed", exc)
         while outcome is None:
@@ -178,6 +183,18 @@ class Runner:
             if outcome is not None:
                 self.engine.kill()
         self._record(job, *outcome)
+
+    def _options_and_data(self, job: queue.Job) -> tuple[dict[str, Any], dict[str, Any] | EngineError | None]:
+        """The engine's options, and the uploaded data batch the job names (None: the engine's
+        Gaussian batch; an EngineError, which fails the job, when the batch is gone)."""
+        options = dict(job.options)
+        key = options.pop(DATA, None)
+        if key is None:
+            return options, None
+        data = self._db(lambda s: data_batches.load(s, key), write=False)
+        if data is None:
+            return options, EngineError("LookupError", f"the data batch {key} named in the options is not in the database", True)
+        return options, data
 
     def _heartbeat(self, job: queue.Job) -> bool:
         """Renew the lease once; True unless the job is no longer ours (a failed try counts as held)."""

@@ -44,6 +44,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo.add_argument("--device", default="auto", help="device of the embedded worker (auto, cpu, cuda:N)")
     demo.add_argument("--steps", type=int, default=None, help="tuning steps per candidate (default: the engine's)")
     demo.add_argument("--bnp", action="store_true", help="train gated survivors with the BNP preconditioner")
+    demo.add_argument(
+        "--gaussian", action="store_true",
+        help="condition on a Gaussian batch with random probe labels (the service's default) instead of "
+        "uploading a labelled batch of the training split",
+    )  # fmt: skip
     demo.add_argument("--url", help="use a running service at this URL instead of the embedded one")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.add_argument("--no-plots", action="store_true", help="skip the figures")
@@ -185,6 +190,8 @@ def _run_all(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
     if args.steps is not None:
         options["steps"] = args.steps
     with PreflightClient(url, timeout=60.0) as client:
+        if not args.gaussian:  # condition and probe on 64 real training digits, with their labels
+            options["data"] = client.upload_batch(data.x_train[:64], data.y_train[:64])
         runs = [_search(name, position, args, data, client, options) for position, name in enumerate(SEARCHES)]
         # Round robin, one trial of each search in turn: the four see the same load on
         # this machine, so their compute (wall seconds) compares fairly.

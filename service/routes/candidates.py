@@ -14,11 +14,11 @@ from pydantic import BaseModel
 from sqlalchemy import Row, bindparam, exists, select
 
 from nas import SpecError, SpecLimits, parse_spec, spec_hash
-from service import queue
+from service import data_batches, queue
 from service.db import read_connection, session_scope
 from service.deps import AuthDep, SessionDep, SettingsDep
-from service.models import Candidate, Status, Submission
-from service.problems import Problem, ProblemError
+from service.models import Candidate, DataBatch, Status, Submission
+from service.problems import Problem, ProblemError, ProblemIssue
 from service.schemas import (
     CandidateBatchCreate,
     CandidateBatchPublic,
@@ -28,7 +28,7 @@ from service.schemas import (
     CandidateSubmission,
 )
 from service.submitter import GroupCommitter
-from service.tuning import canonical_tuning_options
+from service.tuning import DATA, canonical_tuning_options
 
 __all__ = ["router"]
 
@@ -68,27 +68,35 @@ def _device_class(device: str) -> str:
 
 def _new_candidates(
     specs: list[dict[str, Any]],
+    tuning: dict[str, Any],
     options: CandidateOptions,
     *,
     batch: bool,
     limits: SpecLimits | None = None,
+    data_shape: data_batches.BatchShape | None = None,
 ) -> list[queue.NewCandidate]:
-    """Validate every spec (all or nothing) and the options, before anything is queued."""
-    tuning = canonical_tuning_options(dict(options.model_extra or {}))
+    """Validate every spec (all or nothing) against the canonical tuning options and the
+    data batch they name, before anything is queued."""
     out = []
     for index, data in enumerate(specs):
+        field = f"specs[{index}]" if batch else "spec"
         try:
             spec = parse_spec(data, limits)
         except SpecError as exc:
-            raise ProblemError.from_spec_error(
-                exc, field=f"specs[{index}]" if batch else "spec"
-            ) from None
+            raise ProblemError.from_spec_error(exc, field=field) from None
+        if data_shape is not None:
+            data_batches.check_fits(data_shape, list(spec.input_shape), f"{field}.input_shape")
         out.append(queue.NewCandidate(
             spec=spec.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(spec), options=tuning,
             study=options.study, trial=options.trial, device=_device_class(options.device),
             priority=options.priority,
         ))  # fmt: skip
     return out
+
+
+def _batch_shape(request: Request, key: str) -> data_batches.BatchShape | None:
+    with read_connection(request.app.state.engine) as connection:
+        return connection.execute(select(DataBatch.shape).where(DataBatch.id == key)).scalar_one_or_none()
 
 
 def _json(model: BaseModel, status_code: int = 200) -> Response:
@@ -122,11 +130,20 @@ async def submit_candidates(
     # on the event loop, a larger batch in the thread pool. The write goes to the process's
     # group commit, which answers once the rows are durable.
     limits = request.app.state.spec_limits
+    tuning = canonical_tuning_options(dict(body.options.model_extra or {}))
+    data_shape = None
+    if DATA in tuning:  # a data batch: it must exist, and fit every spec's input shape
+        data_shape = await run_in_threadpool(_batch_shape, request, tuning[DATA])
+        if data_shape is None:
+            raise ProblemError(
+                422, f"options.{DATA}: no data batch with id {tuning[DATA]} (upload it with POST /v1/batches)",
+                kind="invalid-request", errors=[ProblemIssue(path=f"options.{DATA}", message="no such data batch")],
+            )  # fmt: skip
     if len(specs) <= _INLINE_VALIDATION:
-        new = _new_candidates(specs, body.options, batch=batch, limits=limits)
+        new = _new_candidates(specs, tuning, body.options, batch=batch, limits=limits, data_shape=data_shape)
     else:
         new = await run_in_threadpool(
-            _new_candidates, specs, body.options, batch=batch, limits=limits
+            lambda: _new_candidates(specs, tuning, body.options, batch=batch, limits=limits, data_shape=data_shape)
         )
     committer: GroupCommitter = request.app.state.committer
     submitted = await committer.submit(new)

@@ -1,0 +1,126 @@
+"""Data batches: a client's own inputs (and labels) that candidates are conditioned on.
+
+Without data a worker conditions on a Gaussian batch and its trainability probe fits random
+labels; on the benchmark that flags untrainable candidates with precision 0.86 at recall 0.83
+(held-out), against 1.00 at 0.91 on a real labelled batch (docs/conditioning.md, section 7).
+``POST /v1/batches`` stores a batch once under the SHA-256 of its content; a submission names
+it with the option ``data`` (part of the cache key), and the worker hands it to
+``worker.condition(spec, data={"x": ..., "y": ...})``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.models import DataBatch
+from service.problems import ProblemError, ProblemIssue
+
+__all__ = ["MAX_ROWS", "MAX_VALUES", "BatchShape", "check_fits", "load", "parse", "shape_of", "store"]
+
+MAX_ROWS = 4096  # the engine's largest batch_size
+MAX_VALUES = 2**20  # numbers in x: 4 MiB of float32, about what the body limit lets through
+ID_LENGTH = 64
+
+BatchShape = dict[str, Any]  # {"x": [N, *input_shape], "labels": "class" | "float" | None}
+
+
+def _invalid(path: str, message: str) -> ProblemError:
+    return ProblemError(422, f"{path}: {message}", kind="invalid-request", errors=[ProblemIssue(path=path, message=message)])
+
+
+def _shape(value: Any, path: str) -> list[int]:
+    """The shape of a rectangular nested list of numbers (a scalar has shape [])."""
+    if isinstance(value, bool) or value is None or isinstance(value, str | dict):
+        raise _invalid(path, f"expected a number or a list, got {type(value).__name__}")
+    if not isinstance(value, list):
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            raise _invalid(path, f"expected a finite number, got {value!r}")
+        return []
+    if not value:
+        raise _invalid(path, "empty list")
+    first = _shape(value[0], f"{path}[0]")
+    for i, item in enumerate(value[1:], start=1):
+        if _shape(item, f"{path}[{i}]") != first:
+            raise _invalid(f"{path}[{i}]", f"ragged: expected shape {first}, like {path}[0]")
+    return [len(value), *first]
+
+
+def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]:
+    """Validate an upload ``{"x": [[...], ...], "y": [...]?}``; returns (x, y, shape) or raises
+    a 422 problem naming the JSON path at fault."""
+    if not isinstance(body, dict):
+        raise _invalid("$", "expected an object with 'x' (inputs) and optionally 'y' (labels)")
+    unknown = sorted(set(body) - {"x", "y"})
+    if unknown:
+        raise _invalid(unknown[0], "unknown field; a batch has 'x' and optionally 'y'")
+    if "x" not in body:
+        raise _invalid("x", "required: the inputs, a list of N samples of the spec's input_shape")
+    shape = _shape(body["x"], "x")
+    if len(shape) < 2:
+        raise _invalid("x", f"expected [N, *input_shape] with N >= 2, got shape {shape}")
+    if not 2 <= shape[0] <= MAX_ROWS:
+        raise _invalid("x", f"expected 2 to {MAX_ROWS} samples, got {shape[0]}")
+    if math.prod(shape) > MAX_VALUES:
+        raise _invalid("x", f"{math.prod(shape)} numbers exceed the limit of {MAX_VALUES}")
+    y, labels = body.get("y"), None
+    if y is not None:
+        y_shape = _shape(y, "y")
+        if not y_shape or y_shape[0] != shape[0]:
+            raise _invalid("y", f"expected one label per sample ({shape[0]}), got shape {y_shape}")
+        flat = _flatten(y)
+        if all(isinstance(v, int) for v in flat):
+            if len(y_shape) != 1 or min(flat) < 0:
+                raise _invalid("y", "class labels must be one non-negative integer per sample")
+            labels = "class"
+        else:
+            labels = "float"
+    return {"values": body["x"]}, (None if y is None else {"values": y}), {"x": shape, "labels": labels}
+
+
+def _flatten(value: Any) -> list[Any]:
+    return [v for item in value for v in _flatten(item)] if isinstance(value, list) else [value]
+
+
+def batch_id(x: dict[str, Any], y: dict[str, Any] | None) -> str:
+    """SHA-256 of the canonical JSON of the content: the same batch always gets the same id."""
+    blob = json.dumps({"x": x["values"], "y": None if y is None else y["values"]}, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def store(session: Session, x: dict[str, Any], y: dict[str, Any] | None, shape: BatchShape) -> tuple[DataBatch, bool]:
+    """Insert the batch unless its id exists; returns (row, created)."""
+    key = batch_id(x, y)
+    existing = session.get(DataBatch, key)
+    if existing is not None:
+        return existing, False
+    row = DataBatch(id=key, shape=shape, x=x, y=y, created_at=datetime.now(UTC).replace(tzinfo=None))
+    session.add(row)
+    return row, True
+
+
+def shape_of(session: Session, key: str) -> BatchShape | None:
+    return session.scalar(select(DataBatch.shape).where(DataBatch.id == key))
+
+
+def load(session: Session, key: str) -> dict[str, Any] | None:
+    """What ``worker.condition`` takes as ``data``: ``{"x": ..., "y": ...}`` (None: no such batch)."""
+    row = session.get(DataBatch, key)
+    if row is None:
+        return None
+    data: dict[str, Any] = {"x": row.x["values"]}
+    if row.y is not None:
+        data["y"] = row.y["values"]
+    return data
+
+
+def check_fits(shape: BatchShape, input_shape: list[int], path: str) -> None:
+    """A 422 naming ``path`` unless the batch's samples have the spec's input shape."""
+    if list(shape["x"][1:]) != list(input_shape):
+        raise _invalid(path, f"the data batch's samples have shape {shape['x'][1:]}, but the spec's input_shape is {list(input_shape)}")

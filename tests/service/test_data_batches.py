@@ -1,0 +1,99 @@
+"""Data batches over real HTTP, on SQLite and PostgreSQL: upload once by content, name them in
+a submission's options, refuse what does not fit with the JSON path at fault, and condition on
+them in the worker (the trainability probe then fits the batch's own labels)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from service.settings import Settings
+from service.testing import live_server
+
+PROBLEM = "application/problem+json"
+SPEC = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 8}, {"type": "relu"}]}, {"layers": [{"type": "linear", "out": 3}]}]}
+X = [[float(i + j) / 10 for j in range(4)] for i in range(8)]
+Y = [i % 3 for i in range(8)]
+TINY = {"steps": 1, "n_vectors": 1, "batch_size": 8, "diagnostics": False, "hessian_iterations": 0, "probe_steps": 3}
+
+
+@pytest.fixture
+def api(db_url: str, make_settings: Callable[..., Settings]) -> Iterator[httpx.Client]:
+    with live_server(make_settings(db_url)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        yield client
+
+
+def _problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    return response.json()
+
+
+def test_a_batch_is_stored_once_under_the_hash_of_its_content(api: httpx.Client) -> None:
+    first = api.post("/v1/batches", json={"x": X, "y": Y})
+    assert first.status_code == 201, first.text
+    body = first.json()
+    assert body["shape"] == [8, 4] and body["labels"] == "class" and len(body["id"]) == 64
+    again = api.post("/v1/batches", json={"y": Y, "x": X})
+    assert again.status_code == 200 and again.json() == body
+    unlabelled = api.post("/v1/batches", json={"x": X}).json()
+    assert unlabelled["id"] != body["id"] and unlabelled["labels"] is None
+    assert api.get(f"/v1/batches/{body['id']}").json() == body
+    _problem(api.get("/v1/batches/" + "0" * 64), 404)
+
+
+@pytest.mark.parametrize(
+    ("payload", "path"),
+    [
+        ({"x": [[1.0, 2.0], [3.0]]}, "x[1]"),  # ragged
+        ({"x": [[1.0, "a"], [3.0, 4.0]]}, "x[0][1]"),
+        ({"x": [[1.0, 2.0]]}, "x"),  # one sample
+        ({"x": [[1.0, 2.0], [3.0, 4.0]], "y": [0]}, "y"),  # one label for two samples
+        ({"x": [[1.0, 2.0], [3.0, 4.0]], "y": [0, -1]}, "y"),
+        ({"x": [[1.0, 2.0], [3.0, 4.0]], "z": 1}, "z"),
+        ({"y": [0, 1]}, "x"),
+    ],
+)
+def test_a_bad_batch_is_refused_with_the_json_path_at_fault(api: httpx.Client, payload: dict[str, Any], path: str) -> None:
+    problem = _problem(api.post("/v1/batches", json=payload), 422)
+    assert problem["errors"][0]["path"] == path, problem
+
+
+def test_a_submission_naming_a_missing_or_misfit_batch_is_refused_and_nothing_is_queued(api: httpx.Client) -> None:
+    missing = _problem(api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": "f" * 64}}), 422)
+    assert missing["errors"][0]["path"] == "options.data"
+    malformed = _problem(api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": "not-an-id"}}), 422)
+    assert malformed["errors"][0]["path"] == "options.data"
+    wide = api.post("/v1/batches", json={"x": [[0.0] * 5, [1.0] * 5]}).json()["id"]
+    body = {"specs": [SPEC, {**SPEC, "input_shape": [5]}], "options": {"data": wide}}
+    misfit = _problem(api.post("/v1/candidates", json=body), 422)
+    assert misfit["errors"][0]["path"] == "specs[0].input_shape"
+    assert api.get("/v1/candidates", params={"limit": 10}).json()["candidates"] == []
+
+
+def test_the_batch_is_part_of_the_cache_key(api: httpx.Client) -> None:
+    a = api.post("/v1/batches", json={"x": X, "y": Y}).json()["id"]
+    b = api.post("/v1/batches", json={"x": X}).json()["id"]
+    with_a = api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": a}}).json()
+    again = api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": a}}).json()
+    with_b = api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": b}}).json()
+    without = api.post("/v1/candidates", json={"spec": SPEC}).json()
+    assert again["id"] == with_a["id"] and again["cached"]
+    assert len({with_a["id"], with_b["id"], without["id"]}) == 3
+
+
+def test_the_worker_conditions_and_probes_on_the_uploaded_batch(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
+    from nas.client import PreflightClient
+
+    with live_server(make_settings(sqlite_url), embedded_worker=True) as url, PreflightClient(url) as client:
+        batch = client.upload_batch(X, Y)
+        given = client.condition(SPEC, {**TINY, "data": batch}, timeout=90)
+        gaussian = client.condition(SPEC, TINY, timeout=90)
+    assert given.status == "done" and gaussian.status == "done", (given, gaussian)
+    report = given.require_report()
+    assert report["environment"]["data"] == "given" and report["tuning"]["probe"]["targets"] == "given"
+    assert gaussian.require_report()["environment"]["data"] == "gaussian"
+    assert gaussian.require_report()["tuning"]["probe"]["targets"] == "random"
