@@ -35,7 +35,7 @@ def _ranking(table: dict[str, dict[str, float]], method: str, where: str, why: s
     )
 
 
-def _flagging(figures: dict[str, Any], key: str, where: str, table: str = "") -> str:
+def _flagging(figures: dict[str, Any], key: str, where: str, table: str = "", note: str = "") -> str:
     v = figures.get(key)
     if not v:
         return f"- Flagging ({where}): not measured."
@@ -50,7 +50,7 @@ def _flagging(figures: dict[str, Any], key: str, where: str, table: str = "") ->
             f"trainable; no cut of this score does better than precision {_fmt(best)} at recall >= 0.8 on "
             "these candidates (its precision-recall curve), so the cut is not the limit: the components "
             "do not separate the trainable from the untrainable well enough."
-        )
+        ) + (f" {note}" if note else "")
     return (
         f"- Flagging untrainable ({where}): precision {_fmt(p)} (target >= 0.9, {p - 0.9:+.2f}), "
         f"recall {_fmt(r)} (target >= 0.8, {r - 0.8:+.2f}): **{'met' if met else 'missed'}**.{why}"
@@ -105,7 +105,13 @@ def target_lines(figures: dict[str, Any], e2e: dict[str, Any] | None = None) -> 
     else:
         lines.append("- Ranking: no held-out split (too few candidates with a report); not measured.")
     lines += [
-        _flagging(figures, "verdict_heldout", "A, held-out, shipped verdict", "ranking_heldout"),
+        _flagging(
+            figures, "verdict_heldout", "A, held-out, shipped verdict", "ranking_heldout",
+            f"Under A, {figures.get('heldout_rescued', 'n/a')} of the {figures.get('heldout_untrainable', 'n/a')} "
+            "held-out untrainable candidates train from the tuned initialization: the verdict is fitted on B "
+            "(what a gated search trains, from the tuned init) and keeps them on purpose; B's line below is "
+            "the verdict's target.",
+        ),  # fmt: skip
         _flagging(
             figures, "verdict_heldout_tuned", "B, held-out, shipped verdict", "ranking_heldout_tuned"
         ),

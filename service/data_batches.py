@@ -26,6 +26,7 @@ __all__ = ["MAX_ROWS", "MAX_VALUES", "BatchShape", "check_fits", "load", "parse"
 
 MAX_ROWS = 4096  # the engine's largest batch_size
 MAX_VALUES = 2**20  # numbers in x: 4 MiB of float32, about what the body limit lets through
+MAX_RANK = 5  # [N, C, H, W] is 4; deeper nesting is refused before it is walked
 ID_LENGTH = 64
 
 BatchShape = dict[str, Any]  # {"x": [N, *input_shape], "labels": "class" | "float" | None}
@@ -35,8 +36,10 @@ def _invalid(path: str, message: str) -> ProblemError:
     return ProblemError(422, f"{path}: {message}", kind="invalid-request", errors=[ProblemIssue(path=path, message=message)])
 
 
-def _shape(value: Any, path: str) -> list[int]:
+def _shape(value: Any, path: str, depth: int = 0) -> list[int]:
     """The shape of a rectangular nested list of numbers (a scalar has shape [])."""
+    if depth > MAX_RANK:
+        raise _invalid(path, f"nested deeper than {MAX_RANK} levels: expected [N, *input_shape]")
     if isinstance(value, bool) or value is None or isinstance(value, str | dict):
         raise _invalid(path, f"expected a number or a list, got {type(value).__name__}")
     if not isinstance(value, list):
@@ -45,9 +48,9 @@ def _shape(value: Any, path: str) -> list[int]:
         return []
     if not value:
         raise _invalid(path, "empty list")
-    first = _shape(value[0], f"{path}[0]")
+    first = _shape(value[0], f"{path}[0]", depth + 1)
     for i, item in enumerate(value[1:], start=1):
-        if _shape(item, f"{path}[{i}]") != first:
+        if _shape(item, f"{path}[{i}]", depth + 1) != first:
             raise _invalid(f"{path}[{i}]", f"ragged: expected shape {first}, like {path}[0]")
     return [len(value), *first]
 

@@ -6,7 +6,10 @@ and score it. The order (``docs/conditioning.md``):
    std): an analytical prior that equalises gamma_l across layers;
 3. AutoInit from there: the multipliers that make every block critical (Jacobian tuning);
 4. final scales = balancing x AutoInit, per parameter name; diagnostics on the result
-   (gamma_l and nu_l, kappa(D), Hessian blocks); score, verdict and reasons.
+   (gamma_l and nu_l, kappa(D), Hessian blocks);
+5. the trainability probe (``worker.probe``): a few SGD steps from the tuned weights, priced
+   apart from the budget; score (with the probe's calibration, or without it when the probe
+   did not run), verdict and reasons.
 
 Cost budget (``options.budget_steps``, default 20): one forward + backward is timed first and
 counted; balancing is then the closed form (no pass), AutoInit stops by ``AUTOINIT_SHARE`` of
@@ -163,6 +166,7 @@ def condition(
     components = _components(tuned, diagnostics, opts) | {"probe_loss": probe.loss}
     result = score(components, opts.thresholds)
     reasons = _reasons(tuned, result.over, components, diagnostics, opts, parsed, probe) + balancing_note + diagnostics.notes
+    reasons += [probe.note] if probe.note else []
     return ConditioningReport(
         spec_hash=spec_hash(parsed),
         score=finite_or_none(result.score),
@@ -191,15 +195,16 @@ def condition(
 
 
 def _probe(model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, tuned: AutoInitResult) -> ProbeResult:
-    """The trainability probe from the tuned weights (``worker.probe``); skipped (None, the
-    score's fill) when the forward pass is already non-finite or the probe is off."""
+    """The trainability probe from the tuned weights (``worker.probe``); skipped (the report is
+    then scored by the calibration without the probe) when the forward pass is already
+    non-finite or the probe is off, and when it fails (a note says why)."""
     if opts.probe_steps == 0 or not tuned.after.finite or tuned.status == "non_finite":
         return ProbeResult()
     try:
         return run_probe(model, x, y, steps=opts.probe_steps, lrs=opts.probe_lrs, momentum=opts.probe_momentum, seed=opts.seed + 5)
-    except RuntimeError as exc:  # e.g. out of memory: the score falls back to the fill
+    except RuntimeError as exc:  # e.g. out of memory on a large batch
         log.warning("trainability probe failed: %s", exc)
-        return ProbeResult()
+        return ProbeResult(note=f"trainability probe failed ({type(exc).__name__}: {str(exc)[:200]}); scored without it")
 
 
 def _probe_report(probe: ProbeResult) -> ProbeReport | None:

@@ -55,6 +55,7 @@ class ProbeResult:
     )  # per rate: loss per step, then final
     seconds: float = 0.0
     cost: float = 0.0  # training steps, counted (worker.budget's unit)
+    note: str = ""  # why the probe did not run, when it failed
 
 
 def probe_cost(steps: int, n_rates: int) -> float:

@@ -55,6 +55,7 @@ def test_a_batch_is_stored_once_under_the_hash_of_its_content(api: httpx.Client)
         ({"x": [[1.0, 2.0], [3.0, 4.0]], "y": [0, -1]}, "y"),
         ({"x": [[1.0, 2.0], [3.0, 4.0]], "z": 1}, "z"),
         ({"y": [0, 1]}, "x"),
+        ({"x": [[[[[[[1.0]]]]]], [[[[[[1.0]]]]]]]}, "x[0][0][0][0][0][0]"),  # nested too deep
     ],
 )
 def test_a_bad_batch_is_refused_with_the_json_path_at_fault(api: httpx.Client, payload: dict[str, Any], path: str) -> None:
