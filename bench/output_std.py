@@ -13,15 +13,13 @@ chosen on the training half).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from bench.run import read_json, write_json
+from bench.run import finish_extra, imap_spawned, read_json
 
 __all__ = ["VARIANTS", "main", "summarize"]
 
@@ -48,6 +46,13 @@ def _task(args: tuple[str, str, float | None]) -> tuple[str, str, float]:
     return cid, name, result.best_loss
 
 
+def _log_ratio(spec: float, tuned: float) -> float:
+    """ln(spec / tuned); a diverged run (inf) is infinitely worse, two diverged ones a tie."""
+    if math.isinf(spec) and math.isinf(tuned):
+        return 0.0
+    return math.log(max(spec, 1e-12)) - math.log(max(tuned, 1e-12))
+
+
 def summarize(
     losses: dict[str, dict[str, float]], spec: dict[str, float], train_ids: set[str]
 ) -> dict[str, dict[str, Any]]:
@@ -59,11 +64,7 @@ def summarize(
         for half, keep in (("train", True), ("held-out", False), ("all", None)):
             ids = [c for c in losses if variant in losses[c] and (keep is None or (c in train_ids) == keep)]
             better = [losses[c][variant] < spec[c] for c in ids]
-            ratios = [
-                math.log(max(spec[c], 1e-12) / max(losses[c][variant], 1e-12))
-                if math.isfinite(spec[c]) or math.isfinite(losses[c][variant]) else 0.0
-                for c in ids
-            ]  # fmt: skip
+            ratios = [_log_ratio(spec[c], losses[c][variant]) for c in ids]
             out[variant][half] = {
                 "n": len(ids),
                 "better": sum(better) / len(ids) if ids else math.nan,
@@ -91,14 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         spec[path.stem] = read_json(out / "spec" / path.name)["spec"]["best_loss"]
         losses[path.stem] = {f"{ConditionOptions().output_std:g} (default)": read_json(tuned)["tuned"]["best_loss"]}
     tasks = [(cid, name, value) for cid in survivors for name, value in VARIANTS.items()]
-    with get_context("spawn").Pool(2) as pool:
-        for cid, name, loss in pool.imap_unordered(_task, tasks):
-            losses[cid][name] = loss
+    for cid, name, loss in imap_spawned(_task, tasks):
+        losses[cid][name] = loss
     train_ids = set(load()["train_ids"])
-    result = {"losses": losses, "spec": spec, "summary": summarize(losses, spec, train_ids)}
-    write_json(out / "output_std.json", result)
-    print(json.dumps(result["summary"], indent=1))
-    return 0
+    return finish_extra(out, "output_std", {"losses": losses, "spec": spec, "summary": summarize(losses, spec, train_ids)})
 
 
 if __name__ == "__main__":

@@ -15,17 +15,15 @@ Written to ``<out>/probe_length.json``.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench import metrics
-from bench.run import read_json, write_json
+from bench.run import finish_extra, imap_spawned, read_json
 
 __all__ = ["LENGTHS", "MAX_STEPS", "RATE_SETS", "main", "probe_at", "summarize"]
 
@@ -114,14 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     truth = {r["id"]: calibrate._truth(r, "B") for r in usable}
     tasks = [(r["id"], read_json(out / "preflight" / f"{r['id']}.json")["scales"]) for r in usable]
     runs: dict[str, dict[str, Any]] = {}
-    with get_context("spawn").Pool(2) as pool:
-        for cid, curves, reference in pool.imap_unordered(_task, tasks):
-            runs[cid] = {"curves": curves, "reference": reference}
+    for cid, curves, reference in imap_spawned(_task, tasks):
+        runs[cid] = {"curves": curves, "reference": reference}
     train_ids = set(calibrate.split_rows(rows)[0])
-    result = {"max_steps": MAX_STEPS, "runs": runs, "summary": summarize(runs, truth, train_ids)}
-    write_json(out / "probe_length.json", result)
-    print(json.dumps(result["summary"], indent=1))
-    return 0
+    return finish_extra(
+        out,
+        "probe_length",
+        {"max_steps": MAX_STEPS, "runs": runs, "summary": summarize(runs, truth, train_ids)},
+    )
 
 
 if __name__ == "__main__":

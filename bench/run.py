@@ -36,7 +36,7 @@ from bench.inits import PEERS
 from bench.protocol import Protocol, step_seconds, train
 from bench.proxies import compute_proxies
 
-__all__ = ["STAGES", "cached", "condition_candidate", "run_stage"]
+__all__ = ["STAGES", "cached", "condition_candidate", "finish_extra", "imap_spawned", "run_stage"]
 
 STAGE_VERSION = {"proxies": 1, "preflight": 1, "spec": 1, "tuned": 1, "peers": 1}
 MODEL_SEED = 0
@@ -248,3 +248,18 @@ def run_stage(
             for i, cid in enumerate(pool.imap_unordered(_task, tasks)):
                 log(f"{stage} {i + 1}/{len(tasks)} {cid}")
     return time.perf_counter() - start
+
+
+
+def imap_spawned(task: Callable[[Any], Any], tasks: list[Any], jobs: int = 2) -> Iterable[Any]:
+    """``task`` over ``tasks`` in ``jobs`` spawned processes, results in completion order."""
+    with get_context("spawn").Pool(jobs) as pool:
+        yield from pool.imap_unordered(task, tasks)
+
+
+def finish_extra(out: Path, name: str, result: dict[str, Any]) -> int:
+    """An extra benchmark's end: its result to ``<out>/<name>.json``, its summary printed."""
+    write_json(out / f"{name}.json", result)
+    print(json.dumps(result["summary"], indent=1))
+    return 0
+

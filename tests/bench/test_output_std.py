@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench.output_std import summarize
+from bench.output_std import _log_ratio, summarize
 
 
 def test_summary_counts_tuned_better_per_half_and_keeps_divergence_one_sided():
@@ -23,3 +23,10 @@ def test_summary_counts_tuned_better_per_half_and_keeps_divergence_one_sided():
     assert out["y"]["all"]["n"] == 3
     assert out["y"]["held-out"]["better"] == 0.0
     assert out["y"]["all"]["better"] == pytest.approx(1 / 3)
+
+
+def test_the_log_ratio_counts_a_diverged_tuned_run_as_infinitely_worse():
+    assert _log_ratio(1.0, 0.5) == pytest.approx(math.log(2.0))
+    assert _log_ratio(0.5, math.inf) == -math.inf
+    assert _log_ratio(math.inf, 0.5) == math.inf
+    assert _log_ratio(math.inf, math.inf) == 0.0
