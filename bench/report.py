@@ -138,8 +138,12 @@ def _calibration_md(cal: dict[str, Any], fig: dict[str, Any]) -> list[str]:
         "`score = -sum_c w_c f_c`, `f_c = log1p(|c| / t_c)` (or `fill_c` when the component was "
         "not measured) by non-negative least squares (with an intercept) against the capped "
         f"normalized trained loss of the training half ({cal['train_n']} candidates: within each "
-        "family, alternate candidates in id order), and sets the prune cut where the training "
-        "half's precision is best at recall >= 0.8. It writes `worker/score_weights.json`, which "
+        "family, alternate candidates in id order), and sets the prune cut where a logistic fit, on "
+        "the training half, of untrainable on the score crosses 1/2 (the first rule, the cut with the "
+        "training half's best precision at recall >= 0.8, sat at the edge of the training half's "
+        "untrainable scores and is compared below). It does so twice: with every component, and "
+        "without the trainability probe (what scores a report whose probe did not run). "
+        "It writes `worker/score_weights.json`, which "
         "the engine loads; `python -m bench.calibrate --check` compares it with a fresh fit. "
         f"Shipped weights equal a fresh fit on this cache: **{'yes' if cal['shipped_matches_fresh_fit'] else 'NO'}**.",
         "",
