@@ -16,7 +16,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
 from service.models import DataBatch
@@ -108,8 +108,9 @@ def store(session: Session, x: dict[str, Any], y: dict[str, Any] | None, shape: 
     return row, True
 
 
-def shape_of(session: Session, key: str) -> BatchShape | None:
-    return session.scalar(select(DataBatch.shape).where(DataBatch.id == key))
+def shape_of(bind: Session | Connection, key: str) -> BatchShape | None:
+    """The batch's shape (None: no such batch), in a session or on a plain connection."""
+    return bind.execute(select(DataBatch.shape).where(DataBatch.id == key)).scalar_one_or_none()
 
 
 def load(session: Session, key: str) -> dict[str, Any] | None:

@@ -58,6 +58,7 @@ class Runner:
         self.burst = burst
         self.max_jobs = max_jobs
         self.done = 0
+        self._batch: tuple[str, dict[str, Any]] | None = None  # the last data batch a job named, by id
         self._stop = threading.Event()
         self._stop_at: float | None = None
         self._hard_stop = False
@@ -191,10 +192,12 @@ class Runner:
         key = options.pop(DATA, None)
         if key is None:
             return options, None
-        data = self._db(lambda s: data_batches.load(s, key), write=False)
-        if data is None:
-            return options, EngineError("LookupError", f"the data batch {key} named in the options is not in the database", True)
-        return options, data
+        if self._batch is None or self._batch[0] != key:  # ids are content hashes: a cached one never goes stale
+            data = self._db(lambda s: data_batches.load(s, key), write=False)
+            if data is None:
+                return options, EngineError("LookupError", f"the data batch {key} named in the options is not in the database", True)
+            self._batch = (key, data)
+        return options, self._batch[1]
 
     def _heartbeat(self, job: queue.Job) -> bool:
         """Renew the lease once; True unless the job is no longer ours (a failed try counts as held)."""

@@ -9,7 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from service import data_batches
-from service.db import session_scope
+from service.db import read_connection, session_scope
 from service.deps import AuthDep
 from service.problems import ProblemError
 
@@ -46,8 +46,8 @@ async def upload_batch(request: Request, body: Annotated[Any, Body()]) -> Respon
 
 
 def _shape(request: Request, key: str) -> data_batches.BatchShape | None:
-    with session_scope(request.app.state.sessions) as session:
-        return data_batches.shape_of(session, key)
+    with read_connection(request.app.state.engine) as connection:
+        return data_batches.shape_of(connection, key)
 
 
 @router.get("/{batch_id}", response_model=DataBatchPublic, summary="A data batch's shape")

@@ -17,7 +17,7 @@ from nas import SpecError, SpecLimits, parse_spec, spec_hash
 from service import data_batches, queue
 from service.db import read_connection, session_scope
 from service.deps import AuthDep, SessionDep, SettingsDep
-from service.models import Candidate, DataBatch, Status, Submission
+from service.models import Candidate, Status, Submission
 from service.problems import Problem, ProblemError, ProblemIssue
 from service.schemas import (
     CandidateBatchCreate,
@@ -96,7 +96,7 @@ def _new_candidates(
 
 def _batch_shape(request: Request, key: str) -> data_batches.BatchShape | None:
     with read_connection(request.app.state.engine) as connection:
-        return connection.execute(select(DataBatch.shape).where(DataBatch.id == key)).scalar_one_or_none()
+        return data_batches.shape_of(connection, key)
 
 
 def _json(model: BaseModel, status_code: int = 200) -> Response:
