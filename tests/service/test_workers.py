@@ -222,7 +222,10 @@ def test_four_worker_processes_do_two_hundred_jobs_exactly_once(pg_url: str, spa
 
 @pytest.mark.slow
 def test_a_job_whose_worker_is_killed_is_leased_again_and_completes(db_url: str, spawn: Callable[..., WorkerProcess]) -> None:
-    ids = submit_many(db_url, 30, tuning(**MEDIUM))
+    # jobs of a few seconds (a long trainability probe), so that the victim is still inside
+    # its job when the kill lands just after the check: with sub-second jobs it sometimes had
+    # finished it in between
+    ids = submit_many(db_url, 6, tuning(**MEDIUM, probe_steps=1000))
     victim = spawn(db_url, "--name", "victim")
     running = select(Candidate.id).where(Candidate.status == "running", Candidate.worker.like("victim%"))
     wait_until(lambda: statuses(db_url).get("done", 0) >= 2 and bool(rows(db_url, running)), 90, "the victim mid-job")
