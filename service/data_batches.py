@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.models import DataBatch
@@ -98,13 +99,21 @@ def batch_id(x: dict[str, Any], y: dict[str, Any] | None) -> str:
 
 
 def store(session: Session, x: dict[str, Any], y: dict[str, Any] | None, shape: BatchShape) -> tuple[DataBatch, bool]:
-    """Insert the batch unless its id exists; returns (row, created)."""
+    """Insert the batch unless its id exists; returns (row, created). Two clients uploading
+    the same content at once both get the one row: the loser of the insert race reads the
+    winner's (on PostgreSQL the existence check does not lock)."""
     key = batch_id(x, y)
     existing = session.get(DataBatch, key)
     if existing is not None:
         return existing, False
     row = DataBatch(id=key, shape=shape, x=x, y=y, created_at=datetime.now(UTC).replace(tzinfo=None))
-    session.add(row)
+    try:
+        with session.begin_nested():
+            session.add(row)
+    except IntegrityError:
+        winner = session.get(DataBatch, key)
+        assert winner is not None
+        return winner, False
     return row, True
 
 
