@@ -10,8 +10,8 @@ output_log_ratio       |log(output std / target)| (scaling paper, section 10)
 gamma_log_spread       std of log gamma_l across hidden weighted layers (scaling paper, eq. 2)
 hessian_log_spread     std of log top Hessian eigenvalue across hidden layers (Hessian paper)
 kappa_d_log            log of the largest kappa(D) (BNP paper, section 5.1)
-probe_loss             batch loss after a few SGD steps from the tuned init, over the best
-                       constant prediction's (``worker.probe``; 1 = nothing learned)
+probe_loss             batch loss after a few SGD steps from the tuned init, over the uniform
+                       (or mean) prediction's (``worker.probe``; 1 = nothing learned)
 non_finite             1 when a forward value or the tuning was non-finite, else 0
 =====================  ============================================================
 
@@ -24,7 +24,8 @@ with t_c the component's threshold (``options.Thresholds``), and the weights w_c
 fills and the prune cut loaded from ``score_weights.json`` beside this module. That file holds
 two fits: with the trainability probe (``probe_loss``, measured by default) and without it; a
 report whose probe did not run is scored by the second, the best the other components can do
-alone, and its own cut (``ScoreResult.fit`` says which; ``thresholds.score`` overrides both cuts). That file is written by ``python -m bench.calibrate`` (a non-negative
+alone, and its own cut (``ScoreResult.fit`` says which; ``thresholds.score`` overrides both
+cuts). That file is written by ``python -m bench.calibrate`` (a non-negative
 least-squares fit, on the benchmark's training half, of the trained loss from Preflight's
 tuned initialization: what a gated search trains its survivors from); never edit it by hand.
 A component at its threshold costs ``w_c ln 2`` and is named in the reasons; one with weight 0
