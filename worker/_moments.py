@@ -115,6 +115,14 @@ def task_loss(out: Tensor, targets: Tensor, *, reduction: str = "sum") -> Tensor
     """Cross-entropy for integer class targets, ``0.5 * ||y - t||^2`` for float targets."""
     if not targets.is_floating_point():
         return F.cross_entropy(out, targets, reduction=reduction)
+    if targets.shape != out.shape:
+        if targets.numel() != out.numel():
+            raise ValueError(
+                f"float targets of shape {list(targets.shape)} do not match the output's "
+                f"{list(out.shape)}"
+            )
+        # [N] targets against an [N, 1] output would broadcast to [N, N]
+        targets = targets.reshape(out.shape)
     per_sample = 0.5 * (out - targets).pow(2).reshape(out.shape[0], -1).sum(dim=1)
     return per_sample.sum() if reduction == "sum" else per_sample.mean()
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from nas import build_model
-from worker._moments import random_matrix
+from worker._moments import random_matrix, task_loss
 from worker.hessian import hessian_figures
 from worker.scaling import balance, measure_scaling, spread
 
@@ -283,6 +283,17 @@ def test_task_losses_give_finite_positive_figures(targets: torch.Tensor) -> None
             f.gamma_bias,
         ):
             assert math.isfinite(value) and value > 0, f
+
+
+def test_float_targets_of_shape_n_against_a_single_output_are_not_broadcast_to_n_by_n() -> None:
+    """A regression batch's targets [N] against an [N, 1] output: each sample's error is its
+    own (output - target), not every pairing of outputs with targets."""
+    out = torch.tensor([[1.0], [2.0], [3.0]])
+    targets = torch.tensor([1.0, 2.0, 5.0])
+    assert float(task_loss(out, targets)) == pytest.approx(0.5 * 2.0**2)
+    assert float(task_loss(out, targets, reduction="mean")) == pytest.approx(0.5 * 4.0 / 3)
+    with pytest.raises(ValueError, match=r"\[4\] do not match the output's \[3, 1\]"):
+        task_loss(out, torch.zeros(4))
 
 
 def test_non_finite_network_gives_non_finite_figures_without_raising() -> None:
