@@ -60,6 +60,7 @@ from worker._balancing_parts import (
     output_sensitivities,
     residual_factor,
     residual_undo,
+    unweighted_branch_share,
 )
 from worker._moments import preserved_buffers, random_matrix, receptive_field
 from worker.hessian import hessian_figures
@@ -75,7 +76,7 @@ class Multiplier:
     """One multiplier balancing added: to a parameter (``in_scales``) or reported only."""
 
     name: str  # parameter name, "input", or "<module> (input)" / "<module> (output)"
-    kind: str  # input | geometric | residual_branch | kernel_correction | residual_undo | refinement | output | bias
+    kind: str  # input | geometric | residual_branch | residual_share | kernel_correction | residual_undo | refinement | output | bias
     value: float
     reason: str
     in_scales: bool
@@ -248,6 +249,9 @@ def balance(
                 math.sqrt(c),
                 f"variance times c = {c:g} ({path}) so gamma matches outside the block (sec 11)",
             )
+        share, path = unweighted_branch_share(work, info.module)
+        if share != 1.0:
+            apply(name, "residual_share", share, f"unweighted residual body ({path}): adds 1/L of the stream's second moment (B.7, sec 11)")
         if k != k_typ:
             multipliers.append(Multiplier(f"{info.module} (input)", "kernel_correction", math.sqrt(k_typ / k),
                                           f"fixed multiplier before a {k}x{k} layer when k_typ = {k_typ} (sec 6.2); not expressible as an init scale", False))  # fmt: skip

@@ -328,3 +328,68 @@ def test_hessian_target_balances_the_hessian_blocks_better_than_gamma_on_a_max_p
     by_hessian = balance(model, x, generator=_gen(5), target="hessian")
     assert by_hessian.converged
     assert hessian_spread(by_hessian) < by_gamma - 2.0
+
+
+def _residual_mlp(depth: int, alpha: float, beta: float, width: int = 256) -> dict[str, Any]:
+    # pre-activation (section 11.1): F has zero mean, uncorrelated with x, as B.7 assumes
+    body = [{"type": "relu"}, {"type": "linear", "out": width}, {"type": "relu"}, {"type": "linear", "out": width}]
+    return {
+        "input_shape": [64],
+        "blocks": [{"layers": [{"type": "linear", "out": width}]}]
+        + [{"layers": [{"type": "residual", "alpha": alpha, "beta": beta, "body": body}]} for _ in range(depth)]
+        + [{"layers": [{"type": "linear", "out": 10}]}],
+    }
+
+
+def _stream_growth(spec: dict[str, Any], scales: dict[str, float], x: torch.Tensor) -> float:
+    """E[x^2] entering the head over E[x^2] leaving the stem."""
+    model = build_model(spec, scales=scales, seed=0)
+    seen: list[float] = []
+    hooks = [
+        model.blocks[i].register_forward_hook(lambda _m, _i, out: seen.append(float(out.double().pow(2).mean())))
+        for i in (0, len(model.blocks) - 2)
+    ]
+    with torch.no_grad():
+        model(x)
+    for hook in hooks:
+        hook.remove()
+    return seen[1] / seen[0]
+
+
+@pytest.mark.parametrize(("alpha", "beta"), [(1.0, 1.0), (1.0, 2.0)])
+def test_unweighted_residual_bodies_add_one_over_l_of_the_stream_and_weighted_ones_are_left(alpha: float, beta: float) -> None:
+    """B.7: a block x + beta F(x) with E[(beta F)^2] = s^2 E[x^2] multiplies the forward second
+    moment by (1 + s^2). Section 11's closed form makes E[F^2] = E[x^2], so 12 blocks with
+    alpha = 1, beta = 1 grow it 2^12-fold (beta = 2: 32^12 with section 11's factor c = beta
+    per layer); the residual share (L beta^2 beta^m)^(-1/(2m)) on each of a body's m = 2 layers
+    leaves s^2 = 1/L, a growth of (1 + 1/12)^12 = 2.6. Tolerance: the measured growth within a
+    factor 1.5 of that (finite width 256, batch 256), and above 100 without the share."""
+    spec, depth = _residual_mlp(12, alpha, beta), 12
+    x = _x([64], 256)
+    result = balance(build_model(spec, seed=0), x, rounds=0)
+    shares = [m for m in result.multipliers if m.kind == "residual_share"]
+    assert len(shares) == 2 * depth
+    assert all(m.value == pytest.approx((depth * beta**4) ** -0.25) for m in shares)
+    growth, expected = _stream_growth(spec, result.scales, x), (1 + 1 / depth) ** depth
+    assert expected / 1.5 < growth < expected * 1.5, growth
+    without = dict(result.scales)
+    for m in shares:
+        without[m.name] /= m.value
+    assert _stream_growth(spec, without, x) > 100
+
+
+@pytest.mark.parametrize(("alpha", "beta"), [(0.8, 0.6), (1.0, 12**-0.5), (1.0, 0.5), (1.0, 0.1)])
+def test_weighted_residual_blocks_and_small_branches_get_no_residual_share(alpha: float, beta: float) -> None:
+    """Section 11's weighted blocks (alpha^2 + beta^2 = 1) are left to its own factors, and a
+    branch already within 1/L (L beta^2 <= 1) is not scaled up."""
+    result = balance(build_model(_residual_mlp(12, alpha, beta), seed=0), _x([64], 64), rounds=0)
+    assert not [m for m in result.multipliers if m.kind == "residual_share"]
+
+
+def test_a_residual_body_with_a_norm_gets_no_residual_share() -> None:
+    """A norm inside the body sets E[F^2] through its affine (AutoInit's to tune), not the weights."""
+    spec = _residual_mlp(12, 1.0, 1.0)
+    for block in spec["blocks"][1:-1]:
+        block["layers"][0]["body"].insert(2, {"type": "batchnorm"})
+    result = balance(build_model(spec, seed=0), _x([64], 64), rounds=0)
+    assert not [m for m in result.multipliers if m.kind == "residual_share"]
