@@ -19,7 +19,11 @@ was ``nas.build_model(spec, seed=s)``. Steps, in this order, and why:
    ``sqrt(k_typ / k)`` *before* a layer whose kernel differs) and the residual "undo" multiplier
    (``beta^{-m/2}`` after a body of ``m`` weighted layers) are forward multipliers that an
    initialization scale cannot express without changing gamma; they are reported
-   (``in_scales=False``); step 3 absorbs their effect on gamma and on the output.
+   (``in_scales=False``); step 3 absorbs their effect on gamma and on the output. Bodies of
+   *unweighted* blocks (``|alpha| >= 1``, no norm inside), which section 11 does not cover, get
+   a share ``(L s^2)^(-1/(2m))`` per layer so that each of the ``L`` blocks adds ``1/L`` of the
+   stream's second moment (B.7; ``_balancing_parts.unweighted_branch_share``): with
+   ``alpha = beta = 1`` the closed form alone doubles it per block.
 3. Measured refinement and output normalization (section 10, std ``output_std`` = 0.05), solved
    together: a Newton-type iteration on the log-scales ``a_l`` of the weights whose residuals are
    the deviations ``log gamma_l - mean log gamma`` and ``log(std(out) / output_std)``. The gamma
