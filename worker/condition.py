@@ -119,6 +119,7 @@ def condition(
     device = select_device(opts.device)
     x, y, source = _batch(parsed, data, opts, device)
     model = build_model(parsed, seed=opts.seed).to(device)
+    _check_targets(y, list(model.trace.boundaries[-1]))
     rho = block_log_rho(model)
 
     started = time.perf_counter()
@@ -243,6 +244,28 @@ def _batch(
         if y.shape[0] != x.shape[0]:
             raise ValueError(f"data 'y' has {y.shape[0]} rows but 'x' has {x.shape[0]}")
     return x, y, "given"
+
+
+def _check_targets(y: Tensor | None, output_shape: list[int]) -> None:
+    """Targets the network's output can be scored against, or a ValueError saying why (not a
+    broadcast: float targets [N] against an output [N, 1] are the same values)."""
+    if y is None:
+        return
+    outputs = math.prod(output_shape)
+    if y.is_floating_point():
+        if y[0].numel() != outputs:
+            raise ValueError(
+                f"data 'y' has {y[0].numel()} float target(s) per sample but the network outputs "
+                f"{output_shape} ({outputs} per sample)"
+            )
+        return
+    if y.dim() != 1:
+        raise ValueError(f"data 'y' class labels must be one integer per sample, but got shape {list(y.shape)}")
+    if len(output_shape) != 1 or outputs < 2:
+        raise ValueError(f"data 'y' holds class labels but the network outputs {output_shape}, not [C >= 2] logits")
+    low, high = int(y.min()), int(y.max())
+    if low < 0 or high >= outputs:
+        raise ValueError(f"data 'y' class labels must be in [0, {outputs - 1}] for {outputs} logits, but range over [{low}, {high}]")
 
 
 def _balance(model: PreflightNet, x: Tensor, opts: ConditionOptions, device: torch.device) -> tuple[dict[str, float], list[str], str]:

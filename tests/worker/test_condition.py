@@ -77,11 +77,32 @@ def test_a_real_batch_is_accepted(form: str) -> None:
 
 @pytest.mark.parametrize(
     ("data", "message"),
-    [(np.zeros((8, 63), np.float32), "input_shape"), ({"y": np.zeros(3)}, "'x' entry"), (np.zeros((1, 64), np.float32), "N >= 2")],
+    [
+        (np.zeros((8, 63), np.float32), "input_shape"),
+        ({"y": np.zeros(3)}, "'x' entry"),
+        (np.zeros((1, 64), np.float32), "N >= 2"),
+        ({"x": np.zeros((8, 64), np.float32), "y": np.arange(8) + 5}, r"in \[0, 9\] for 10 logits, but range over \[5, 12\]"),
+        ({"x": np.zeros((8, 64), np.float32), "y": np.zeros((8, 2), np.int64)}, "one integer per sample"),
+        ({"x": np.zeros((8, 64), np.float32), "y": np.zeros((8, 3), np.float32)}, r"3 float target\(s\) per sample but the network outputs \[10\]"),
+    ],
+    ids=["input-shape", "no-x", "one-sample", "label-range", "label-shape", "float-width"],
 )
 def test_unusable_data_is_a_clear_error(data: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         condition(EXAMPLE_MLP, data=data, options=LEAN)
+
+
+def test_float_targets_of_shape_n_are_accepted_for_a_single_output_and_scored_by_every_stage() -> None:
+    """One float target per sample, given as [N], is the [N, 1] output's shape (the targets
+    check accepts it, worker._moments.task_loss reshapes rather than broadcasts): the
+    diagnostics and the probe run on it without a note of failure."""
+    spec = {"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
+                                            {"layers": [{"type": "linear", "out": 1}]}]}  # fmt: skip
+    x = torch.randn(32, 16, generator=torch.Generator().manual_seed(0))
+    report = condition(spec, data={"x": x, "y": x[:, 0] * 2.0}, options=FAST)
+    assert not [r for r in report.reasons if "failed" in r], report.reasons
+    assert {"scaling", "hessian"} <= set(report.environment.diagnostics)
+    assert report.tuning.probe is not None and report.tuning.probe.targets == "given"
 
 
 def test_non_finite_data_gives_a_prune_report_not_an_exception() -> None:
