@@ -20,6 +20,8 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from nas import ArchitectureSpec
+from nas.shapes import trace_shapes
 from service.models import DataBatch
 from service.problems import ProblemError, ProblemIssue
 
@@ -30,7 +32,9 @@ MAX_VALUES = 2**20  # numbers in x: 4 MiB of float32, about what the body limit 
 MAX_RANK = 5  # [N, C, H, W] is 4; deeper nesting is refused before it is walked
 ID_LENGTH = 64
 
-BatchShape = dict[str, Any]  # {"x": [N, *input_shape], "labels": "class" | "float" | None}
+# {"x": [N, *input_shape], "labels": "class" | "float" | None, "y": [N, ...] when labelled,
+#  "classes": 1 + the largest class label}; batches stored before "y" and "classes" lack them
+BatchShape = dict[str, Any]
 
 
 def _invalid(path: str, message: str) -> ProblemError:
@@ -79,13 +83,15 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
         if not y_shape or y_shape[0] != shape[0]:
             raise _invalid("y", f"expected one label per sample ({shape[0]}), got shape {y_shape}")
         flat = _flatten(y)
+        meta: BatchShape = {"y": y_shape}
         if all(isinstance(v, int) for v in flat):
             if len(y_shape) != 1 or min(flat) < 0:
                 raise _invalid("y", "class labels must be one non-negative integer per sample")
-            labels = "class"
+            labels, meta["classes"] = "class", max(flat) + 1
         else:
             labels = "float"
-    return {"values": body["x"]}, (None if y is None else {"values": y}), {"x": shape, "labels": labels}
+        return {"values": body["x"]}, {"values": y}, {"x": shape, "labels": labels} | meta
+    return {"values": body["x"]}, None, {"x": shape, "labels": None}
 
 
 def _flatten(value: Any) -> list[Any]:
@@ -133,7 +139,21 @@ def load(session: Session, key: str) -> dict[str, Any] | None:
     return data
 
 
-def check_fits(shape: BatchShape, input_shape: list[int], path: str) -> None:
-    """A 422 naming ``path`` unless the batch's samples have the spec's input shape."""
-    if list(shape["x"][1:]) != list(input_shape):
-        raise _invalid(path, f"the data batch's samples have shape {shape['x'][1:]}, but the spec's input_shape is {list(input_shape)}")
+def check_fits(shape: BatchShape, spec: ArchitectureSpec, field: str) -> None:
+    """A 422 naming the spec's field at fault unless the batch's samples have its input shape
+    and its labels fit the network's output (class labels below the number of logits, float
+    targets as many per sample as outputs)."""
+    if list(shape["x"][1:]) != list(spec.input_shape):
+        raise _invalid(f"{field}.input_shape", f"the data batch's samples have shape {shape['x'][1:]}, but the spec's input_shape is {list(spec.input_shape)}")
+    if shape.get("labels") is None:
+        return
+    output = list(trace_shapes(spec).boundaries[-1])
+    head = f"{field}.blocks[{len(spec.blocks) - 1}]"
+    if shape["labels"] == "class":
+        if len(output) != 1 or output[0] < 2:
+            raise _invalid(head, f"the data batch has class labels, but the network outputs {output}, not [C >= 2] logits")
+        classes = shape.get("classes")
+        if classes is not None and classes > output[0]:
+            raise _invalid(head, f"the data batch's class labels go up to {classes - 1}, but the network outputs {output[0]} logits")
+    elif "y" in shape and math.prod(shape["y"][1:]) != math.prod(output):
+        raise _invalid(head, f"the data batch has {math.prod(shape['y'][1:])} float target(s) per sample, but the network outputs {output}")

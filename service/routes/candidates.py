@@ -85,7 +85,7 @@ def _new_candidates(
         except SpecError as exc:
             raise ProblemError.from_spec_error(exc, field=field) from None
         if data_shape is not None:
-            data_batches.check_fits(data_shape, list(spec.input_shape), f"{field}.input_shape")
+            data_batches.check_fits(data_shape, spec, field)
         out.append(queue.NewCandidate(
             spec=spec.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(spec), options=tuning,
             study=options.study, trial=options.trial, device=_device_class(options.device),

@@ -4,6 +4,7 @@ them in the worker (the trainability probe then fits the batch's own labels)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -73,6 +74,26 @@ def test_a_submission_naming_a_missing_or_misfit_batch_is_refused_and_nothing_is
     misfit = _problem(api.post("/v1/candidates", json=body), 422)
     assert misfit["errors"][0]["path"] == "specs[0].input_shape"
     assert api.get("/v1/candidates", params={"limit": 10}).json()["candidates"] == []
+
+
+@pytest.mark.parametrize(
+    ("y", "message"),
+    [
+        ([i % 5 for i in range(8)], "class labels go up to 4, but the network outputs 3 logits"),
+        ([[float(i), 0.0] for i in range(8)], r"2 float target\(s\) per sample, but the network outputs \[3\]"),
+    ],
+    ids=["label-beyond-the-logits", "float-targets-of-another-width"],
+)
+def test_a_submission_whose_labels_do_not_fit_the_network_output_is_refused_at_its_head(
+    api: httpx.Client, y: list[Any], message: str
+) -> None:
+    batch = api.post("/v1/batches", json={"x": X, "y": y}).json()["id"]
+    problem = _problem(api.post("/v1/candidates", json={"specs": [SPEC], "options": {"data": batch}}), 422)
+    assert problem["errors"][0]["path"] == "specs[0].blocks[1]", problem
+    assert re.search(message, problem["errors"][0]["message"]), problem
+    assert api.get("/v1/candidates", params={"limit": 10}).json()["candidates"] == []
+    fits = api.post("/v1/batches", json={"x": X, "y": [[float(i)] * 3 for i in range(8)]}).json()["id"]
+    assert api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": fits}}).status_code in (200, 201, 202)
 
 
 def test_the_batch_is_part_of_the_cache_key(api: httpx.Client) -> None:
