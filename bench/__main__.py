@@ -29,7 +29,7 @@ from bench.run import STAGES, read_json, run_stage, write_json
 from bench.targets import target_lines
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = ("tuning_cost", "service_load", "output_std", "probe_length")  # optional benchmarks other modules may provide
+EXTRAS = ("tuning_cost", "service_load", "output_std", "probe_length", "gaussian_path")  # optional benchmarks other modules may provide
 
 
 def _machine() -> str:
@@ -196,8 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     context["e2e"] = _e2e_text(e2e_result)
     ablation = out / "output_std.json"
     context["output_std"] = read_json(ablation)["summary"] if ablation.exists() else None
-    lengths = out / "probe_length.json"
-    context["probe_length"] = read_json(lengths)["summary"] if lengths.exists() else None
+    for extra in ("probe_length", "gaussian_path"):
+        path = out / f"{extra}.json"
+        context[extra] = read_json(path)["summary"] if path.exists() else None
     context["targets"] = target_lines(figures, e2e_result)
     write_json(out / "figures.json", figures)
     docs.mkdir(parents=True, exist_ok=True)

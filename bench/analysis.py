@@ -18,7 +18,7 @@ from bench.protocol import Protocol
 from bench.proxies import PROXIES
 from bench.run import cached, read_json
 
-__all__ = ["analyze", "collect"]
+__all__ = ["analyze", "collect", "shipped_scores_"]
 
 
 def _threshold_for(name: str, thresholds: dict[str, float]) -> float:
@@ -102,7 +102,7 @@ def _handset(components: dict[str, float | None], thresholds: dict[str, float]) 
     return -total
 
 
-def _shipped_scores_(rows: list[dict[str, Any]]) -> None:
+def shipped_scores_(rows: list[dict[str, Any]]) -> None:
     """``preflight`` = the score and verdict the shipped engine gives, recomputed by
     ``worker.score`` from each cached report's components (the score is a pure function of
     them and the thresholds, so a cache computed before the current weights still gives the
@@ -244,7 +244,7 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
     """Every figure of the report (adds the shipped score to the rows). The shipped score was
     fitted on the calibration's training half, so its figures that count are on the held-out
     half (``*_heldout*``)."""
-    _shipped_scores_(rows)
+    shipped_scores_(rows)
     bad = [r["untrainable"] for r in rows]
     calibration = _calibrate(rows)
     held_ids = set(calibration["heldout_ids"]) if calibration else set()

@@ -80,6 +80,27 @@ def _scaling_md(table: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _gaussian_path_md(summary: dict[str, Any] | None) -> list[str]:
+    if not summary:
+        return ["Not run (`python -m bench.gaussian_path`)."]
+    lines = [
+        "`python -m bench.gaussian_path`: every candidate conditioned as the service does without "
+        "`options.data` (`worker.condition(spec)`: a Gaussian batch, the probe on random labels, "
+        "every option at its default), its score and verdict against ground truth B, next to the "
+        "same engine on the labelled batch above.",
+        "",
+        "| path | held-out: Spearman | held-out: verdict precision / recall (flagged) | all: Spearman | all: verdict precision / recall (flagged) |",
+        "|---|---|---|---|---|",
+    ]
+    for path in ("real batch", "gaussian"):
+        cells = []
+        for half in ("held-out", "all"):
+            f = summary[half][path]
+            cells += [_f(f["spearman"]), f"{_f(f['precision'])} / {_f(f['recall'])} ({f['flagged']})"]
+        lines.append(f"| {path} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _probe_length_md(summary: list[dict[str, Any]] | None) -> list[str]:
     if not summary:
         return ["Not run (`python -m bench.probe_length`)."]
@@ -286,6 +307,7 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
     if cal:
         lines += ["", *_calibration_md(cal, fig)]
     lines += ["", "### The trainability probe: length and rates", "", *_probe_length_md(context.get("probe_length"))]
+    lines += ["", "### The service's default path: a Gaussian batch", "", *_gaussian_path_md(context.get("gaussian_path"))]
     lines += ["", "## Tuning: trained loss from Preflight's tuned initialization vs the others", ""]
     for group in ("all", "survivors"):
         lines += [f"**{group}**", "", *_tuning_md(fig["tuning"][group]), ""]
