@@ -111,6 +111,8 @@ def store(session: Session, x: dict[str, Any], y: dict[str, Any] | None, shape: 
     key = batch_id(x, y)
     existing = session.get(DataBatch, key)
     if existing is not None:
+        if existing.shape != shape:  # stored before the shape kept the labels' "y" and "classes"
+            existing.shape = shape
         return existing, False
     row = DataBatch(id=key, shape=shape, x=x, y=y, created_at=datetime.now(UTC).replace(tzinfo=None))
     try:

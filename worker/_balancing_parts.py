@@ -153,29 +153,35 @@ _NORMS = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.LayerNorm, torch.nn.Gr
 
 def unweighted_branch_share(model: PreflightNet, module_name: str) -> tuple[float, str]:
     """Multiplier on one of the m weighted layers of an unweighted residual body (|alpha| >= 1)
-    so that the body adds 1/L of the stream's second moment.
+    so that the body adds 1/L of what the shortcut carries.
 
     Section 11 assumes alpha^2 + beta^2 = 1 and E[F(x)^2] = E[x^2]; with alpha = beta = 1 each
     of the L blocks then multiplies the forward second moment by (1 + s^2) = 2 (B.7), 2^L over
-    the network. After the closed form (geometric fans, each body layer's variance times
-    c = |alpha beta| by ``residual_factor``; the section's undo multiplier is not in the
-    scales) the body adds s^2 = beta^2 c^m. The share (L s^2)^(-1/(2m)) per layer leaves
-    s^2 = 1/L, a growth of (1 + 1/L)^L <= e over the stack, as weighted blocks with
-    beta^2 = 1/L would give. Only ever a shrink: 1 outside such bodies, for weighted blocks
-    (|alpha| < 1), bodies with a normalization layer (their scale is the norm's affine, which
-    AutoInit tunes) and where L s^2 <= 1 already (a designer's small branch is not scaled up).
+    the network. After the closed form (geometric fans, each body layer's variance times |beta|
+    by ``residual_factor``; the section's undo multiplier is not in the scales) the body adds
+    s^2 = beta^2 |beta|^m of E[x^2], the shortcut alpha^2. The share (L s^2 / alpha^2)^(-1/(2m))
+    per layer leaves s^2 = alpha^2 / L, a growth of alpha^2 (1 + 1/L) per block: (1 + 1/L)^L
+    <= e over the stack for alpha = 1, as weighted blocks with beta^2 = 1/L would give.
+
+    Only ever a shrink: 1 outside such bodies, for weighted blocks (|alpha| < 1), bodies with a
+    normalization layer (their scale is the norm's affine, which AutoInit tunes) and where
+    L s^2 <= alpha^2 already (a designer's small branch is not scaled up). In nested residuals
+    the innermost block around the layer decides. The estimate of s^2 assumes what the closed
+    form assumes (positively homogeneous layers of one kernel size); AutoInit corrects the rest.
     """
     residuals = sum(1 for m in model.modules() if isinstance(m, Residual))
     parts = module_name.split(".")
-    for i in range(1, len(parts) - 1):
+    for i in range(len(parts) - 2, 0, -1):  # innermost enclosing body first
         parent = model.get_submodule(".".join(parts[:i]))
-        if isinstance(parent, Residual) and parts[i] == "body":
-            if abs(parent.alpha) < 1.0 or any(isinstance(sub, _NORMS) for sub in parent.body.modules()):
-                return 1.0, ""  # weighted, or the body's scale is its norm's (AutoInit tunes that)
-            m = sum(1 for sub in parent.body.modules() if isinstance(sub, torch.nn.Linear | torch.nn.Conv2d))
-            added = parent.beta**2 * abs(parent.alpha * parent.beta) ** m
-            if residuals * added <= 1.01:
-                return 1.0, ""
-            where = f"alpha={parent.alpha:g}, beta={parent.beta:g} at {'.'.join(parts[:i])}, L={residuals}, m={m}"
-            return (residuals * added) ** (-1.0 / (2 * m)), where
+        if not (isinstance(parent, Residual) and parts[i] == "body"):
+            continue
+        alpha, beta = abs(parent.alpha), abs(parent.beta)
+        if alpha < 1.0 or any(isinstance(sub, _NORMS) for sub in parent.body.modules()):
+            return 1.0, ""  # weighted, or the body's scale is its norm's (AutoInit tunes that)
+        m = sum(1 for sub in parent.body.modules() if isinstance(sub, torch.nn.Linear | torch.nn.Conv2d))
+        excess = residuals * beta**2 * beta**m / alpha**2  # L s^2 / alpha^2
+        if excess <= 1.01:
+            return 1.0, ""
+        where = f"alpha={parent.alpha:g}, beta={parent.beta:g} at {'.'.join(parts[:i])}, L={residuals}, m={m}"
+        return excess ** (-1.0 / (2 * m)), where
     return 1.0, ""

@@ -259,6 +259,8 @@ def _check_targets(y: Tensor | None, output_shape: list[int]) -> None:
                 f"{output_shape} ({outputs} per sample)"
             )
         return
+    if y.dtype == torch.bool or y.is_complex():
+        raise ValueError(f"data 'y' must hold integer class labels or float targets, but has dtype {y.dtype}")
     if y.dim() != 1:
         raise ValueError(f"data 'y' class labels must be one integer per sample, but got shape {list(y.shape)}")
     if len(output_shape) != 1 or outputs < 2:

@@ -96,6 +96,28 @@ def test_a_submission_whose_labels_do_not_fit_the_network_output_is_refused_at_i
     assert api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": fits}}).status_code in (200, 201, 202)
 
 
+def test_uploading_a_batch_stored_before_labels_were_described_brings_its_shape_up_to_date(api: httpx.Client, db_url: str) -> None:
+    """A batch stored without the labels' shape and class count skips the labels check; the
+    same content uploaded again (200, the same id) records them, and the check applies."""
+    from sqlalchemy import update
+
+    from service.db import make_engine
+    from service.models import DataBatch
+
+    y = [i % 5 for i in range(8)]
+    batch = api.post("/v1/batches", json={"x": X, "y": y}).json()["id"]
+    engine = make_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(update(DataBatch).where(DataBatch.id == batch).values(shape={"x": [8, 4], "labels": "class"}))
+    engine.dispose()
+    legacy = api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": batch, **TINY}})
+    assert legacy.status_code in (200, 201, 202), legacy.text
+    again = api.post("/v1/batches", json={"x": X, "y": y})
+    assert again.status_code == 200 and again.json()["id"] == batch
+    problem = _problem(api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": batch, "seed": 1}}), 422)
+    assert problem["errors"][0]["path"] == "spec.blocks[1]", problem
+
+
 def test_the_batch_is_part_of_the_cache_key(api: httpx.Client) -> None:
     a = api.post("/v1/batches", json={"x": X, "y": Y}).json()["id"]
     b = api.post("/v1/batches", json={"x": X}).json()["id"]

@@ -83,26 +83,30 @@ def test_a_real_batch_is_accepted(form: str) -> None:
         (np.zeros((1, 64), np.float32), "N >= 2"),
         ({"x": np.zeros((8, 64), np.float32), "y": np.arange(8) + 5}, r"in \[0, 9\] for 10 logits, but range over \[5, 12\]"),
         ({"x": np.zeros((8, 64), np.float32), "y": np.zeros((8, 2), np.int64)}, "one integer per sample"),
+        ({"x": np.zeros((8, 64), np.float32), "y": np.zeros(8, bool)}, "dtype torch.bool"),
         ({"x": np.zeros((8, 64), np.float32), "y": np.zeros((8, 3), np.float32)}, r"3 float target\(s\) per sample but the network outputs \[10\]"),
     ],
-    ids=["input-shape", "no-x", "one-sample", "label-range", "label-shape", "float-width"],
+    ids=["input-shape", "no-x", "one-sample", "label-range", "label-shape", "boolean-labels", "float-width"],
 )
 def test_unusable_data_is_a_clear_error(data: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         condition(EXAMPLE_MLP, data=data, options=LEAN)
 
 
-def test_float_targets_of_shape_n_are_accepted_for_a_single_output_and_scored_by_every_stage() -> None:
-    """One float target per sample, given as [N], is the [N, 1] output's shape (the targets
-    check accepts it, worker._moments.task_loss reshapes rather than broadcasts): the
-    diagnostics and the probe run on it without a note of failure."""
+def test_float_targets_of_shape_n_give_the_report_of_shape_n_by_1_for_a_single_output() -> None:
+    """One float target per sample, given as [N], is the [N, 1] output's shape: every
+    diagnostic and the probe score it as such (worker._moments.task_loss reshapes rather than
+    broadcasting to [N, N], which gave other figures without an error)."""
     spec = {"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
                                             {"layers": [{"type": "linear", "out": 1}]}]}  # fmt: skip
     x = torch.randn(32, 16, generator=torch.Generator().manual_seed(0))
-    report = condition(spec, data={"x": x, "y": x[:, 0] * 2.0}, options=FAST)
-    assert not [r for r in report.reasons if "failed" in r], report.reasons
-    assert {"scaling", "hessian"} <= set(report.environment.diagnostics)
-    assert report.tuning.probe is not None and report.tuning.probe.targets == "given"
+    flat = condition(spec, data={"x": x, "y": x[:, 0] * 2.0}, options=FAST)
+    column = condition(spec, data={"x": x, "y": x[:, :1] * 2.0}, options=FAST)
+    assert not [r for r in flat.reasons if "failed" in r], flat.reasons
+    assert {"scaling", "hessian"} <= set(flat.environment.diagnostics)
+    measured = {k: v for k, v in column.components.items() if v is not None}
+    assert measured.keys() >= {"gamma_log_spread", "probe_loss"}
+    assert {k: flat.components[k] for k in measured} == pytest.approx(measured, rel=1e-9)
 
 
 def test_non_finite_data_gives_a_prune_report_not_an_exception() -> None:

@@ -356,26 +356,28 @@ def _stream_growth(spec: dict[str, Any], scales: dict[str, float], x: torch.Tens
     return seen[1] / seen[0]
 
 
-@pytest.mark.parametrize(("alpha", "beta"), [(1.0, 1.0), (1.0, 2.0)])
+@pytest.mark.parametrize(("alpha", "beta"), [(1.0, 1.0), (1.0, 2.0), (2.0, 1.0)])
 def test_unweighted_residual_bodies_add_one_over_l_of_the_stream_and_weighted_ones_are_left(alpha: float, beta: float) -> None:
-    """B.7: a block x + beta F(x) with E[(beta F)^2] = s^2 E[x^2] multiplies the forward second
-    moment by (1 + s^2). Section 11's closed form makes E[F^2] = E[x^2], so 12 blocks with
-    alpha = 1, beta = 1 grow it 2^12-fold (beta = 2: 32^12 with section 11's factor c = beta
-    per layer); the residual share (L beta^2 beta^m)^(-1/(2m)) on each of a body's m = 2 layers
-    leaves s^2 = 1/L, a growth of (1 + 1/12)^12 = 2.6. Tolerance: the measured growth within a
-    factor 1.5 of that (finite width 256, batch 256), and above 100 without the share."""
+    """B.7: a block alpha x + beta F(x) with E[(beta F)^2] = s^2 E[x^2] multiplies the forward
+    second moment by (alpha^2 + s^2). Section 11's closed form makes E[F^2] = |beta|^m E[x^2]
+    (its factor |beta| per layer), so 12 blocks with alpha = beta = 1 grow it 2^12-fold (beta = 2:
+    17^12; alpha = 2: 5^12). The residual share (L s^2 / alpha^2)^(-1/(2m)) on each of a body's
+    m = 2 layers leaves s^2 = alpha^2 / L, a growth of alpha^(2L) (1 + 1/12)^12 = 2.6 alpha^24.
+    Tolerance: the measured growth within a factor 1.5 of that (finite width 256, batch 256), and
+    over 4 times that without the share."""
     spec, depth = _residual_mlp(12, alpha, beta), 12
     x = _x([64], 256)
     result = balance(build_model(spec, seed=0), x, rounds=0)
     shares = [m for m in result.multipliers if m.kind == "residual_share"]
     assert len(shares) == 2 * depth
-    assert all(m.value == pytest.approx((depth * beta**4) ** -0.25) for m in shares)
-    growth, expected = _stream_growth(spec, result.scales, x), (1 + 1 / depth) ** depth
-    assert expected / 1.5 < growth < expected * 1.5, growth
+    assert all(m.value == pytest.approx((depth * beta**4 / alpha**2) ** -0.25) for m in shares)
+    expected = alpha ** (2 * depth) * (1 + 1 / depth) ** depth
+    growth = _stream_growth(spec, result.scales, x)
+    assert expected / 1.5 < growth < expected * 1.5, growth / expected
     without = dict(result.scales)
     for m in shares:
         without[m.name] /= m.value
-    assert _stream_growth(spec, without, x) > 100
+    assert _stream_growth(spec, without, x) > 4 * expected
 
 
 @pytest.mark.parametrize(("alpha", "beta"), [(0.8, 0.6), (1.0, 12**-0.5), (1.0, 0.5), (1.0, 0.1)])
@@ -393,3 +395,14 @@ def test_a_residual_body_with_a_norm_gets_no_residual_share() -> None:
         block["layers"][0]["body"].insert(2, {"type": "batchnorm"})
     result = balance(build_model(spec, seed=0), _x([64], 64), rounds=0)
     assert not [m for m in result.multipliers if m.kind == "residual_share"]
+
+
+def test_in_nested_residuals_the_innermost_block_decides_the_share() -> None:
+    """Unweighted blocks inside a weighted block's body get their share; the weighted block's
+    own layers do not."""
+    inner = {"type": "residual", "alpha": 1.0, "beta": 1.0, "body": [{"type": "relu"}, {"type": "linear", "out": 64}]}
+    outer = {"type": "residual", "alpha": 0.8, "beta": 0.6, "body": [{"type": "linear", "out": 64}, *[dict(inner) for _ in range(6)]]}
+    spec = {"input_shape": [64], "blocks": [{"layers": [outer]}, {"layers": [{"type": "linear", "out": 10}]}]}
+    result = balance(build_model(spec, seed=0), _x([64], 64), rounds=0)
+    shared = {m.name for m in result.multipliers if m.kind == "residual_share"}
+    assert shared == {f"blocks.0.0.body.{i}.body.1.weight" for i in range(1, 7)}
