@@ -21,8 +21,8 @@ from typing import Any
 __all__ = ["compute_to_reach", "e2e", "epochs_to_reach", "summarize_seed"]
 
 SEEDS = (0, 1, 2, 3, 4)
-TRIALS = 24  # the demo's defaults are 20 trials of 20 epochs: more trials, fewer epochs, to fit the CPU budget
-EPOCHS = 8
+TRIALS = 20  # the demo's defaults (`preflight demo`, `make demo`)
+EPOCHS = 20
 
 
 def compute_to_reach(trials: list[dict[str, Any]], target: float) -> float:
@@ -84,7 +84,7 @@ def e2e(
     out: Path, seeds: tuple[int, ...] = SEEDS, trials: int = TRIALS, epochs: int = EPOCHS, log=print
 ) -> dict[str, Any]:
     """Run (or reuse) the demo for each seed; per-seed figures and the median ratios. A seed's
-    cached run is reused only when it had the same trials and the same engine (its source hash)."""
+    cached run is reused only when it had the same trials, epochs and engine (its source hash)."""
     from bench.run import engine_version
 
     per_seed: dict[int, dict[str, Any]] = {}
@@ -94,7 +94,9 @@ def e2e(
         results = folder / "results.json"
         engine = folder / "engine_version"
         cached = (
-            results.exists() and json.loads(results.read_text())["args"].get("trials") == trials
+            results.exists()
+            and {k: json.loads(results.read_text())["args"].get(k) for k in ("trials", "epochs")}
+            == {"trials": trials, "epochs": epochs}
             and engine.exists() and engine.read_text().strip() == engine_version()
         )  # fmt: skip
         if not cached:
