@@ -30,7 +30,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench --extra probe_length --extra output_std --extra gaussian_path
 
 lint: $(STAMP)
 	$(BIN)/ruff check nas service worker bench tests

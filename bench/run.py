@@ -257,9 +257,25 @@ def imap_spawned(task: Callable[[Any], Any], tasks: list[Any], jobs: int = 2) ->
         yield from pool.imap_unordered(task, tasks)
 
 
+def extra_key() -> str:
+    """What an extra that reads the cache depends on: the engine's source and the shipped
+    score weights (they choose the survivors and the verdicts)."""
+    import worker
+
+    weights = Path(worker.__file__).parent / "score_weights.json"
+    return f"{engine_version()}:{hashlib.sha256(weights.read_bytes()).hexdigest()[:16]}"
+
+
+def cached_extra(out: Path, name: str) -> bool:
+    """Whether ``<out>/<name>.json`` was written by this engine with these weights."""
+    path = out / f"{name}.json"
+    return path.exists() and read_json(path).get("key") == extra_key()
+
+
 def finish_extra(out: Path, name: str, result: dict[str, Any]) -> int:
-    """An extra benchmark's end: its result to ``<out>/<name>.json``, its summary printed."""
-    write_json(out / f"{name}.json", result)
+    """An extra benchmark's end: its result to ``<out>/<name>.json`` (with ``extra_key``), its
+    summary printed."""
+    write_json(out / f"{name}.json", result | {"key": extra_key()})
     print(json.dumps(result["summary"], indent=1))
     return 0
 
