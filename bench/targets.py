@@ -165,7 +165,7 @@ def _e2e_why(e2e: dict[str, Any]) -> str:
         )  # fmt: skip
         parts.append(
             f"seed {seed}: the ungated search reached {best:.3f} after {ungated['compute_to_ungated_best']:.1f} s; "
-            f"the gated one {reach}, {gated['pruned_before']} trials pruned{share}"
+            f"the gated one {reach}, {gated['pruned_before']} trial{'s' if gated['pruned_before'] != 1 else ''} pruned{share}"
         )
     gated = [f["preflight gate"] for f in e2e["seeds"].values() if isinstance(f.get("preflight gate"), dict)]
     epochs = statistics.median(g["epochs_ratio_to_ungated"] for g in gated) if gated else math.nan

@@ -1,8 +1,8 @@
 """Data batches: a client's own inputs (and labels) that candidates are conditioned on.
 
 Without data a worker conditions on a Gaussian batch and its trainability probe fits random
-labels; on the benchmark that flags untrainable candidates with precision 0.86 at recall 0.83
-(held-out), against 1.00 at 0.91 on a real labelled batch (docs/conditioning.md, section 7).
+labels; on the benchmark that flags untrainable candidates with precision 0.82 at recall 0.74
+(held-out), against 1.00 at 0.84 on a real labelled batch (docs/conditioning.md, section 7).
 ``POST /v1/batches`` stores a batch once under the SHA-256 of its content; a submission names
 it with the option ``data`` (part of the cache key), and the worker hands it to
 ``worker.condition(spec, data={"x": ..., "y": ...})``.
