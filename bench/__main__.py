@@ -208,9 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         read_json(out / "e2e.json") if (out / "e2e.json").exists() and not args.smoke else None
     )
     context["e2e"] = _e2e_text(e2e_result)
-    ablation = out / "output_std.json"
-    context["output_std"] = read_json(ablation)["summary"] if ablation.exists() else None
-    for extra in ("probe_length", "gaussian_path"):
+    for extra in REPORT_EXTRAS:
         path = out / f"{extra}.json"
         context[extra] = read_json(path)["summary"] if path.exists() else None
     context["targets"] = target_lines(figures, e2e_result)

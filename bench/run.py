@@ -250,7 +250,6 @@ def run_stage(
     return time.perf_counter() - start
 
 
-
 def imap_spawned(task: Callable[[Any], Any], tasks: list[Any], jobs: int = 2) -> Iterable[Any]:
     """``task`` over ``tasks`` in ``jobs`` spawned processes, results in completion order."""
     with get_context("spawn").Pool(jobs) as pool:
@@ -278,4 +277,3 @@ def finish_extra(out: Path, name: str, result: dict[str, Any]) -> int:
     write_json(out / f"{name}.json", result | {"key": extra_key()})
     print(json.dumps(result["summary"], indent=1))
     return 0
-
