@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["EngineCrashed", "EngineError", "EngineProcess", "resolve_device"]
+__all__ = ["EngineCrashed", "EngineError", "EngineProcess", "resolve_device", "warm_up"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,32 @@ def _die_with_parent() -> None:
         pass
 
 
+# A network small enough to condition in milliseconds once the libraries are loaded.
+_WARM_UP_SPEC: dict[str, Any] = {
+    "name": "engine-warm-up",
+    "input_shape": [8],
+    "blocks": [{"layers": [{"type": "linear", "out": 8}, {"type": "relu"}]}, {"layers": [{"type": "linear", "out": 2}]}],
+}
+
+
+def warm_up(device: str) -> float:
+    """Condition a tiny network once, so that the first candidate does not pay the process's
+    one-time costs: PyTorch loads parts of itself lazily on first use (``torch.optim``
+    imports ``torch._dynamo``, about 2 s on a CPU core), and a GPU creates its context and
+    library handles. Returns the seconds it took; a failure is logged, not raised (the jobs
+    will report what is wrong)."""
+    import time
+
+    from worker.condition import condition
+
+    started = time.perf_counter()
+    try:
+        condition(_WARM_UP_SPEC, None, {"device": device, "seed": 0})
+    except Exception:  # pragma: no cover - a broken install or device; the first job says what
+        log.warning("the engine's warm-up on %s failed", device, exc_info=True)
+    return time.perf_counter() - started
+
+
 def _serve(connection: Connection, device: str) -> None:
     """The child: resolve the device, then condition each (spec, options) it is sent."""
     _die_with_parent()
@@ -80,6 +106,7 @@ def _serve(connection: Connection, device: str) -> None:
     except Exception as exc:
         connection.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
+    warm_up(resolved)
     connection.send(("ready", resolved))
     while True:
         try:
