@@ -127,6 +127,15 @@ def _e2e_text(result: dict | None) -> str:
         + ", ".join(f"{k} {v:.2f}" for k, v in result["median_ratio"].items())
         + ".",
     ]
+    if result.get("median_oracle_gate_ratio") is not None:
+        lines += [
+            "",
+            "The bound on any gate (`bench.e2e.oracle_gate_ratio`): a perfect gate that cost nothing "
+            f"and skipped every candidate whose training failed (validation accuracy below {e2e.FAILED_TO_TRAIN}) "
+            "would, on the ungated search's own proposals, reach its best at "
+            + ", ".join(f"{f['oracle_gate_ratio']:.2f}" for f in result["seeds"].values())
+            + f" x its compute (seeds in order; median {result['median_oracle_gate_ratio']:.2f}).",
+        ]
     return "\n".join(lines)
 
 

@@ -18,11 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["compute_to_reach", "e2e", "epochs_to_reach", "summarize_seed"]
+__all__ = ["compute_to_reach", "e2e", "epochs_to_reach", "oracle_gate_ratio", "summarize_seed"]
 
 SEEDS = (0, 1, 2, 3, 4)
 TRIALS = 20  # the demo's defaults (`preflight demo`, `make demo`)
 EPOCHS = 20
+# A trial whose training ended below this validation accuracy did not train (chance: 0.1).
+FAILED_TO_TRAIN = 0.5
 
 
 def compute_to_reach(trials: list[dict[str, Any]], target: float) -> float:
@@ -52,12 +54,35 @@ def epochs_to_reach(trials: list[dict[str, Any]], target: float) -> float:
     return math.inf
 
 
+def oracle_gate_ratio(trials: list[dict[str, Any]], target: float, floor: float = FAILED_TO_TRAIN) -> float:
+    """What a perfect gate that costs nothing would get on these very trials: it skips every
+    trial whose training ended below ``floor`` (the ones that did not train), the others
+    train as they did. Its compute to ``target`` over the trials' own: the most that pruning
+    before training can save while the sampler proposes the same candidates (``inf`` when
+    no trial reaches ``target``).
+
+    >>> oracle_gate_ratio([{"accuracy": 0.1, "train_seconds": 3.0},
+    ...                    {"accuracy": 0.9, "train_seconds": 1.0}], 0.9)
+    0.25
+    """
+    spent = kept = 0.0
+    for t in trials:
+        seconds = float(t.get("train_seconds") or 0.0)
+        spent += seconds
+        accuracy = t.get("accuracy")
+        if accuracy is not None and accuracy >= floor:
+            kept += seconds
+        if accuracy is not None and accuracy >= target:
+            return kept / spent if spent > 0 else math.nan
+    return math.inf
+
+
 def summarize_seed(results: dict[str, Any]) -> dict[str, Any]:
     searches = {s["name"]: s["trials"] for s in results["searches"]}
     ungated = searches["no gate"]
     best = max((t["accuracy"] for t in ungated if t.get("accuracy") is not None), default=math.nan)
     base = compute_to_reach(ungated, best)
-    out: dict[str, Any] = {"ungated_best_accuracy": best}
+    out: dict[str, Any] = {"ungated_best_accuracy": best, "oracle_gate_ratio": oracle_gate_ratio(ungated, best)}
     for name, trials in searches.items():
         spent = compute_to_reach(trials, best)
         accs = [t["accuracy"] for t in trials if t.get("accuracy") is not None]
@@ -127,6 +152,7 @@ def e2e(
     return {
         "seeds": per_seed,
         "median_ratio": median,
+        "median_oracle_gate_ratio": statistics.median(f["oracle_gate_ratio"] for f in per_seed.values()),
         "failures": failures,
         "trials": trials,
         "epochs": epochs,

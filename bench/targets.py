@@ -6,6 +6,8 @@ import math
 import statistics
 from typing import Any
 
+from bench.e2e import FAILED_TO_TRAIN
+
 __all__ = ["target_lines"]
 
 
@@ -188,4 +190,26 @@ def _e2e_why(e2e: dict[str, Any]) -> str:
         "validation digits (one digit = 0.002), so there is little training for the gate to save. "
         f"Conditioning is a median {_fmt(share)} of the gated search's compute: {cond_s:.2f} s per "
         f"candidate, against {train_s:.2f} s to train one for {epochs_per_trial} epochs (medians)."
+        + _oracle_why(e2e)
+    )
+
+
+def _oracle_why(e2e: dict[str, Any]) -> str:
+    """The bound on any gate: a perfect, free one on the ungated search's own proposals."""
+    oracle = e2e.get("median_oracle_gate_ratio")
+    if oracle is None:
+        return ""
+    per_seed = ", ".join(_fmt(f["oracle_gate_ratio"]) for f in e2e["seeds"].values())
+    if oracle > 0.5:
+        reading = (
+            "so no gate that prunes before training can meet the target on this demo, whatever its "
+            "score; the rest would have to come from the tuned initialization training the same "
+            "candidates to a higher accuracy"
+        )
+    else:
+        reading = "so pruning alone could meet the target here: the score or its cut falls short"
+    return (
+        f" A perfect gate that cost nothing and skipped every candidate whose training failed "
+        f"(validation accuracy below {FAILED_TO_TRAIN}), on the ungated search's own proposals, "
+        f"would get a median ratio of {_fmt(oracle)} (per seed {per_seed}), {reading}."
     )

@@ -31,3 +31,19 @@ def test_summary_compares_each_search_with_the_ungated_best():
     assert got["no gate"]["ratio_to_ungated"] == pytest.approx(1.0)
     assert got["preflight gate"]["ratio_to_ungated"] == pytest.approx(4.0 / 8.0)
     assert got["preflight gate"]["pruned_before"] == 1
+
+
+def test_the_oracle_gate_skips_only_the_trials_that_did_not_train_and_stops_at_the_target():
+    trials = [_trial(0.1, 3.0), _trial(0.95, 2.0), _trial(0.0, 0.5), _trial(0.97, 1.0), _trial(0.2, 9.0)]
+    # kept up to the target 0.97: 2.0 + 1.0 of the 6.5 s the trials spent to get there
+    assert e2e.oracle_gate_ratio(trials, 0.97) == pytest.approx(3.0 / 6.5)
+    assert e2e.oracle_gate_ratio(trials, 0.95) == pytest.approx(2.0 / 5.0)
+    assert math.isinf(e2e.oracle_gate_ratio(trials, 0.99))
+
+
+def test_summary_bounds_the_gate_by_the_oracle_on_the_ungated_trials():
+    results = {"searches": [
+        {"name": "no gate", "trials": [_trial(0.1, 4.0), _trial(0.9, 4.0)]},
+        {"name": "preflight gate", "trials": [_trial(None, 0.0, 0.5, "pruned-before", 0), _trial(0.92, 3.0, 0.5)]},
+    ]}  # fmt: skip
+    assert e2e.summarize_seed(results)["oracle_gate_ratio"] == pytest.approx(0.5)
