@@ -105,6 +105,26 @@ def summarize_seed(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _survivors_score_spearman(out: Path, seeds: tuple[int, ...]) -> dict[str, float]:
+    """How well the score ranks the candidates that do train: its Spearman with the accuracy
+    the gated search's survivors reached (those that trained, pooled over the seeds)."""
+    from bench.metrics import spearman
+
+    scores, accuracies = [], []
+    for seed in seeds:
+        results = out / "e2e" / f"seed{seed}" / "results.json"
+        if not results.exists():
+            continue
+        for search in json.loads(results.read_text())["searches"]:
+            if search["name"] != "preflight gate":
+                continue
+            for t in search["trials"]:
+                if t["state"] == "complete" and (t.get("accuracy") or 0.0) >= FAILED_TO_TRAIN and t.get("score") is not None:
+                    scores.append(float(t["score"]))
+                    accuracies.append(float(t["accuracy"]))
+    return {"n": len(scores), "spearman": spearman(scores, accuracies) if len(scores) > 2 else math.nan}
+
+
 def e2e(
     out: Path, seeds: tuple[int, ...] = SEEDS, trials: int = TRIALS, epochs: int = EPOCHS, log=print
 ) -> dict[str, Any]:
@@ -153,6 +173,7 @@ def e2e(
         "seeds": per_seed,
         "median_ratio": median,
         "median_oracle_gate_ratio": statistics.median(f["oracle_gate_ratio"] for f in per_seed.values()),
+        "survivors_score_spearman": _survivors_score_spearman(out, seeds),
         "failures": failures,
         "trials": trials,
         "epochs": epochs,

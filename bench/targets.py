@@ -200,11 +200,16 @@ def _oracle_why(e2e: dict[str, Any]) -> str:
     if oracle is None:
         return ""
     per_seed = ", ".join(_fmt(f["oracle_gate_ratio"]) for f in e2e["seeds"].values())
+    survivors = e2e.get("survivors_score_spearman") or {}
     if oracle > 0.5:
         reading = (
-            "so no gate that prunes before training can meet the target on this demo, whatever its "
-            "score; the rest would have to come from the tuned initialization training the same "
-            "candidates to a higher accuracy"
+            "so flagging the candidates that fail to train, however well, cannot meet the target on "
+            "this demo. Meeting it would take a gate that also skips candidates which train well but "
+            "end a few validation digits below the best, i.e. one that ranks working candidates by "
+            "their final accuracy (the score's Spearman with the accuracy of the gated search's "
+            f"survivors is {_fmt(survivors.get('spearman', math.nan))} over {survivors.get('n', 0)}: "
+            "it measures conditioning, not that), or a tuned initialization that trains the same "
+            "candidates to a clearly higher accuracy"
         )
     else:
         reading = "so pruning alone could meet the target here: the score or its cut falls short"
