@@ -195,7 +195,7 @@ def _e2e_why(e2e: dict[str, Any]) -> str:
 
 
 def _oracle_why(e2e: dict[str, Any]) -> str:
-    """The bound on any gate: a perfect, free one on the ungated search's own proposals."""
+    """The bound on flagging: a perfect, free gate on the ungated search's own proposals."""
     oracle = e2e.get("median_oracle_gate_ratio")
     if oracle is None:
         return ""
