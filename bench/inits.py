@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-__all__ = ["PEERS", "gradinit_", "lsuv_"]
+__all__ = ["PEERS", "gradinit_", "initialize", "lsuv_"]
 
 _WEIGHTED = (nn.Linear, nn.Conv2d)
 
@@ -140,3 +140,13 @@ PEERS: dict[str, Callable[[nn.Module, Tensor, Tensor], nn.Module]] = {
     "lsuv": lsuv_,
     "gradinit": gradinit_,
 }
+
+
+def initialize(name: str, model: nn.Module, x: Tensor, y: Tensor, seed: int = 0) -> nn.Module:
+    """Peer ``name`` on ``model``, with the global random generator it draws from
+    (``reset_parameters``, ``nn.init``) seeded and restored afterwards: unseeded, a peer's
+    weights depended on what the process had drawn before, i.e. on the order in which a
+    stage's workers took the candidates, and ``make bench`` did not reproduce its figures."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return PEERS[name](model, x, y)

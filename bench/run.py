@@ -32,13 +32,13 @@ import torch
 import nas
 from bench.candidates import Candidate
 from bench.datasets import load_key
-from bench.inits import PEERS
+from bench.inits import PEERS, initialize
 from bench.protocol import Protocol, step_seconds, train
 from bench.proxies import compute_proxies
 
 __all__ = ["STAGES", "cached", "condition_candidate", "finish_extra", "imap_spawned", "run_stage"]
 
-STAGE_VERSION = {"proxies": 1, "preflight": 1, "spec": 1, "tuned": 1, "peers": 1}
+STAGE_VERSION = {"proxies": 1, "preflight": 1, "spec": 1, "tuned": 1, "peers": 2}
 MODEL_SEED = 0
 BATCH = 64  # proxies, Preflight and the init peers see the same first 64 training samples
 
@@ -142,9 +142,9 @@ def _peers(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any
     data = load_key(candidate.dataset)
     x, y = data.batch(BATCH)
     results = {}
-    for name, peer in PEERS.items():
+    for name in PEERS:
         start = time.perf_counter()
-        initialized = peer(_model(candidate), x, y)
+        initialized = initialize(name, _model(candidate), x, y, seed=MODEL_SEED)
         init_seconds = time.perf_counter() - start
         state = {k: v.clone() for k, v in initialized.state_dict().items()}
 
