@@ -18,7 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["compute_to_reach", "e2e", "epochs_to_reach", "oracle_gate_ratio", "summarize_seed"]
+__all__ = [
+    "compute_to_reach",
+    "e2e",
+    "epochs_to_reach",
+    "oracle_gate_ratio",
+    "summarize_seed",
+    "survivors_score_spearman",
+]
 
 SEEDS = (0, 1, 2, 3, 4)
 TRIALS = 20  # the demo's defaults (`preflight demo`, `make demo`)
@@ -105,21 +112,19 @@ def summarize_seed(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _survivors_score_spearman(out: Path, seeds: tuple[int, ...]) -> dict[str, float]:
+def survivors_score_spearman(runs: list[dict[str, Any]]) -> dict[str, float]:
     """How well the score ranks the candidates that do train: its Spearman with the accuracy
-    the gated search's survivors reached (those that trained, pooled over the seeds)."""
+    the gated search's survivors reached (those that trained, pooled over the demo's runs)."""
     from bench.metrics import spearman
 
     scores, accuracies = [], []
-    for seed in seeds:
-        results = out / "e2e" / f"seed{seed}" / "results.json"
-        if not results.exists():
-            continue
-        for search in json.loads(results.read_text())["searches"]:
+    for results in runs:
+        for search in results["searches"]:
             if search["name"] != "preflight gate":
                 continue
             for t in search["trials"]:
-                if t["state"] == "complete" and (t.get("accuracy") or 0.0) >= FAILED_TO_TRAIN and t.get("score") is not None:
+                trained = t["state"] == "complete" and (t.get("accuracy") or 0.0) >= FAILED_TO_TRAIN
+                if trained and t.get("score") is not None:
                     scores.append(float(t["score"]))
                     accuracies.append(float(t["accuracy"]))
     return {"n": len(scores), "spearman": spearman(scores, accuracies) if len(scores) > 2 else math.nan}
@@ -133,6 +138,7 @@ def e2e(
     from bench.run import engine_version
 
     per_seed: dict[int, dict[str, Any]] = {}
+    runs: list[dict[str, Any]] = []
     failures: dict[int, str] = {}
     for seed in seeds:
         folder = out / "e2e" / f"seed{seed}"
@@ -155,7 +161,8 @@ def e2e(
                 failures[seed] = (done.stdout + done.stderr)[-800:]
                 continue
             engine.write_text(engine_version() + "\n")
-        per_seed[seed] = summarize_seed(json.loads(results.read_text()))
+        runs.append(json.loads(results.read_text()))
+        per_seed[seed] = summarize_seed(runs[-1])
     if not per_seed:
         return {
             "seeds": {},
@@ -173,7 +180,7 @@ def e2e(
         "seeds": per_seed,
         "median_ratio": median,
         "median_oracle_gate_ratio": statistics.median(f["oracle_gate_ratio"] for f in per_seed.values()),
-        "survivors_score_spearman": _survivors_score_spearman(out, seeds),
+        "survivors_score_spearman": survivors_score_spearman(runs),
         "failures": failures,
         "trials": trials,
         "epochs": epochs,

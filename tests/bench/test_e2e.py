@@ -49,9 +49,7 @@ def test_summary_bounds_the_gate_by_the_oracle_on_the_ungated_trials():
     assert e2e.summarize_seed(results)["oracle_gate_ratio"] == pytest.approx(0.5)
 
 
-def test_the_survivors_spearman_pools_the_gated_trials_that_trained(tmp_path):
-    import json
-
+def test_the_survivors_spearman_pools_the_gated_trials_that_trained():
     def gated(*trials):
         return {"searches": [{"name": "no gate", "trials": [_trial(0.9, 1.0)]},
                              {"name": "preflight gate", "trials": list(trials)}]}  # fmt: skip
@@ -59,11 +57,7 @@ def test_the_survivors_spearman_pools_the_gated_trials_that_trained(tmp_path):
     def scored(accuracy, score, state="complete"):
         return {**_trial(accuracy, 1.0, 0.1, state), "score": score}
 
-    seeds = {0: gated(scored(0.90, -0.3), scored(0.95, -0.1), scored(0.0, 0.5)),  # diverged: left out
-             1: gated(scored(0.97, -0.05), scored(None, -0.6, "pruned-before"))}  # fmt: skip
-    for seed, results in seeds.items():
-        folder = tmp_path / "e2e" / f"seed{seed}"
-        folder.mkdir(parents=True)
-        (folder / "results.json").write_text(json.dumps(results))
-    got = e2e._survivors_score_spearman(tmp_path, (0, 1))
+    runs = [gated(scored(0.90, -0.3), scored(0.95, -0.1), scored(0.0, 0.5)),  # diverged: left out
+            gated(scored(0.97, -0.05), scored(None, -0.6, "pruned-before"))]  # fmt: skip
+    got = e2e.survivors_score_spearman(runs)
     assert got == {"n": 3, "spearman": pytest.approx(1.0)}
