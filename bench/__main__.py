@@ -128,14 +128,7 @@ def _e2e_text(result: dict | None) -> str:
         + ".",
     ]
     if result.get("median_oracle_gate_ratio") is not None:
-        lines += [
-            "",
-            "The bound on flagging (`bench.e2e.oracle_gate_ratio`): a perfect gate that cost nothing "
-            f"and skipped every candidate whose training failed (validation accuracy below {e2e.FAILED_TO_TRAIN}) "
-            "would, on the ungated search's own proposals, reach its best at "
-            + ", ".join(f"{f['oracle_gate_ratio']:.2f}" for f in result["seeds"].values())
-            + f" x its compute (seeds in order; median {result['median_oracle_gate_ratio']:.2f}).",
-        ]
+        lines += ["", f"{e2e.oracle_sentence(result)}."]
     return "\n".join(lines)
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "e2e",
     "epochs_to_reach",
     "oracle_gate_ratio",
+    "oracle_sentence",
     "summarize_seed",
     "survivors_score_spearman",
 ]
@@ -82,6 +83,17 @@ def oracle_gate_ratio(trials: list[dict[str, Any]], target: float, floor: float 
         if accuracy is not None and accuracy >= target:
             return kept / spent if spent > 0 else math.nan
     return math.inf
+
+
+def oracle_sentence(result: dict[str, Any]) -> str:
+    """The bound on flagging of an ``e2e`` result in words, per seed and median."""
+    per_seed = ", ".join(f"{f['oracle_gate_ratio']:.2f}" for f in result["seeds"].values())
+    return (
+        "A perfect gate that cost nothing and skipped every candidate whose training failed "
+        f"(validation accuracy below {FAILED_TO_TRAIN}) would, on the ungated search's own "
+        f"proposals, reach its best at {per_seed} x its compute (seeds in order; median "
+        f"{result['median_oracle_gate_ratio']:.2f}; `bench.e2e.oracle_gate_ratio`)"
+    )
 
 
 def summarize_seed(results: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import math
 import statistics
 from typing import Any
 
-from bench.e2e import FAILED_TO_TRAIN
+from bench.e2e import oracle_sentence
 
 __all__ = ["target_lines"]
 
@@ -199,7 +199,6 @@ def _oracle_why(e2e: dict[str, Any]) -> str:
     oracle = e2e.get("median_oracle_gate_ratio")
     if oracle is None:
         return ""
-    per_seed = ", ".join(_fmt(f["oracle_gate_ratio"]) for f in e2e["seeds"].values())
     survivors = e2e.get("survivors_score_spearman") or {}
     if oracle > 0.5:
         reading = (
@@ -213,8 +212,4 @@ def _oracle_why(e2e: dict[str, Any]) -> str:
         )
     else:
         reading = "so pruning alone could meet the target here: the score or its cut falls short"
-    return (
-        f" A perfect gate that cost nothing and skipped every candidate whose training failed "
-        f"(validation accuracy below {FAILED_TO_TRAIN}), on the ungated search's own proposals, "
-        f"would get a median ratio of {_fmt(oracle)} (per seed {per_seed}), {reading}."
-    )
+    return f" {oracle_sentence(e2e)}, {reading}."
