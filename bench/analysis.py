@@ -104,11 +104,11 @@ def _handset(components: dict[str, float | None], thresholds: dict[str, float]) 
 
 def shipped_scores_(rows: list[dict[str, Any]]) -> None:
     """``preflight`` = the score and verdict the shipped engine gives, recomputed by
-    ``worker.score`` from each cached report's components (the score is a pure function of
+    ``worker.engine.score`` from each cached report's components (the score is a pure function of
     them and the thresholds, so a cache computed before the current weights still gives the
     shipped score); ``preflight_handset`` = the pre-calibration score, for reference."""
-    from worker.options import Thresholds
-    from worker.score import score
+    from nas.options import Thresholds
+    from worker.engine.score import score
 
     defaults = Thresholds()
     for r in rows:
@@ -184,7 +184,7 @@ def ranking_table(
 def _calibrate(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """A fresh fit of the shipped form (``bench.calibrate``), whether the shipped weights
     equal it, and every fit choice on the held-out half."""
-    from worker._calibration import load
+    from worker.engine._calibration import load
 
     usable = [r for r in rows if r["components"] and r["tuned_untrainable"] is not None]
     if len(usable) < 10:

@@ -3,7 +3,7 @@
     python -m bench.calibrate           # fit on the cache in bench/out/full, write the weights
     python -m bench.calibrate --check   # exit 1 if the shipped weights differ from a fresh fit
 
-The engine's score (``worker.score``, weights in ``worker/score_weights.json``) is
+The engine's score (``worker.engine.score``, weights in ``worker/engine/score_weights.json``) is
 
     score = -sum_c w_c * f_c,    f_c = log1p(|c| / t_c) if c was measured, else fill_c
 
@@ -19,7 +19,7 @@ Missing components are handled deliberately: a diagnostic skipped under the cost
 ``fill_c`` is the mean of f_c over the training candidates where c *was* measured. A skipped
 diagnostic then costs the expected penalty: neither a reward (the old policy, no penalty)
 nor a punishment. ``non_finite`` is not fitted: it is a hard prune with a fixed penalty
-(``worker._calibration.NON_FINITE_PENALTY``), and candidates with it are left out of the regression.
+(``worker.engine._calibration.NON_FINITE_PENALTY``), and candidates with it are left out of the regression.
 
 The prune threshold is where a logistic fit, on the training split, of "untrainable" on the
 score crosses 1/2: the verdict prunes a candidate more likely untrainable than not. The first
@@ -53,7 +53,7 @@ from scipy.optimize import nnls
 
 from bench import metrics
 from bench.metrics import precision_recall_curve
-from worker._calibration import COMPONENTS as ENGINE_COMPONENTS
+from worker.engine._calibration import COMPONENTS as ENGINE_COMPONENTS
 
 __all__ = [
     "COMPONENTS",
@@ -73,7 +73,7 @@ COMPONENTS = ENGINE_COMPONENTS
 TRUTHS = ("A", "B", "both")
 SHIPPED_TRUTH = "B"
 ROOT = Path(__file__).resolve().parent.parent
-WEIGHTS_FILE = ROOT / "worker" / "score_weights.json"
+WEIGHTS_FILE = ROOT / "worker" / "engine" / "score_weights.json"
 
 
 def split(ids_by_family: dict[str, list[str]]) -> tuple[list[str], list[str]]:
@@ -169,7 +169,7 @@ def _threshold(scores: np.ndarray, untrainable: Sequence[bool], rule: str = "log
 def _logistic_cut(scores: np.ndarray, untrainable: Sequence[bool]) -> float:
     from scipy.optimize import minimize
 
-    from worker._calibration import NON_FINITE_PENALTY
+    from worker.engine._calibration import NON_FINITE_PENALTY
 
     s = np.asarray(scores, dtype=np.float64)
     y = np.asarray(untrainable, dtype=np.float64)
@@ -279,8 +279,8 @@ def _threshold_of(rows: list[dict[str, Any]], name: str) -> float:
 
 
 def score_row(model: dict[str, Any], r: dict[str, Any]) -> float:
-    """The shipped form on a benchmark row, hard failures included (``worker.score``)."""
-    from worker._calibration import NON_FINITE_PENALTY
+    """The shipped form on a benchmark row, hard failures included (``worker.engine.score``)."""
+    from worker.engine._calibration import NON_FINITE_PENALTY
 
     row = features(r["components"], r["component_thresholds"], COMPONENTS)
     value = apply(model, np.where(row >= 50.0, math.nan, row), COMPONENTS)
@@ -317,7 +317,7 @@ def compare(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def shipped_file(model: dict[str, Any], alone: dict[str, Any], engine: str) -> dict[str, Any]:
-    """What ``worker/score_weights.json`` holds: the fit with the probe (``model``) at the top
+    """What ``worker/engine/score_weights.json`` holds: the fit with the probe (``model``) at the top
     level, the fit without it (``alone``) under ``without_probe``, and provenance."""
     keep = ("form", "truth", "fill_policy", "cut_rule", "weights", "fill", "thresholds", "prune_below",
             "recall_target", "intercept", "train_rmse", "train_n", "train_ids")  # fmt: skip

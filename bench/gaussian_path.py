@@ -3,7 +3,7 @@
     python -m bench.gaussian_path        # (= python -m bench --extra gaussian_path)
 
 A submission without ``options.data`` is conditioned on a Gaussian batch of the input shape
-(``worker.condition(spec)``), and the trainability probe then fits random classes: a
+(``worker.engine.pipeline(spec)``), and the trainability probe then fits random classes: a
 memorization probe, scored with the weights fitted on labelled probes. This runs exactly that
 on every benchmark candidate (every option at its default) and measures the engine's own score
 and verdict against ground truth B (trained from the tuned initialization of the *real-batch*
@@ -36,7 +36,7 @@ def _task(cid: str) -> tuple[str, float, str | None]:
 
     torch.set_num_threads(1)
     candidate = {c.id: c for c in sample_candidates(160, seed=0)}[cid]
-    report = worker.condition(candidate.spec)
+    report = worker.engine.pipeline(candidate.spec)
     return cid, math.nan if report.score is None else float(report.score), report.verdict
 
 

@@ -41,7 +41,7 @@ def _task(args: tuple[str, str, float | None]) -> tuple[str, str, float]:
     candidate = {c.id: c for c in sample_candidates(160, seed=0)}[cid]
     data = load_key(candidate.dataset)
     x, y = data.batch(BATCH)
-    report = worker.condition(candidate.spec, data={"x": x, "y": y}, options={"output_std": output_std})
+    report = worker.engine.pipeline(candidate.spec, data={"x": x, "y": y}, options={"output_std": output_std})
     result = train(lambda: _model(candidate, dict(report.scales)), data, FULL)
     return cid, name, result.best_loss
 
@@ -74,9 +74,9 @@ def summarize(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from worker._calibration import load
-    from worker.options import ConditionOptions, Thresholds
-    from worker.score import score
+    from worker.engine._calibration import load
+    from nas.options import ConditionOptions, Thresholds
+    from worker.engine.score import score
 
     out = Path(argv[0]) if argv else ROOT / "bench" / "out" / "full"
     thresholds = Thresholds()

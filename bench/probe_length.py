@@ -3,7 +3,7 @@
     python -m bench.probe_length        # (= python -m bench --extra probe_length)
 
 For every candidate with a cached Preflight report and tuned-init ground truth (B), runs the
-engine's probe (``worker.probe.run_probe``) from the tuned initialization for ``MAX_STEPS``
+engine's probe (``worker.engine.probe.run_probe``) from the tuned initialization for ``MAX_STEPS``
 steps at each rate of the default grid, on the batch Preflight sees. The loss the probe
 records before step ``k`` is what a ``k``-step probe would end on, so one run gives every
 length. For each length and rate subset it reports, on the calibration's training half and
@@ -39,8 +39,8 @@ def _task(args: tuple[str, dict[str, float]]) -> tuple[str, dict[str, list[float
     from bench.candidates import sample_candidates
     from bench.datasets import load_key
     from bench.run import BATCH, _model
-    from worker.options import ConditionOptions
-    from worker.probe import run_probe
+    from nas.options import ConditionOptions
+    from worker.engine.probe import run_probe
 
     cid, scales = args
     torch.set_num_threads(1)
@@ -59,7 +59,7 @@ def probe_at(
 ) -> float:
     """The probe figure a ``steps``-step probe at ``rates`` gives, from longer curves: the
     lowest loss at step ``steps`` over the rates, normalized and capped as the engine does."""
-    from worker.probe import CAP
+    from worker.engine.probe import CAP
 
     best = math.inf
     for rate in rates:

@@ -85,7 +85,7 @@ def _gaussian_path_md(summary: dict[str, Any] | None) -> list[str]:
         return ["Not run (`python -m bench.gaussian_path`)."]
     lines = [
         "`python -m bench.gaussian_path`: every candidate conditioned as the service does without "
-        "`options.data` (`worker.condition(spec)`: a Gaussian batch, the probe on random labels, "
+        "`options.data` (`worker.engine.pipeline(spec)`: a Gaussian batch, the probe on random labels, "
         "every option at its default), its score and verdict against ground truth B, next to the "
         "same engine on the labelled batch above.",
         "",
@@ -105,7 +105,7 @@ def _probe_length_md(summary: list[dict[str, Any]] | None) -> list[str]:
     if not summary:
         return ["Not run (`python -m bench.probe_length`)."]
     lines = [
-        "`python -m bench.probe_length`: the engine's trainability probe (`worker/probe.py`) "
+        "`python -m bench.probe_length`: the engine's trainability probe (`worker/engine/probe.py`) "
         "from each candidate's tuned initialization, on the batch Preflight sees, with its "
         "labels; the probe figure alone against ground truth B, per probe length and rate set: "
         "best precision of flagging at recall >= 0.8 / Spearman with -loss. Cost: training "
@@ -164,7 +164,7 @@ def _calibration_md(cal: dict[str, Any], fig: dict[str, Any]) -> list[str]:
         "training half's best precision at recall >= 0.8, sat at the edge of the training half's "
         "untrainable scores and is compared below). It does so twice: with every component, and "
         "without the trainability probe (what scores a report whose probe did not run). "
-        "It writes `worker/score_weights.json`, which "
+        "It writes `worker/engine/score_weights.json`, which "
         "the engine loads; `python -m bench.calibrate --check` compares it with a fresh fit. "
         f"Shipped weights equal a fresh fit on this cache: **{'yes' if cal['shipped_matches_fresh_fit'] else 'NO'}**.",
         "",
@@ -247,7 +247,7 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
         f"Untrainable: A {fig['untrainable']}, B {fig['untrainable_tuned']} of {fig['n']}.",
         "",
         "`preflight` is the score and verdict the engine ships: the calibrated form of "
-        "`worker/score.py` with the weights of `worker/score_weights.json`, recomputed from each "
+        "`worker/engine/score.py` with the weights of `worker/engine/score_weights.json`, recomputed from each "
         "cached report's components (a pure function of them). Those weights were fitted on "
         "half of these candidates (next section), so **the held-out tables are the figures that "
         "count**; the all-candidate tables include the fit's training half. `preflight_handset` "

@@ -5,7 +5,7 @@ inputs (spec, protocol, stage version), so ``python -m bench --report-only`` reg
 report without retraining, and a changed engine only reruns the stages that use it:
 
 - ``proxies``: every zero-cost proxy and the training-step time (``bench.proxies``);
-- ``preflight``: ``worker.condition`` on a real training batch: score, verdict, components,
+- ``preflight``: ``worker.engine.pipeline`` on a real training batch: score, verdict, components,
   scales, seconds;
 - ``spec``: the protocol from the spec's initialization (ground truth A);
 - ``tuned``: the protocol from Preflight's tuned initialization
@@ -106,7 +106,7 @@ def condition_candidate(candidate: Candidate) -> dict[str, Any]:
     data = load_key(candidate.dataset)
     x, y = data.batch(BATCH)
     start = time.perf_counter()
-    report = worker.condition(candidate.spec, data={"x": x, "y": y})
+    report = worker.engine.pipeline(candidate.spec, data={"x": x, "y": y})
     seconds = time.perf_counter() - start
     body = report.model_dump(mode="json")
     return {
@@ -178,13 +178,13 @@ STAGES: dict[str, Callable[[Candidate, Protocol, Path], dict[str, Any]]] = {
 
 @cache
 def engine_version() -> str:
-    """A hash of the engine's source (``worker/*.py``): a changed engine reruns its stages.
-    The score's weights (``worker/score_weights.json``) are left out on purpose: they change no
+    """A hash of the engine's source (``worker/engine/*.py``): a changed engine reruns its stages.
+    The score's weights (``worker/engine/score_weights.json``) are left out on purpose: they change no
     measurement, and the report recomputes the shipped score from the cached components, so a
     refit (``python -m bench.calibrate``) needs no rerun."""
     import worker
 
-    folder = Path(worker.__file__).parent
+    folder = Path(worker.__file__).parent / "engine"
     digest = hashlib.sha256()
     for path in sorted(folder.glob("*.py")):
         digest.update(path.name.encode() + path.read_bytes())
@@ -261,7 +261,7 @@ def extra_key() -> str:
     score weights (they choose the survivors and the verdicts)."""
     import worker
 
-    weights = Path(worker.__file__).parent / "score_weights.json"
+    weights = Path(worker.__file__).parent / "engine" / "score_weights.json"
     return f"{engine_version()}:{hashlib.sha256(weights.read_bytes()).hexdigest()[:16]}"
 
 

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from nas import build_model
-from worker.bnp import BNP, neuron_hessian_condition
-from worker.hessian import hessian_figures
-from worker.scaling import balance, measure_scaling, spread
+from worker.engine.bnp import BNP, neuron_hessian_condition
+from worker.engine.hessian import hessian_figures
+from worker.engine.scaling import balance, measure_scaling, spread
 
 sys.path.insert(0, "tests/worker")
 from test_scaling import BN_MLP, CNN_POOLING, NORMED_RESNET, RESIDUAL_MLP, STRIDED_CNN, _mlp  # noqa: E402

@@ -94,7 +94,7 @@ def _tuned_scales(data: Dataset) -> dict[str, float] | None:
         import worker
     except ImportError:
         return None
-    report = worker.condition(mlp_spec(data, "fan_in"), data=data.x_train[:64])
+    report = worker.engine.pipeline(mlp_spec(data, "fan_in"), data=data.x_train[:64])
     return dict(report.scales)
 
 

@@ -40,7 +40,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from service.migrations import upgrade
+from service.store.migrations import upgrade
 from service.testing import free_port
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -162,7 +162,7 @@ def _tree_cpu_seconds(pid: int) -> float:
 
 def _report_of_a_real_run() -> dict[str, object]:
     """The engine's report of a 6-block MLP: the size and shape of what clients read."""
-    from worker.condition import condition
+    from worker.engine.pipeline import condition
 
     blocks = [{"layers": [{"type": "linear", "out": 64}, {"type": "relu"}]} for _ in range(5)]
     mlp = {"input_shape": [16], "blocks": [*blocks, {"layers": [{"type": "linear", "out": 10}]}]}
@@ -171,8 +171,8 @@ def _report_of_a_real_run() -> dict[str, object]:
 
 def _complete_queued(url: str, count: int, report: dict[str, object]) -> list[int]:
     """Claim and complete ``count`` queued candidates with ``report``, as a worker would."""
-    from service import queue
-    from service.db import make_engine, make_sessionmaker, session_scope
+    from service.store import jobs
+    from service.store.db import make_engine, make_sessionmaker, session_scope
 
     engine = make_engine(url)
     sessions = make_sessionmaker(engine)
@@ -180,10 +180,10 @@ def _complete_queued(url: str, count: int, report: dict[str, object]) -> list[in
     try:
         for _ in range(count):
             with session_scope(sessions, write=True) as session:
-                job = queue.claim(session, worker="bench", device_kind="cpu", lease_seconds=60)
+                job = jobs.claim(session, worker="bench", device_kind="cpu", lease_seconds=60)
                 if job is None:
                     break
-                queue.complete(session, job_id=job.id, token=job.lease_token, report=report)
+                jobs.complete(session, job_id=job.id, token=job.lease_token, report=report)
                 done.append(job.id)
     finally:
         engine.dispose()

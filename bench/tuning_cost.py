@@ -10,7 +10,7 @@ For an MLP, a VGG-style CNN and a residual net of realistic size, at the same ba
 * peak memory of each over the model-and-batch baseline: CUDA's peak allocation on a GPU;
   on the CPU the peak resident set (``VmHWM`` after resetting it through
   ``/proc/self/clear_refs``), each measured in a fresh child process;
-* the whole ``worker.condition`` (balancing, tuning, diagnostics) in training steps.
+* the whole ``worker.engine.pipeline`` (balancing, tuning, diagnostics) in training steps.
 
 Targets: tuning step <= 4x time and <= 3x memory; whole conditioning <= 20 training steps.
 Prints a JSON document and a Markdown table (the figures in docs/conditioning.md).
@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 
 from nas import build_model
-from worker.autoinit import conditioning_mode
-from worker.jacobian import block_jacobians
-from worker.structure import analyse
+from worker.engine.autoinit import conditioning_mode
+from worker.engine.jacobian import block_jacobians
+from worker.engine.structure import analyse
 
 
 def _cbr(c: int) -> list[dict[str, Any]]:
@@ -189,9 +189,9 @@ def peak_memory(name: str, kind: str, batch: int, device: torch.device) -> int:
 def whole_conditioning(
     name: str, batch: int, device: torch.device
 ) -> tuple[float, dict[str, float], int, dict[str, Any]]:
-    """Wall time of ``worker.condition`` with default options (the 20-step budget), its
+    """Wall time of ``worker.engine.pipeline`` with default options (the 20-step budget), its
     per-stage times, the AutoInit steps it took and its budget figures (counted and timed)."""
-    from worker import condition
+    from worker.engine import condition
 
     start = time.perf_counter()
     report = condition(SPECS[name](), options={"batch_size": batch, "device": str(device)})
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         name, kind, batch, device_name = args.child
         sys.stdout.write(f"{peak_memory_child(name, kind, int(batch), device_name)}\n")
         return 0
-    from worker.condition import select_device
+    from worker.engine.pipeline import select_device
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -99,7 +99,7 @@ class Trainer:
         batch_size: minibatch size.
         momentum: of SGD (the default optimizer).
         optimizer: a factory ``model -> optimizer`` to use instead of SGD, e.g.
-            ``lambda m: worker.bnp.BNP(torch.optim.SGD(m.parameters(), lr=0.05), m)`` for
+            ``lambda m: worker.engine.bnp.BNP(torch.optim.SGD(m.parameters(), lr=0.05), m)`` for
             the BNP preconditioner.
         macs_per_sample: forward multiply-accumulates of one sample; default from the
             model's spec (``nas.summarize``) when it has one.

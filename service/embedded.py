@@ -57,8 +57,8 @@ class EmbeddedService:
     def start(self) -> EmbeddedService:
         import uvicorn
 
-        from service.app import create_app
-        from service.migrations import upgrade
+        from service.api.app import create_app
+        from service.store.migrations import upgrade
 
         if self.migrate:
             upgrade(self.settings.database_url)

@@ -1,5 +1,5 @@
 """``uvicorn service.main:app``: the API configured from the environment (PREFLIGHT_*)."""
 
-from service.app import create_app
+from service.api.app import create_app
 
 app = create_app()

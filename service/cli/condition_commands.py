@@ -49,7 +49,7 @@ def _condition(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from service.cli.spec_commands import _parse_or_report, read_spec_argument
-    from worker import ConditionOptions, condition
+    from worker.engine import ConditionOptions, condition
 
     spec = _parse_or_report(read_spec_argument(args.spec))
     if spec is None:

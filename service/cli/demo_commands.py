@@ -356,7 +356,7 @@ def _bnp_factory() -> Any:
     """SGD under the engine's BNP gradient preconditioner, imported only when asked for."""
     import torch
 
-    from worker.bnp import BNP
+    from worker.engine.bnp import BNP
 
     def factory(model: Any) -> Any:
         return BNP(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), model)

@@ -62,8 +62,8 @@ def _logging(level: str) -> None:
 
 
 def _check_schema(settings: Any) -> bool:
-    from service.db import make_engine
-    from service.migrations import MigrationsPending, check_current
+    from service.store.db import make_engine
+    from service.store.migrations import MigrationsPending, check_current
 
     engine = make_engine(settings.database_url)
     try:
@@ -81,12 +81,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from service.app import create_app
+    from service.api.app import create_app
 
     settings = _settings(host=args.host, port=args.port)
     _logging(args.log_level)
     if args.migrate:
-        from service.migrations import upgrade
+        from service.store.migrations import upgrade
 
         upgrade(settings.database_url)
     if not _check_schema(settings):
@@ -111,8 +111,8 @@ def _serve(args: argparse.Namespace) -> int:
 def _any_token(settings: Any) -> bool:
     from sqlalchemy import select
 
-    from service.db import make_engine, make_sessionmaker
-    from service.models import ApiToken
+    from service.store.db import make_engine, make_sessionmaker
+    from service.store.models import ApiToken
 
     engine = make_engine(settings.database_url)
     try:
@@ -128,10 +128,10 @@ def _worker(args: argparse.Namespace) -> int:
     if not _check_schema(settings):
         return 2
     if args.devices == "all":
-        from worker.supervisor import Supervisor
+        from worker.jobs.supervisor import Supervisor
 
         return Supervisor(settings, burst=args.burst, max_jobs=args.max_jobs).run()
-    from worker.runner import Runner
+    from worker.jobs.runner import Runner
 
     runner = Runner(settings, device=args.device, name=args.name, burst=args.burst, max_jobs=args.max_jobs)
     runner.install_signal_handlers()
@@ -140,7 +140,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    from service.migrations import head_revision, upgrade
+    from service.store.migrations import head_revision, upgrade
 
     settings = _settings()
     upgrade(settings.database_url)
@@ -149,8 +149,8 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 
 
 def _db_current(args: argparse.Namespace) -> int:
-    from service.db import make_engine
-    from service.migrations import current_revision, head_revision
+    from service.store.db import make_engine
+    from service.store.migrations import current_revision, head_revision
 
     engine = make_engine(_settings().database_url)
     try:
@@ -164,7 +164,7 @@ def _db_current(args: argparse.Namespace) -> int:
 
 
 def _with_session(work: Any) -> Any:
-    from service.db import make_engine, make_sessionmaker, session_scope
+    from service.store.db import make_engine, make_sessionmaker, session_scope
 
     engine = make_engine(_settings().database_url)
     try:
@@ -175,7 +175,7 @@ def _with_session(work: Any) -> Any:
 
 
 def _token_create(args: argparse.Namespace) -> int:
-    from service.auth import create_token
+    from service.api.auth import create_token
 
     created = _with_session(lambda session: create_token(session, name=args.name))
     print(created.token)
@@ -184,7 +184,7 @@ def _token_create(args: argparse.Namespace) -> int:
 
 
 def _token_revoke(args: argparse.Namespace) -> int:
-    from service.auth import revoke_token
+    from service.api.auth import revoke_token
 
     if args.token.isdigit():
         count = _with_session(lambda session: revoke_token(session, token_id=int(args.token)))
@@ -195,7 +195,7 @@ def _token_revoke(args: argparse.Namespace) -> int:
 
 
 def _token_list(args: argparse.Namespace) -> int:
-    from service.auth import list_tokens
+    from service.api.auth import list_tokens
 
     for token_id, name, prefix, created, revoked in _with_session(list_tokens):
         state = f"revoked {revoked:%Y-%m-%d %H:%M}" if revoked else "active"

@@ -118,11 +118,11 @@ def test_fit_rows_weighs_the_component_that_drives_ground_truth_b_and_keeps_the_
 
 
 def test_the_fit_scores_rows_exactly_as_the_engine_scores_components():
-    """The form bench.calibrate fits is the form worker.score ships: the same components give
+    """The form bench.calibrate fits is the form worker.engine.score ships: the same components give
     the same score, missing and non-finite ones included (an independent implementation)."""
-    from worker import _calibration
-    from worker.options import Thresholds
-    from worker.score import score
+    from worker.engine import _calibration
+    from nas.options import Thresholds
+    from worker.engine.score import score
 
     shipped = _calibration.load()
     rows = _synthetic(12)

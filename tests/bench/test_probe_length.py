@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.probe_length import probe_at
-from worker.probe import CAP
+from worker.engine.probe import CAP
 
 
 def test_a_shorter_probe_ends_on_the_loss_before_that_step_at_its_best_rate():

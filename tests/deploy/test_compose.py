@@ -100,7 +100,7 @@ def test_the_api_listens_beyond_localhost_only_with_tokens() -> None:
 
 
 def test_the_api_healthcheck_asks_a_real_endpoint() -> None:
-    from service.app import create_app
+    from service.api.app import create_app
 
     test = " ".join(SERVICES["api"]["healthcheck"]["test"])
     path = re.search(r"http://127\.0\.0\.1:8000(/[a-z]+)", test).group(1)

@@ -18,8 +18,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from service.db import make_engine, make_sessionmaker
-from service.migrations import upgrade
+from service.store.db import make_engine, make_sessionmaker
+from service.store.migrations import upgrade
 from service.settings import Settings
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -68,7 +68,7 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
 
 def truncate_all(url: str) -> None:
     """Empty every table of the models (the list follows the schema, never a copy of it)."""
-    from service.models import Base
+    from service.store.models import Base
 
     tables = [t.name for t in reversed(Base.metadata.sorted_tables)]  # children first
     engine = make_engine(url, poolclass=NullPool)
@@ -119,7 +119,7 @@ def make_settings() -> object:
     return make
 
 
-# A report as the engine returns it (worker.report.ConditioningReport, JSON), abridged.
+# A report as the engine returns it (nas.report.ConditioningReport, JSON), abridged.
 SAMPLE_REPORT = {
     "score": -0.75,
     "verdict": "keep",

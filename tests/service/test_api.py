@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from service import queue
-from service.auth import create_token, revoke_token
-from service.db import make_engine, make_sessionmaker, session_scope
+from service.store import jobs
+from service.api.auth import create_token, revoke_token
+from service.store.db import make_engine, make_sessionmaker, session_scope
 from service.settings import Settings
 from service.testing import live_server
 
@@ -48,11 +48,11 @@ class Worker:
 
     def finish_one(self, report: dict[str, Any]) -> int | None:
         with session_scope(self.sessions, write=True) as session:
-            job = queue.claim(session, worker="test", device_kind="cpu", lease_seconds=30)
+            job = jobs.claim(session, worker="test", device_kind="cpu", lease_seconds=30)
         if job is None:
             return None
         with session_scope(self.sessions, write=True) as session:
-            queue.complete(session, job_id=job.id, token=job.lease_token, report=report)
+            jobs.complete(session, job_id=job.id, token=job.lease_token, report=report)
         return job.id
 
 

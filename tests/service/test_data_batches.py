@@ -101,8 +101,8 @@ def test_uploading_a_batch_stored_before_labels_were_described_brings_its_shape_
     same content uploaded again (200, the same id) records them, and the check applies."""
     from sqlalchemy import update
 
-    from service.db import make_engine
-    from service.models import DataBatch
+    from service.store.db import make_engine
+    from service.store.models import DataBatch
 
     y = [i % 5 for i in range(8)]
     batch = api.post("/v1/batches", json={"x": X, "y": y}).json()["id"]
@@ -151,9 +151,9 @@ def test_an_upload_that_loses_the_insert_race_gets_the_winners_row(pg_url: str) 
     It answers with that row (created False), not an integrity error."""
     import threading
 
-    from service import data_batches
-    from service.db import make_engine, make_sessionmaker
-    from service.migrations import upgrade
+    from service.store import data_batches
+    from service.store.db import make_engine, make_sessionmaker
+    from service.store.migrations import upgrade
 
     upgrade(pg_url)
     engine = make_engine(pg_url)

@@ -14,7 +14,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.app import create_app
+from service.api.app import create_app
 from service.settings import Settings
 from service.testing import live_server
 

@@ -1,4 +1,4 @@
-"""The group commit of submissions (service.submitter) on SQLite and PostgreSQL: concurrent
+"""The group commit of submissions (service.store.group_commit) on SQLite and PostgreSQL: concurrent
 requests share transactions, yet each gets the answer it would get alone, and one bad
 request fails alone."""
 
@@ -11,24 +11,24 @@ import pytest
 from sqlalchemy import func, select
 
 from nas import parse_spec, spec_hash
-from service import queue
-from service.db import session_scope
-from service.models import Candidate, Submission
-from service.submitter import GroupCommitter
+from service.store import jobs
+from service.store.db import session_scope
+from service.store.models import Candidate, Submission
+from service.store.group_commit import GroupCommitter
 
 
-def new(width: int, *, study: str = "s", trial: int | None = None) -> queue.NewCandidate:
+def new(width: int, *, study: str = "s", trial: int | None = None) -> jobs.NewCandidate:
     parsed = parse_spec(
         {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}]}]}
     )
-    return queue.NewCandidate(
+    return jobs.NewCandidate(
         spec=parsed.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(parsed),
         options={"steps": 1}, study=study, trial=trial,
     )  # fmt: skip
 
 
 async def _submit_all(
-    committer: GroupCommitter, requests: list[list[queue.NewCandidate]]
+    committer: GroupCommitter, requests: list[list[jobs.NewCandidate]]
 ) -> list[Any]:
     try:
         return await asyncio.gather(
@@ -75,7 +75,7 @@ def test_the_same_spec_in_two_requests_of_one_commit_is_created_once(sessions: A
 
 def test_a_request_that_breaks_the_transaction_fails_alone(sessions: Any) -> None:
     committer = GroupCommitter(sessions, max_attempts=3)
-    broken = queue.NewCandidate(spec={"not json": object()}, spec_hash="x" * 64, options={})  # type: ignore[dict-item]
+    broken = jobs.NewCandidate(spec={"not json": object()}, spec_hash="x" * 64, options={})  # type: ignore[dict-item]
     answers = asyncio.run(_submit_all(committer, [[new(1)], [broken], [new(2)], [new(3)]]))
 
     assert isinstance(answers[1], Exception)
@@ -87,7 +87,7 @@ def test_a_request_that_breaks_the_transaction_fails_alone(sessions: Any) -> Non
 def test_a_database_outage_fails_every_request_of_the_commit(tmp_path: Any) -> None:
     from sqlalchemy.exc import OperationalError
 
-    from service.db import make_engine, make_sessionmaker
+    from service.store.db import make_engine, make_sessionmaker
 
     engine = make_engine(
         f"sqlite:///{tmp_path / 'never-migrated.db'}"

@@ -12,31 +12,31 @@ import pytest
 from sqlalchemy import func, select, update
 
 from nas import parse_spec, spec_hash
-from service import queue
-from service.db import session_scope, utcnow
-from service.models import BlockFigure, Candidate, LayerFigure, ScaleFactor, Status, Submission
+from service.store import jobs
+from service.store.db import session_scope, utcnow
+from service.store.models import BlockFigure, Candidate, LayerFigure, ScaleFactor, Status, Submission
 
 
 def spec(width: int) -> dict[str, Any]:
     return {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}]}]}
 
 
-def new(width: int, **kwargs: Any) -> queue.NewCandidate:
+def new(width: int, **kwargs: Any) -> jobs.NewCandidate:
     parsed = parse_spec(spec(width))
-    return queue.NewCandidate(
+    return jobs.NewCandidate(
         spec=parsed.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(parsed),
         options=kwargs.pop("options", {"steps": 1}), **kwargs,
     )  # fmt: skip
 
 
-def submit(sessions: Any, *candidates: queue.NewCandidate, max_attempts: int = 3) -> list[queue.Enqueued]:
+def submit(sessions: Any, *candidates: jobs.NewCandidate, max_attempts: int = 3) -> list[jobs.Enqueued]:
     with session_scope(sessions, write=True) as session:
-        return queue.submit(session, candidates=list(candidates), max_attempts=max_attempts)
+        return jobs.submit(session, candidates=list(candidates), max_attempts=max_attempts)
 
 
-def claim(sessions: Any, device_kind: str = "cpu", lease: float = 30.0) -> queue.Job | None:
+def claim(sessions: Any, device_kind: str = "cpu", lease: float = 30.0) -> jobs.Job | None:
     with session_scope(sessions, write=True) as session:
-        return queue.claim(session, worker="w", device_kind=device_kind, lease_seconds=lease)
+        return jobs.claim(session, worker="w", device_kind=device_kind, lease_seconds=lease)
 
 
 def status_of(sessions: Any, job_id: int) -> Status:
@@ -74,10 +74,10 @@ def test_complete_writes_report_rows_and_status_once(sessions: Any, sample_repor
     job = claim(sessions)
     assert job is not None and job.attempts == 1
     with session_scope(sessions, write=True) as session:
-        assert queue.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
+        assert jobs.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
     with session_scope(sessions, write=True) as session:
         different = {**sample_report, "score": 9.0}
-        assert not queue.complete(session, job_id=job.id, token=job.lease_token, report=different)
+        assert not jobs.complete(session, job_id=job.id, token=job.lease_token, report=different)
     with session_scope(sessions) as session:
         row = session.get(Candidate, entry.id)
         assert row is not None and row.status == Status.DONE and row.score == -0.75 and row.verdict == "keep"
@@ -95,7 +95,7 @@ def test_non_finite_figures_are_stored_as_null(sessions: Any, sample_report: dic
     sample_report["score"] = float("nan")
     sample_report["blocks"][0]["apjn_before"] = float("inf")
     with session_scope(sessions, write=True) as session:
-        assert queue.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
+        assert jobs.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
     with session_scope(sessions) as session:
         row = session.get(Candidate, job.id)
         assert row is not None and row.score is None and row.report["score"] is None
@@ -111,7 +111,7 @@ def test_fail_requeues_while_attempts_remain(sessions: Any, max_attempts: int, r
     job = claim(sessions)
     assert job is not None
     with session_scope(sessions, write=True) as session:
-        assert queue.fail(session, job_id=job.id, token=job.lease_token, error="boom", retry=retry) == expected
+        assert jobs.fail(session, job_id=job.id, token=job.lease_token, error="boom", retry=retry) == expected
     with session_scope(sessions) as session:
         row = session.get(Candidate, job.id)
         assert row is not None and row.error == "boom" and row.lease_token is None
@@ -125,7 +125,7 @@ def test_a_job_failing_every_time_ends_failed_after_max_attempts(sessions: Any) 
         job = claim(sessions)
         assert job is not None
         with session_scope(sessions, write=True) as session:
-            statuses.append(queue.fail(session, job_id=job.id, token=job.lease_token, error="boom"))
+            statuses.append(jobs.fail(session, job_id=job.id, token=job.lease_token, error="boom"))
     assert statuses == [Status.QUEUED, Status.QUEUED, Status.FAILED]
     assert claim(sessions) is None
 
@@ -135,7 +135,7 @@ def test_release_gives_the_job_back_without_using_an_attempt(sessions: Any) -> N
     job = claim(sessions)
     assert job is not None
     with session_scope(sessions, write=True) as session:
-        assert queue.release(session, job_id=job.id, token=job.lease_token)
+        assert jobs.release(session, job_id=job.id, token=job.lease_token)
     again = claim(sessions)
     assert again is not None and again.id == job.id and again.attempts == 1
 
@@ -154,16 +154,16 @@ def test_reap_requeues_expired_leases_and_the_old_holder_loses_them(
     job = claim(sessions)
     assert job is not None
     with session_scope(sessions, write=True) as session:
-        assert queue.reap(session) == 0
+        assert jobs.reap(session) == 0
     expire(sessions, job.id)
     with session_scope(sessions, write=True) as session:
-        assert queue.reap(session) == 1
+        assert jobs.reap(session) == 1
     taken = claim(sessions)
     assert taken is not None and taken.id == job.id and taken.attempts == 2
     with session_scope(sessions, write=True) as session:
-        assert not queue.heartbeat(session, job_id=job.id, token=job.lease_token, lease_seconds=30)
-        assert not queue.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
-        assert queue.heartbeat(session, job_id=taken.id, token=taken.lease_token, lease_seconds=30)
+        assert not jobs.heartbeat(session, job_id=job.id, token=job.lease_token, lease_seconds=30)
+        assert not jobs.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
+        assert jobs.heartbeat(session, job_id=taken.id, token=taken.lease_token, lease_seconds=30)
 
 
 def test_reap_fails_a_job_whose_last_attempt_expired(sessions: Any) -> None:
@@ -172,7 +172,7 @@ def test_reap_fails_a_job_whose_last_attempt_expired(sessions: Any) -> None:
     assert job is not None
     expire(sessions, job.id)
     with session_scope(sessions, write=True) as session:
-        queue.reap(session)
+        jobs.reap(session)
     assert status_of(sessions, job.id) == Status.FAILED
 
 
@@ -181,17 +181,17 @@ def test_cancel_stops_queued_and_running_jobs(sessions: Any, claimed: bool) -> N
     (entry,) = submit(sessions, new(8))
     job = claim(sessions) if claimed else None
     with session_scope(sessions, write=True) as session:
-        assert queue.cancel(session, job_id=entry.id) == Status.CANCELLED
+        assert jobs.cancel(session, job_id=entry.id) == Status.CANCELLED
     if job is not None:
         with session_scope(sessions, write=True) as session:
-            assert not queue.heartbeat(session, job_id=job.id, token=job.lease_token, lease_seconds=30)
+            assert not jobs.heartbeat(session, job_id=job.id, token=job.lease_token, lease_seconds=30)
     assert claim(sessions) is None
 
 
 def test_a_cancelled_candidate_submitted_again_is_queued_again(sessions: Any) -> None:
     (entry,) = submit(sessions, new(8))
     with session_scope(sessions, write=True) as session:
-        queue.cancel(session, job_id=entry.id)
+        jobs.cancel(session, job_id=entry.id)
     (again,) = submit(sessions, new(8))
     assert again.id == entry.id and status_of(sessions, entry.id) == Status.QUEUED
 
@@ -201,10 +201,10 @@ def test_cancel_of_unknown_or_finished_jobs(sessions: Any, sample_report: dict[s
     job = claim(sessions)
     assert job is not None
     with session_scope(sessions, write=True) as session:
-        queue.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
+        jobs.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
     with session_scope(sessions, write=True) as session:
-        assert queue.cancel(session, job_id=job.id) == Status.DONE
-        assert queue.cancel(session, job_id=10_000) is None
+        assert jobs.cancel(session, job_id=job.id) == Status.DONE
+        assert jobs.cancel(session, job_id=10_000) is None
 
 
 def test_concurrent_claims_never_hand_out_a_job_twice(sessions: Any) -> None:
@@ -245,6 +245,6 @@ def test_concurrent_identical_submissions_make_one_candidate(sessions: Any) -> N
 
 
 def test_cache_key_ignores_option_order_but_not_values() -> None:
-    assert queue.cache_key("h", {"a": 1, "b": 2}) == queue.cache_key("h", {"b": 2, "a": 1})
-    assert queue.cache_key("h", {"a": 1}) != queue.cache_key("h", {"a": 2})
-    assert queue.cache_key("h", {"a": 1}) != queue.cache_key("g", {"a": 1})
+    assert jobs.cache_key("h", {"a": 1, "b": 2}) == jobs.cache_key("h", {"b": 2, "a": 1})
+    assert jobs.cache_key("h", {"a": 1}) != jobs.cache_key("h", {"a": 2})
+    assert jobs.cache_key("h", {"a": 1}) != jobs.cache_key("g", {"a": 1})

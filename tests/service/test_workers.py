@@ -20,12 +20,12 @@ import pytest
 from sqlalchemy import func, select, text
 
 from nas.examples import EXAMPLE_MLP
-from service import queue
-from service.db import make_engine, make_sessionmaker, session_scope
-from service.models import Candidate, ScaleFactor, Status
+from service.store import jobs
+from service.store.db import make_engine, make_sessionmaker, session_scope
+from service.store.models import Candidate, ScaleFactor, Status
 from service.settings import Settings
 from service.testing import live_server
-from worker.runner import Runner
+from worker.jobs.runner import Runner
 
 # Conditioning in a few milliseconds: one tuning step, no diagnostics.
 TINY = {"steps": 1, "n_vectors": 1, "batch_size": 8, "diagnostics": False, "hessian_iterations": 0}
@@ -56,17 +56,17 @@ def submit_many(
     new = []
     for width in range(1, count + 1):
         parsed = parse_spec(make(width))
-        new.append(queue.NewCandidate(spec=parsed.model_dump(mode="json", exclude_none=True),
+        new.append(jobs.NewCandidate(spec=parsed.model_dump(mode="json", exclude_none=True),
                                       spec_hash=spec_hash(parsed), options=options))  # fmt: skip
     engine = make_engine(url)
     with session_scope(make_sessionmaker(engine), write=True) as session:
-        ids = [e.id for e in queue.submit(session, candidates=new, max_attempts=max_attempts)]
+        ids = [e.id for e in jobs.submit(session, candidates=new, max_attempts=max_attempts)]
     engine.dispose()
     return ids
 
 
 def tuning(**options: Any) -> dict[str, Any]:
-    from service.tuning import canonical_tuning_options
+    from service.api.tuning import canonical_tuning_options
 
     return canonical_tuning_options(options)
 
@@ -170,7 +170,7 @@ def test_cancelling_a_running_job_stops_its_worker(sqlite_url: str, make_setting
         wait_until(lambda: statuses(sqlite_url).get("running", 0) == 1, 60, "the job to start")
         engine = make_engine(sqlite_url)
         with session_scope(make_sessionmaker(engine), write=True) as session:
-            assert queue.cancel(session, job_id=job_id) == Status.CANCELLED
+            assert jobs.cancel(session, job_id=job_id) == Status.CANCELLED
         engine.dispose()
         submit_many(sqlite_url, 3, tuning(**TINY))
         wait_until(lambda: statuses(sqlite_url).get("done", 0) == 3, 120, "the next jobs")

@@ -10,8 +10,8 @@ import torch
 
 from nas import build_model
 from nas.build import apply_scales_
-from worker.autoinit import autoinit, conditioning_mode
-from worker.jacobian import block_jacobians
+from worker.engine.autoinit import autoinit, conditioning_mode
+from worker.engine.jacobian import block_jacobians
 
 
 def relu_mlp(sigma_w: float, width: int = 128, hidden: int = 10, d_in: int = 64) -> dict[str, Any]:

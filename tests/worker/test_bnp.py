@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas import build_model
-from worker.bnp import BNP, kappa_d, neuron_hessian_condition
+from worker.engine.bnp import BNP, kappa_d, neuron_hessian_condition
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""The cost budget of ``worker.condition`` (docs/conditioning.md section 6) and dropping
+"""The cost budget of ``worker.engine.pipeline`` (docs/conditioning.md section 6) and dropping
 balancing that did not converge."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from nas import build_model
-from worker import condition
-from worker.autoinit import autoinit
-from worker.budget import FORWARD_COST, hessian_plan, profile_cost
-from worker.hessian import spread_order
-from worker.scaling import balance
+from worker.engine import condition
+from worker.engine.autoinit import autoinit
+from worker.engine.budget import FORWARD_COST, hessian_plan, profile_cost
+from worker.engine.hessian import spread_order
+from worker.engine.scaling import balance
 
 
 def _cbr(c: int) -> list[dict[str, Any]]:
@@ -37,7 +37,7 @@ SIGMOID_MLP = {
 }
 
 # Timer noise on a shared CPU (other jobs on the two cores): the timed stages may pass the budget
-# by this factor. The decisions use the counted cost model (worker.budget), whose constants are
+# by this factor. The decisions use the counted cost model (worker.engine.budget), whose constants are
 # upper-end measurements, so timed costs are normally below the counted ones.
 TOLERANCE = 2.0
 

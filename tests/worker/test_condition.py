@@ -1,4 +1,4 @@
-"""worker.condition end to end: the report contract, data handling, devices, block cuts."""
+"""worker.engine.pipeline end to end: the report contract, data handling, devices, block cuts."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pydantic import ValidationError
 
 from nas import build_model
 from nas.examples import EXAMPLE_CNN, EXAMPLE_MLP
-from worker import ConditioningReport, ConditionOptions, condition
-from worker.condition import select_device
-from worker.jacobian import block_jacobians
+from worker.engine import ConditioningReport, ConditionOptions, condition
+from worker.engine.pipeline import select_device
+from worker.engine.jacobian import block_jacobians
 
 FAST = {"hessian_iterations": 3, "batch_size": 32}
 LEAN = {**FAST, "diagnostics": False}
@@ -95,7 +95,7 @@ def test_unusable_data_is_a_clear_error(data: Any, message: str) -> None:
 
 def test_float_targets_of_shape_n_give_the_report_of_shape_n_by_1_for_a_single_output() -> None:
     """One float target per sample, given as [N], is the [N, 1] output's shape: every
-    diagnostic and the probe score it as such (worker._moments.task_loss reshapes rather than
+    diagnostic and the probe score it as such (worker.engine._moments.task_loss reshapes rather than
     broadcasting to [N, N], which gave other figures without an error)."""
     spec = {"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
                                             {"layers": [{"type": "linear", "out": 1}]}]}  # fmt: skip

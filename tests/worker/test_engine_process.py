@@ -16,8 +16,8 @@ def test_after_the_warm_up_conditioning_a_candidate_loads_no_further_module() ->
         """
         import json, sys
         from nas.examples import EXAMPLE_MLP
-        from worker.condition import condition
-        from worker.engine_process import warm_up
+        from worker.engine.pipeline import condition
+        from worker.jobs.engine_process import warm_up
 
         loaded_by_import = set(sys.modules)
         seconds = warm_up("cpu")

@@ -11,7 +11,7 @@ import torch
 from torch.func import functional_call
 
 from nas import build_model
-from worker.hessian import hessian_figures, power_iteration
+from worker.engine.hessian import hessian_figures, power_iteration
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,8 +10,8 @@ import torch
 from torch.autograd.functional import jacobian
 
 from nas import build_model
-from worker.autoinit import conditioning_mode
-from worker.jacobian import block_jacobians, has_batch_coupling, run_blocks
+from worker.engine.autoinit import conditioning_mode
+from worker.engine.jacobian import block_jacobians, has_batch_coupling, run_blocks
 
 MLP: dict[str, Any] = {
     "input_shape": [6],

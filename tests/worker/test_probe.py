@@ -11,7 +11,7 @@ import torch
 
 import worker
 from nas import build_model
-from worker.probe import CAP, probe_cost, reference_loss, run_probe
+from worker.engine.probe import CAP, probe_cost, reference_loss, run_probe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -129,10 +129,10 @@ def test_dropout_draws_the_same_masks_at_every_rate_and_every_run() -> None:
 
 
 def test_condition_reports_the_probe_as_a_score_component_and_counts_its_cost() -> None:
-    from worker.options import ConditionOptions
+    from nas.options import ConditionOptions
 
     x, y = _separable()
-    report = worker.condition(_mlp(), data={"x": x, "y": y})
+    report = worker.engine.pipeline(_mlp(), data={"x": x, "y": y})
     probe, steps = report.tuning.probe, ConditionOptions().probe_steps
     assert probe is not None and probe.targets == "given"
     assert report.components["probe_loss"] == pytest.approx(probe.loss)
@@ -151,10 +151,10 @@ def test_condition_reports_the_probe_as_a_score_component_and_counts_its_cost() 
 def test_turning_the_probe_off_scores_with_the_calibration_fitted_without_it() -> None:
     """probe_steps 0: no probe; the score is the fit of the other components alone, with its
     own cut, and the probe costs nothing."""
-    from worker.score import CUTS, FIT_WEIGHTS
+    from worker.engine.score import CUTS, FIT_WEIGHTS
 
-    on = worker.condition(_mlp())
-    off = worker.condition(_mlp(), options={"probe_steps": 0})
+    on = worker.engine.pipeline(_mlp())
+    off = worker.engine.pipeline(_mlp(), options={"probe_steps": 0})
     assert off.components["probe_loss"] is None and off.tuning.probe is None
     assert off.score_fit == "without_probe" and off.prune_below == CUTS["without_probe"]
     assert off.penalties["probe_loss"] == 0.0

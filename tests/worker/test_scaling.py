@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from nas import build_model
-from worker._moments import random_matrix, task_loss
-from worker.hessian import hessian_figures
-from worker.scaling import balance, measure_scaling, spread
+from worker.engine._moments import random_matrix, task_loss
+from worker.engine.hessian import hessian_figures
+from worker.engine.scaling import balance, measure_scaling, spread
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,6 +1,6 @@
 """The conditioning score: its calibrated form, missing and non-finite components, the verdict.
 
-The weights come from the benchmark's fit (``worker/score_weights.json``), so these tests
+The weights come from the benchmark's fit (``worker/engine/score_weights.json``), so these tests
 prove the form's behaviour for whatever weights ship, never particular numbers.
 """
 
@@ -11,9 +11,9 @@ import math
 
 import pytest
 
-from worker import _calibration
-from worker.options import Thresholds
-from worker.score import CUTS, FILLS, FIT_FILLS, FIT_WEIGHTS, NON_FINITE_PENALTY, WEIGHTS, score
+from worker.engine import _calibration
+from nas.options import Thresholds
+from worker.engine.score import CUTS, FILLS, FIT_FILLS, FIT_WEIGHTS, NON_FINITE_PENALTY, WEIGHTS, score
 
 T = Thresholds()
 THRESHOLD = {

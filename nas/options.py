@@ -1,0 +1,84 @@
+"""Options of one conditioning run; part of a job's cache key (except ``device``)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["ConditionOptions", "Thresholds"]
+
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class Thresholds(BaseModel):
+    """Where the score's components start to count against a candidate (``worker.engine.score``).
+
+    Each component threshold t_c is the scale of its penalty ``w_c log1p(|c| / t_c)``: at
+    t_c a component costs ``w_c ln 2`` and is named in the reasons. The verdict is ``prune``
+    when the score falls below ``score`` (default None: the calibrated cut, in
+    ``worker/engine/score_weights.json``, of the fit that scores the candidate: with the trainability
+    probe, or without it when it did not run) or a hard failure occurs. The calibration was fitted with
+    these default t_c; changing one changes what the weights mean.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # None: the calibrated cut of the fit that scores the candidate (with or without the probe)
+    score: Annotated[float | None, Field(allow_inf_nan=False)] = None
+    jacobian_log: Positive = 0.35  # |log J / rho| left after tuning (0.35: J off by a factor 1.4)
+    kernel_log_ratio: Positive = 2.0  # max |log K^l / K^0| after tuning (a factor 7.4)
+    output_log_ratio: Positive = 0.7  # |log of output std / target| (a factor 2)
+    gamma_log_spread: Positive = 2.0  # std of log gamma_l across hidden layers (scaling paper)
+    hessian_log_spread: Positive = 2.0  # std of log top Hessian eigenvalue across hidden layers
+    kappa_d_log: Positive = 2.3  # log max kappa(D) (10: BNP would help a lot)
+    probe_loss: Positive = 1.0  # probe loss / a constant prediction's (1: nothing learned)
+
+
+class ConditionOptions(BaseModel):
+    """Everything ``worker.engine.pipeline`` needs besides the spec and the data."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # "kernel" (eq. 24) by default: for ReLU nets it agrees with "log" (J and K scale alike),
+    # for deep SiLU / GELU nets J alone lets K grow without bound (docs/conditioning.md)
+    loss: Literal["log", "square", "kernel"] = "kernel"
+    kernel_lambda: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.5
+    steps: Annotated[int, Field(ge=0, le=1000)] = 10
+    n_vectors: Annotated[int, Field(ge=1, le=64)] = 2
+    batch_size: Annotated[int, Field(ge=2, le=4096)] = 64
+    seed: Annotated[int, Field(ge=0)] = 0
+    device: str = "auto"
+    tolerance: Positive = 0.1  # |log J - log rho| at which a unit counts as critical
+    # scaling paper, section 10; None: tune the head on J too. 0.5, not the paper's 0.05: the
+    # paper multiplies the logits by a fixed constant, while a multiplier on the head's weights
+    # (all Preflight can return) also shrinks every gradient flowing into the body by the same
+    # factor, and at 0.05 tuned networks trained worse than from their spec's init
+    # (docs/benchmarks.md, "Tuning: the output std")
+    output_std: Positive | None = 0.5
+    balance: bool = True  # geometric init + GR balancing first (scaling paper), then AutoInit
+    # whole conditioning, diagnostics included, in training steps (forward + backward) of the
+    # candidate at this batch, timed once at the start (docs/conditioning.md section 6); None:
+    # no budget (balancing iterates up to balance_rounds, every diagnostic on every layer)
+    budget_steps: Positive | None = 20.0
+    balance_rounds: Annotated[int, Field(ge=0, le=64)] = 16  # 0: closed form; with a budget: 0
+    hessian_iterations: Annotated[int, Field(ge=0, le=200)] = 3  # per layer; 0 skips the Hessian
+    hessian_probes: Annotated[int, Field(ge=1, le=64)] = 1  # Hutchinson vectors for tr(H^2)
+    hessian_batch_size: Annotated[int, Field(ge=1, le=4096)] = 8
+    diagnostics: bool = True  # scaling, Hessian and BNP figures (cost: a few training steps)
+    # the trainability probe (worker.engine.probe): probe_steps SGD steps at each of probe_lrs from the
+    # tuned init, on the conditioning batch; counted apart from budget_steps (it costs
+    # len(probe_lrs) * (probe_steps + 1/3) training steps); 0 turns it off. Set the rates to
+    # the ones your training uses: the benchmark's protocol uses these
+    probe_steps: Annotated[int, Field(ge=0, le=1000)] = 15
+    probe_lrs: Annotated[tuple[Positive, ...], Field(min_length=1, max_length=8)] = (0.1, 0.03, 0.01)
+    probe_momentum: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.9
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, device: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+            raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', but got {device!r}")
+        return device

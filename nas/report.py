@@ -1,0 +1,126 @@
+"""The conditioning report: what ``worker.engine.pipeline`` returns and the service stores.
+
+Top-level names are a contract (``docs/contracts.md``): ``score``, ``verdict``, ``reasons``,
+``scales``, ``blocks``, ``layers``, ``tuning``, ``components``, ``environment``,
+``spec_hash``. Non-finite figures are ``null`` in JSON (never ``NaN``, which is not JSON).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nas.options import ConditionOptions, Thresholds
+
+__all__ = ["BlockReport", "ConditioningReport", "Environment", "LayerReport", "TuningReport", "finite_or_none"]
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` as a float, or None when it is missing, NaN or infinite."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="null")
+
+
+class BlockReport(_Model):
+    """Block ``index`` maps boundary ``index`` to ``index + 1``; K is at its output boundary."""
+
+    index: int
+    apjn_before: float | None
+    apjn_after: float | None
+    log_apjn_before: float | None
+    log_apjn_after: float | None
+    k_before: float | None
+    k_after: float | None
+    apjn_target: float  # rho: what the block's parameter-free reductions do by themselves
+    unit: int  # the tuning unit (blocks without a tunable scale join their neighbour's)
+
+
+class LayerReport(_Model):
+    """One weighted layer (linear or conv2d), by module name as in ``nas.build_model``."""
+
+    name: str
+    fan_in: int
+    fan_out: int
+    gamma: float | None = None  # scaling paper eq. 2, after conditioning
+    gamma_before: float | None = None
+    nu: float | None = None
+    hessian_top_eigenvalue: float | None = None
+    hessian_chain_rule: float | None = None
+    hessian_mean_sq_singular: float | None = None
+    kappa_d: float | None = None
+
+
+class ProbeReport(_Model):
+    """The trainability probe (``worker.engine.probe``): normalized loss, the rate that reached it,
+    the constant prediction's loss it is normalized by (uniform for classes), and the curve at each rate."""
+
+    loss: float  # lowest final loss over the rates / reference, capped (worker.engine.probe.CAP)
+    best_lr: float | None  # None: every rate diverged
+    reference: float | None
+    targets: Literal["given", "random"]
+    curves: dict[str, list[float | None]]  # per rate: the loss before each step, then the final
+
+
+class TuningReport(_Model):
+    steps: int
+    converged: bool
+    status: str
+    message: str
+    loss: str
+    loss_curve: list[float | None]
+    seconds: float
+    device: str
+    input_k: float | None = None  # K^0 of the batch used
+    output_std_before: float | None = None
+    output_std_after: float | None = None
+    invariant: list[str] = Field(default_factory=list)  # scale-invariant layers held at 1
+    balancing: dict[str, float] = Field(default_factory=dict)  # balancing's own multipliers
+    autoinit: dict[str, float] = Field(default_factory=dict)  # AutoInit's, on top of balancing
+    timings: dict[str, float] = Field(default_factory=dict)  # seconds per stage of condition()
+    # the cost budget: budget_steps, step_seconds (one forward + backward, timed), counted_steps
+    # (worker.engine.budget's deterministic cost model, which decides) and counted_<stage>, timed_steps
+    budget: dict[str, float | None] = Field(default_factory=dict)
+    balancing_mode: str = "off"  # off | closed_form | iterated | dropped (not converged) | failed
+    # weighted layers whose Hessian figures were computed (the others are null); None: all
+    hessian_measured: list[str] | None = None
+    probe: ProbeReport | None = None  # None: the probe was off or could not run
+
+
+class Environment(_Model):
+    batch_size: int
+    n_vectors: int
+    seed: int
+    device: str
+    data: Literal["gaussian", "given"]
+    versions: dict[str, str]
+    diagnostics: list[str]  # which diagnostic modules ran
+
+
+class ConditioningReport(_Model):
+    """Result of conditioning one candidate; ``scales`` is what ``nas.build_model`` takes."""
+
+    spec_hash: str
+    score: float | None
+    verdict: Literal["keep", "prune"]
+    reasons: list[str]
+    scales: dict[str, float]
+    blocks: list[BlockReport]
+    layers: list[LayerReport]
+    tuning: TuningReport
+    components: dict[str, float | None]
+    penalties: dict[str, float | None]
+    thresholds: Thresholds
+    # the calibration that scored it (with the trainability probe, or without when it did not
+    # run) and the cut the verdict used (thresholds.score, else that fit's calibrated cut)
+    score_fit: Literal["with_probe", "without_probe"] = "with_probe"
+    prune_below: float | None = None
+    options: ConditionOptions
+    environment: Environment

@@ -1,0 +1,95 @@
+"""The application factory: settings in, a FastAPI app out, with its database, metrics and
+(optionally) an embedded worker started and stopped by the lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from anyio import to_thread
+from fastapi import FastAPI
+
+from nas import SpecLimits
+from service.api.auth import TokenCache
+from service.store.db import make_engine, make_sessionmaker
+from service.api.metrics import Metrics, RequestLatencyMiddleware
+from service.api.middleware import BodyLimitMiddleware
+from service.store.migrations import check_current
+from service.api.problems import install_problem_handlers
+from service.api.routes import batches, candidates, health, studies
+from service.settings import Settings, get_settings
+from service.store.group_commit import GroupCommitter
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "1"
+
+
+def create_app(
+    settings: Settings | None = None, *, embedded_worker: bool = False, worker_device: str = "auto"
+) -> FastAPI:
+    """Build the API. ``embedded_worker`` also runs a job runner in a thread of this process
+    (the one-machine default on SQLite)."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Blocking database work runs in the thread pool; its size bounds the connections
+        # this process uses, so the pool holds one per thread and never opens and closes
+        # connections under load.
+        to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
+        engine = make_engine(settings.database_url, **_pool(settings))
+        if settings.check_migrations:
+            check_current(engine)
+        sessions = make_sessionmaker(engine)
+        app.state.engine = engine
+        app.state.sessions = sessions
+        app.state.committer = GroupCommitter(sessions, max_attempts=settings.max_attempts)
+        app.state.tokens = TokenCache(sessions, settings.token_cache_seconds)
+        app.state.metrics = Metrics(sessions)
+        app.state.spec_limits = SpecLimits()  # PREFLIGHT_SPEC_*, read once
+        runner = None
+        if embedded_worker:
+            from worker.jobs.runner import Runner
+
+            runner = Runner(settings, device=worker_device, sessions=sessions)
+            runner.start_thread()
+        try:
+            yield
+        finally:
+            await app.state.committer.aclose()
+            if runner is not None:
+                runner.stop()
+                runner.join(timeout=settings.shutdown_grace_seconds + 10)
+            app.state.metrics = None
+            engine.dispose()
+
+    app = FastAPI(
+        title="Preflight",
+        version=API_VERSION,
+        summary="Conditions and scores NAS candidate architectures before training.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = None
+    install_problem_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestLatencyMiddleware, get_metrics=lambda: app.state.metrics)
+    app.include_router(candidates.router)
+    app.include_router(batches.router)
+    app.include_router(studies.router)
+    app.include_router(health.router)
+    return app
+
+
+def _pool(settings: Settings) -> dict[str, int]:
+    """Connection pool of the API process: a connection for each thread of the pool, plus a
+    few for the blocking work FastAPI runs outside that limit (dependency exits) and the
+    embedded worker."""
+    url = settings.database_url
+    if url.startswith("sqlite") and (":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite+pysqlite:")):
+        return {}  # an in-memory database has one connection per thread, no pool to size
+    return {"pool_size": settings.api_threads + 2, "max_overflow": 4}

@@ -1,0 +1,187 @@
+"""RFC 9457 problem details (``application/problem+json``) for every error the API returns.
+
+Each error is ``{"type", "title", "status", "detail", "instance"}``; validation errors add
+``errors: [{"path", "message"}]`` where ``path`` locates the fault in the request (for a
+spec: ``spec.blocks[1].layers[0] (linear).out``, the spec validator's own path after the
+field that holds the spec). No handler ever sends a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from nas import SpecError
+from nas.spec import json_path
+from service.api.schemas import SUBMISSION_TAGS
+
+__all__ = [
+    "PROBLEM_TYPES",
+    "Problem",
+    "ProblemError",
+    "ProblemIssue",
+    "install_problem_handlers",
+    "problem_response",
+]
+
+log = logging.getLogger(__name__)
+
+MEDIA_TYPE = "application/problem+json"
+_BASE = "https://preflight.dev/problems/"
+PROBLEM_TYPES = {
+    "invalid-spec": _BASE + "invalid-spec",
+    "invalid-request": _BASE + "invalid-request",
+    "unauthorized": _BASE + "unauthorized",
+    "not-found": _BASE + "not-found",
+    "conflict": _BASE + "conflict",
+    "too-large": _BASE + "too-large",
+    "not-ready": _BASE + "not-ready",
+    "unavailable": _BASE + "unavailable",
+    "internal": _BASE + "internal",
+}
+
+
+class ProblemIssue(BaseModel):
+    path: str
+    message: str
+
+
+class Problem(BaseModel):
+    """The body of every error response (RFC 9457)."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    errors: list[ProblemIssue] | None = None
+
+
+class ProblemError(Exception):
+    """An error the API reports as a problem; raise it from routes and dependencies."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        kind: str | None = None,
+        errors: list[ProblemIssue] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.kind = kind
+        self.errors = errors
+        self.headers = headers
+
+    @classmethod
+    def from_spec_error(cls, exc: SpecError, *, field: str) -> ProblemError:
+        issues = [
+            ProblemIssue(path=field if issue.path == "$" else f"{field}.{issue.path}", message=issue.message)
+            for issue in exc.issues
+        ]
+        detail = "; ".join(f"{issue.path}: {issue.message}" for issue in issues) or "invalid spec"
+        return cls(422, detail, kind="invalid-spec", errors=issues)
+
+
+def problem_response(
+    request: Request | None,
+    status: int,
+    detail: str | None,
+    *,
+    kind: str | None = None,
+    errors: list[ProblemIssue] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    title = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+    if kind == "invalid-spec":
+        title = "Invalid architecture spec"
+    problem = Problem(
+        type=PROBLEM_TYPES.get(kind or "", "about:blank"),
+        title=title,
+        status=status,
+        detail=detail,
+        instance=request.url.path if request is not None else None,
+        errors=errors,
+    )
+    return JSONResponse(
+        problem.model_dump(exclude_none=True), status_code=status, headers=headers, media_type=MEDIA_TYPE
+    )
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    source, *rest = loc if loc else ("body",)
+    if source == "body" and rest and rest[0] in SUBMISSION_TAGS:
+        rest = rest[1:]  # the union member pydantic tried, not a place in the body
+    path = json_path(tuple(rest))
+    if source == "body":
+        return path
+    return f"{source}.{path}" if rest else str(source)
+
+
+async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ProblemError)
+    return problem_response(
+        request, exc.status, exc.detail, kind=exc.kind, errors=exc.errors, headers=exc.headers
+    )
+
+
+async def _on_http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    kind = {401: "unauthorized", 404: "not-found", 409: "conflict", 413: "too-large"}.get(exc.status_code)
+    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"no resource at {request.url.path}"
+    return problem_response(request, exc.status_code, detail, kind=kind, headers=dict(exc.headers or {}))
+
+
+async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    issues = [
+        ProblemIssue(path=_location(tuple(error.get("loc", ()))), message=str(error.get("msg", "invalid")))
+        for error in exc.errors()
+    ]
+    detail = "; ".join(f"{issue.path}: {issue.message}" for issue in issues) or "invalid request"
+    return problem_response(request, 422, detail, kind="invalid-request", errors=issues)
+
+
+async def _on_spec_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SpecError)
+    return await _on_problem(request, ProblemError.from_spec_error(exc, field="spec"))
+
+
+async def _on_database_down(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, str(exc).splitlines()[0])
+    return problem_response(
+        request, 503, "the database is unavailable; retry shortly", kind="unavailable",
+        headers={"Retry-After": "1"},
+    )  # fmt: skip
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(
+        request, 500, "internal error; the server log has the details", kind="internal"
+    )
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ProblemError, _on_problem)
+    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(SpecError, _on_spec_error)
+    app.add_exception_handler(OperationalError, _on_database_down)
+    app.add_exception_handler(InterfaceError, _on_database_down)
+    app.add_exception_handler(PoolTimeoutError, _on_database_down)  # every connection busy
+    app.add_exception_handler(Exception, _on_unexpected)

@@ -1,0 +1,58 @@
+"""/v1/batches: upload a data batch (inputs and optional labels) to condition candidates on."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
+
+from service.store import data_batches
+from service.store.db import read_connection, session_scope
+from service.api.deps import AuthDep
+from service.api.problems import ProblemError
+
+__all__ = ["DataBatchPublic", "router"]
+
+router = APIRouter(prefix="/v1/batches", tags=["batches"], dependencies=[AuthDep])
+
+
+class DataBatchPublic(BaseModel):
+    id: str  # name it in a submission's options: {"data": id}
+    shape: list[int]  # [N, *input_shape]
+    labels: str | None  # "class" (integer targets), "float", or null (no labels)
+
+
+def _public(shape: data_batches.BatchShape, key: str) -> DataBatchPublic:
+    return DataBatchPublic(id=key, shape=list(shape["x"]), labels=shape["labels"])
+
+
+def _store(request: Request, body: Any) -> tuple[DataBatchPublic, bool]:
+    x, y, shape = data_batches.parse(body)
+    with session_scope(request.app.state.sessions, write=True) as session:
+        row, created = data_batches.store(session, x, y, shape)
+        return _public(row.shape, row.id), created
+
+
+@router.post("", status_code=201, response_model=DataBatchPublic, summary="Upload a data batch")
+async def upload_batch(request: Request, body: Annotated[Any, Body()]) -> Response:
+    """Store ``{"x": [N, *input_shape], "y": [N]?}`` under the SHA-256 of its content (201; 200
+    when it was already stored). Submissions name it with the option ``data``: the worker then
+    conditions on these inputs and probes trainability on these labels, not on a Gaussian batch
+    with random labels."""
+    public, created = await run_in_threadpool(_store, request, body)
+    return Response(public.model_dump_json(), status_code=201 if created else 200, media_type="application/json")
+
+
+def _shape(request: Request, key: str) -> data_batches.BatchShape | None:
+    with read_connection(request.app.state.engine) as connection:
+        return data_batches.shape_of(connection, key)
+
+
+@router.get("/{batch_id}", response_model=DataBatchPublic, summary="A data batch's shape")
+async def get_batch(request: Request, batch_id: Annotated[str, Path(max_length=64)]) -> DataBatchPublic:
+    shape = await run_in_threadpool(_shape, request, batch_id)
+    if shape is None:
+        raise ProblemError(404, f"no data batch with id {batch_id}", kind="not-found")
+    return _public(shape, batch_id)

@@ -1,0 +1,282 @@
+"""/v1/candidates: submit (one or a batch), read, long-poll, list, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
+from sqlalchemy import Row, bindparam, exists, select
+
+from nas import SpecError, SpecLimits, parse_spec, spec_hash
+from service.store import data_batches, jobs
+from service.store.db import read_connection, session_scope
+from service.api.deps import AuthDep, SessionDep, SettingsDep
+from service.store.models import Candidate, Status, Submission
+from service.api.problems import Problem, ProblemError, ProblemIssue
+from service.api.schemas import (
+    CandidateBatchCreate,
+    CandidateBatchPublic,
+    CandidateList,
+    CandidateOptions,
+    CandidatePublic,
+    CandidateSubmission,
+)
+from service.store.group_commit import GroupCommitter
+from service.api.tuning import DATA, canonical_tuning_options
+
+__all__ = ["router"]
+
+router = APIRouter(
+    prefix="/v1/candidates",
+    tags=["candidates"],
+    dependencies=[AuthDep],
+    responses={
+        401: {"model": Problem, "description": "missing or invalid bearer token"},
+        413: {"model": Problem, "description": "request body too large"},
+        422: {"model": Problem, "description": "invalid spec or request"},
+    },
+)
+
+# Ids are 64-bit; larger numbers are refused as invalid (422), not looked up.
+CandidateId = Annotated[int, Path(ge=1, le=2**63 - 1, description="the candidate's id")]
+_NOT_FOUND = {404: {"model": Problem, "description": "no candidate with this id"}}
+_SUBMIT_EXAMPLES = {
+    "one": {"summary": "one spec", "value": {
+        "spec": {"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 8}, {"type": "relu"}]}]},
+        "options": {"study": "demo", "trial": 0},
+    }},
+    "batch": {"summary": "a batch", "value": {
+        "specs": [{"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 8}]}]}],
+        "options": {"study": "demo"},
+    }},
+}  # fmt: skip
+
+
+# Batches up to this size are validated on the event loop, larger ones in the thread pool.
+_INLINE_VALIDATION = 4
+
+
+def _device_class(device: str) -> str:
+    return "cuda" if device.startswith("cuda") else "cpu" if device == "cpu" else "any"
+
+
+def _new_candidates(
+    specs: list[dict[str, Any]],
+    tuning: dict[str, Any],
+    options: CandidateOptions,
+    *,
+    batch: bool,
+    limits: SpecLimits | None = None,
+    data_shape: data_batches.BatchShape | None = None,
+) -> list[jobs.NewCandidate]:
+    """Validate every spec (all or nothing) against the canonical tuning options and the
+    data batch they name, before anything is queued."""
+    out = []
+    for index, data in enumerate(specs):
+        field = f"specs[{index}]" if batch else "spec"
+        try:
+            spec = parse_spec(data, limits)
+        except SpecError as exc:
+            raise ProblemError.from_spec_error(exc, field=field) from None
+        if data_shape is not None:
+            data_batches.check_fits(data_shape, spec, field)
+        out.append(jobs.NewCandidate(
+            spec=spec.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(spec), options=tuning,
+            study=options.study, trial=options.trial, device=_device_class(options.device),
+            priority=options.priority,
+        ))  # fmt: skip
+    return out
+
+
+def _batch_shape(request: Request, key: str) -> data_batches.BatchShape | None:
+    with read_connection(request.app.state.engine) as connection:
+        return data_batches.shape_of(connection, key)
+
+
+def _json(model: BaseModel, status_code: int = 200) -> Response:
+    """The model's JSON, sent as is: it was built from the row, so FastAPI's second
+    validation of the response model (which walks the whole report) is skipped."""
+    return Response(model.model_dump_json(), status_code=status_code, media_type="application/json")
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=CandidatePublic | CandidateBatchPublic,
+    summary="Submit one candidate ({spec, options}) or a batch ({specs, options})",
+)
+async def submit_candidates(
+    request: Request,
+    settings: SettingsDep,
+    body: Annotated[CandidateSubmission, Body(openapi_examples=_SUBMIT_EXAMPLES)],
+) -> Response:
+    """Queue candidates for conditioning. The same canonical spec with the same tuning
+    options is never tuned twice: its existing candidate comes back (``cached: true``),
+    with its report when it is done."""
+    batch = isinstance(body, CandidateBatchCreate)
+    specs = body.specs if isinstance(body, CandidateBatchCreate) else [body.spec]
+    if len(specs) > settings.max_batch:
+        raise ProblemError(
+            413, f"{len(specs)} specs in one batch exceed the limit of {settings.max_batch} "
+            "(setting PREFLIGHT_MAX_BATCH)", kind="too-large",
+        )  # fmt: skip
+    # Validation is pure CPU, tens of microseconds for a small spec: a few specs are checked
+    # on the event loop, a larger batch in the thread pool. The write goes to the process's
+    # group commit, which answers once the rows are durable.
+    limits = request.app.state.spec_limits
+    tuning = canonical_tuning_options(dict(body.options.model_extra or {}))
+    data_shape = None
+    if DATA in tuning:  # a data batch: it must exist, and fit every spec's input shape
+        data_shape = await run_in_threadpool(_batch_shape, request, tuning[DATA])
+        if data_shape is None:
+            raise ProblemError(
+                422, f"options.{DATA}: no data batch with id {tuning[DATA]} (upload it with POST /v1/batches)",
+                kind="invalid-request", errors=[ProblemIssue(path=f"options.{DATA}", message="no such data batch")],
+            )  # fmt: skip
+    if len(specs) <= _INLINE_VALIDATION:
+        new = _new_candidates(specs, tuning, body.options, batch=batch, limits=limits, data_shape=data_shape)
+    else:
+        new = await run_in_threadpool(
+            lambda: _new_candidates(specs, tuning, body.options, batch=batch, limits=limits, data_shape=data_shape)
+        )
+    committer: GroupCommitter = request.app.state.committer
+    submitted = await committer.submit(new)
+    public = [CandidatePublic.of(s.row, cached=not s.created) for s in submitted]
+    return _json(CandidateBatchPublic(candidates=public) if batch else public[0], 202)
+
+
+# Reads by id skip the ORM (a Row has the same attribute names): the hot path of clients
+# polling for reports, where the ORM's identity map and unit of work buy nothing.
+_BY_ID = select(Candidate.__table__).where(Candidate.__table__.c.id == bindparam("id"))
+
+
+def _read_once(request: Request, candidate_id: int) -> Row[Any] | None:
+    with read_connection(request.app.state.engine) as connection:
+        return connection.execute(_BY_ID, {"id": candidate_id}).one_or_none()
+
+
+@router.get(
+    "/{candidate_id}",
+    response_model=CandidatePublic,
+    responses=_NOT_FOUND,
+    summary="A candidate and its report",
+)
+async def get_candidate(request: Request, candidate_id: CandidateId) -> Response:
+    # async, with the one blocking read in the thread pool: one hop per request, not three
+    row = await run_in_threadpool(_read_once, request, candidate_id)
+    if row is None:
+        raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
+    return _json(CandidatePublic.of(row))
+
+
+@router.get(
+    "/{candidate_id}/wait",
+    response_model=CandidatePublic,
+    responses=_NOT_FOUND,
+    summary="Long-poll until final or timeout",
+)
+async def wait_for_candidate(
+    request: Request,
+    candidate_id: CandidateId,
+    settings: SettingsDep,
+    timeout: Annotated[
+        float, Query(ge=0, le=3600, description="seconds; capped by the server")
+    ] = 30.0,
+) -> Response:
+    """Answer when the candidate is done, failed or cancelled, or when ``timeout`` seconds
+    have passed (then with its current status). Polls the store; costs no worker time."""
+    deadline = time.monotonic() + min(timeout, settings.max_wait_seconds)
+    interval = 0.05
+    while True:
+        row = await run_in_threadpool(_read_once, request, candidate_id)
+        if row is None:
+            raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
+        left = deadline - time.monotonic()
+        if Status(row.status).is_final or left <= 0 or await request.is_disconnected():
+            return _json(CandidatePublic.of(row))
+        await asyncio.sleep(min(interval, left))
+        interval = min(interval * 1.5, 0.5)
+
+
+def _encode_cursor(last_id: int) -> str:
+    return base64.urlsafe_b64encode(f"c{last_id}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        if not text.startswith("c") or not text[1:].isdigit():
+            raise ValueError(cursor)
+        return int(text[1:])
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ProblemError(
+            422, "invalid cursor; pass next_cursor from the previous page", kind="invalid-request"
+        ) from None
+
+
+@router.get("", summary="List candidates, oldest first, with cursor pagination")
+def list_candidates(
+    session: SessionDep,
+    settings: SettingsDep,
+    study: Annotated[str | None, Query(max_length=200)] = None,
+    status: Status | None = None,
+    verdict: Annotated[str | None, Query(max_length=16)] = None,
+    limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    cursor: Annotated[str | None, Query(max_length=100)] = None,
+    include_report: bool = False,
+) -> CandidateList:
+    page = limit or settings.page_size
+    query = select(Candidate).order_by(Candidate.id).limit(page + 1)
+    if study is not None:
+        query = query.where(
+            exists().where(Submission.candidate_id == Candidate.id, Submission.study == study)
+        )
+    if status is not None:
+        query = query.where(Candidate.status == status)
+    if verdict is not None:
+        query = query.where(Candidate.verdict == verdict)
+    if cursor is not None:
+        query = query.where(Candidate.id > _decode_cursor(cursor))
+    rows = list(session.scalars(query))
+    more = len(rows) > page
+    rows = rows[:page]
+    return CandidateList(
+        candidates=[CandidatePublic.of(row, with_report=include_report) for row in rows],
+        next_cursor=_encode_cursor(rows[-1].id) if more and rows else None,
+    )
+
+
+@router.delete(
+    "/{candidate_id}",
+    response_model=CandidatePublic,
+    responses={**_NOT_FOUND, 409: {"model": Problem, "description": "already done or failed"}},
+    summary="Cancel a queued or running candidate",
+)
+async def cancel_candidate(request: Request, candidate_id: CandidateId) -> Response:
+    """A running job's worker notices at its next heartbeat and drops its work."""
+    # The whole write transaction runs in one thread-pool hop: on SQLite it holds the
+    # process's write lock, and a lock held across hops (dependency, then endpoint) lets a
+    # few concurrent cancels take every thread while the holder waits for one.
+    status, row = await run_in_threadpool(_cancel, request, candidate_id)
+    if status is None:
+        raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
+    if status in (Status.DONE, Status.FAILED):
+        raise ProblemError(
+            409,
+            f"candidate {candidate_id} is already {status.value}; nothing to cancel",
+            kind="conflict",
+        )
+    assert row is not None
+    return _json(CandidatePublic.of(row))
+
+
+def _cancel(request: Request, candidate_id: int) -> tuple[Status | None, Candidate | None]:
+    with session_scope(request.app.state.sessions, write=True) as session:
+        status = jobs.cancel(session, job_id=candidate_id)
+        return status, session.get(Candidate, candidate_id) if status is not None else None

@@ -1,0 +1,52 @@
+"""Liveness, readiness, the spec JSON Schema and Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from nas import spec_json_schema
+from service.api.deps import AuthDep
+from service.store.migrations import MigrationsPending, check_current
+from service.api.problems import Problem, ProblemError
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="The process is up")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    summary="The database is reachable and its schema is at the latest migration",
+    responses={503: {"model": Problem}},
+)
+def readyz(request: Request) -> dict[str, str]:
+    engine = request.app.state.engine
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        check_current(engine)
+    except MigrationsPending as exc:
+        raise ProblemError(503, str(exc), kind="not-ready") from None
+    except Exception as exc:  # any driver error means: not ready
+        raise ProblemError(503, f"database unreachable: {type(exc).__name__}", kind="not-ready") from None
+    return {"status": "ready"}
+
+
+@router.get("/v1/schema", summary="JSON Schema of architecture spec v1")
+def schema() -> dict[str, Any]:
+    return spec_json_schema()
+
+
+@router.get("/metrics", summary="Prometheus metrics", dependencies=[AuthDep], response_class=Response)
+def metrics(request: Request) -> Response:
+    registry = request.app.state.metrics.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,71 @@
+"""/v1/studies/{study}/summary: what a pruner needs for percentile rules."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from sqlalchemy import func, select
+
+from service.api.deps import AuthDep, SessionDep
+from service.store.models import Candidate, Status, Submission
+from service.api.problems import ProblemError
+from service.api.schemas import ScoreSummary, StudySummary
+
+__all__ = ["quantile", "router"]
+
+router = APIRouter(prefix="/v1/studies", tags=["studies"], dependencies=[AuthDep])
+
+DEFAULT_QUANTILES = [0.1, 0.25, 0.5, 0.75, 0.9]
+
+
+def quantile(ordered: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default); ``ordered`` is sorted,
+    non-empty and finite."""
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@router.get("/{study}/summary", summary="Counts by status and verdict, score quantiles")
+def study_summary(
+    study: Annotated[str, Path(max_length=200)],
+    session: SessionDep,
+    q: Annotated[list[float] | None, Query(description="quantiles in [0, 1]; repeat the parameter")] = None,
+) -> StudySummary:
+    """Candidates a study submitted (each counted once, however often it was submitted).
+    Scores are of done candidates; an unknown study has zero counts."""
+    quantiles = q if q else DEFAULT_QUANTILES
+    for value in quantiles:
+        if not 0.0 <= value <= 1.0 or math.isnan(value):
+            raise ProblemError(422, f"quantile {value} is outside [0, 1]", kind="invalid-request")
+    members = select(Submission.candidate_id).where(Submission.study == study).distinct().subquery()
+    in_study = Candidate.id.in_(select(members.c.candidate_id))
+    counts = dict(session.execute(
+        select(Candidate.status, func.count()).where(in_study).group_by(Candidate.status)
+    ).all())  # fmt: skip
+    verdicts = dict(session.execute(
+        select(Candidate.verdict, func.count())
+        .where(in_study, Candidate.status == Status.DONE, Candidate.verdict.is_not(None))
+        .group_by(Candidate.verdict)
+    ).all())  # fmt: skip
+    scores = sorted(
+        session.scalars(
+            select(Candidate.score).where(in_study, Candidate.status == Status.DONE, Candidate.score.is_not(None))
+        )
+    )
+    summary = ScoreSummary(count=len(scores))
+    if scores:
+        summary = ScoreSummary(
+            count=len(scores), min=scores[0], max=scores[-1], mean=math.fsum(scores) / len(scores),
+            quantiles={repr(float(value)): quantile(scores, value) for value in quantiles},
+        )  # fmt: skip
+    return StudySummary(
+        study=study,
+        total=sum(counts.values()),
+        counts={status: int(counts.get(status.value, 0)) for status in Status},
+        verdicts={str(k): int(v) for k, v in verdicts.items()},
+        scores=summary,
+    )

@@ -1,0 +1,173 @@
+"""Request and response bodies of the REST API, one family per resource (Create, Public)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from sqlalchemy import Row
+
+from service.store.models import Candidate, Status
+
+__all__ = [
+    "CandidateBatchCreate",
+    "CandidateBatchPublic",
+    "CandidateCreate",
+    "CandidateList",
+    "CandidateOptions",
+    "CandidatePublic",
+    "CandidateSubmission",
+    "ScoreSummary",
+    "StudySummary",
+    "Timings",
+]
+
+# Options that schedule a job; every other option is a tuning option of the engine
+# (nas.options.ConditionOptions: loss, steps, n_vectors, batch_size, seed, ...).
+SCHEDULING_OPTIONS = frozenset({"study", "trial", "priority", "device"})
+
+
+class CandidateOptions(BaseModel):
+    """How to tune and schedule. ``study``, ``trial``, ``priority`` and ``device`` schedule
+    the job; every other key is a tuning option of the engine (``loss``, ``steps``,
+    ``n_vectors``, ``batch_size``, ``seed``, ...) and, with the canonical spec, the cache key.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    study: str | None = Field(None, min_length=1, max_length=200)
+    trial: int | None = Field(None, ge=0, le=2**62)
+    priority: int = Field(0, ge=-1000, le=1000, description="higher runs first")
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|cuda(:\d{1,3})?)$",
+        description="auto (any worker), cpu (CPU workers only) or cuda[:N] (GPU workers only)",
+    )
+
+
+class CandidateCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    spec: dict[str, Any] = Field(description="an architecture spec v1 (GET /v1/schema)")
+    options: CandidateOptions = Field(default_factory=CandidateOptions)
+
+
+class CandidateBatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    specs: list[dict[str, Any]] = Field(min_length=1, description="architecture specs v1")
+    options: CandidateOptions = Field(default_factory=CandidateOptions)
+
+
+def _submission_kind(value: Any) -> str:
+    return "batch" if isinstance(value, dict) and "specs" in value else "one"
+
+
+# The body of POST /v1/candidates: {"spec": ...} or {"specs": [...]}, told apart by key.
+SUBMISSION_TAGS = frozenset({"one", "batch"})
+CandidateSubmission = Annotated[
+    Annotated[CandidateCreate, Tag("one")] | Annotated[CandidateBatchCreate, Tag("batch")],
+    Discriminator(_submission_kind),
+]
+
+
+class Timings(BaseModel):
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    queued_seconds: float | None = Field(None, description="from creation to the last start")
+    run_seconds: float | None = Field(None, description="from the last start to the end")
+    tuning_seconds: float | None = Field(None, description="the engine's own measure")
+
+
+class CandidatePublic(BaseModel):
+    """A candidate and, once done, its conditioning report."""
+
+    id: int
+    status: Status
+    spec_hash: str
+    study: str | None = Field(None, description="the study of the first submission")
+    trial: int | None = None
+    priority: int
+    device: str
+    options: dict[str, Any]
+    attempts: int
+    worker: str | None = None
+    error: str | None = None
+    score: float | None = None
+    verdict: str | None = None
+    timings: Timings
+    cached: bool | None = Field(None, description="on submission: true when it already existed")
+    report: dict[str, Any] | None = None
+
+    @classmethod
+    def of(
+        cls, row: Candidate | Row[Any], *, with_report: bool = True, cached: bool | None = None
+    ) -> CandidatePublic:
+        """From an ORM row or a Core row of the candidates table (same attribute names)."""
+        started, finished = row.started_at, row.finished_at
+        end = finished if finished is not None else None
+        return cls(
+            id=row.id,
+            status=Status(row.status),
+            spec_hash=row.spec_hash,
+            study=row.study,
+            trial=row.trial,
+            priority=row.priority,
+            device=row.device,
+            options=row.options,
+            attempts=row.attempts,
+            worker=row.worker,
+            error=row.error,
+            score=row.score,
+            verdict=row.verdict,
+            timings=Timings(
+                created_at=_utc(row.created_at),
+                started_at=_utc(started),
+                finished_at=_utc(finished),
+                queued_seconds=_seconds(row.created_at, started),
+                run_seconds=_seconds(started, end),
+                tuning_seconds=row.tuning_seconds,
+            ),
+            cached=cached,
+            report=row.report if with_report else None,
+        )
+
+
+class CandidateBatchPublic(BaseModel):
+    candidates: list[CandidatePublic]
+
+
+class CandidateList(BaseModel):
+    candidates: list[CandidatePublic]
+    next_cursor: str | None = Field(None, description="pass as ?cursor= for the next page")
+
+
+class ScoreSummary(BaseModel):
+    count: int
+    min: float | None = None
+    max: float | None = None
+    mean: float | None = None
+    quantiles: dict[str, float] = Field(
+        default_factory=dict,
+        description="quantile (as text, e.g. '0.25') -> score, linear interpolation",
+    )
+
+
+class StudySummary(BaseModel):
+    study: str
+    total: int
+    counts: dict[Status, int]
+    verdicts: dict[str, int]
+    scores: ScoreSummary
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.replace(tzinfo=UTC)
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return max(0.0, (end - start).total_seconds())

@@ -1,0 +1,63 @@
+"""Tuning options: checked against the engine's ConditionOptions where they enter, and put
+in canonical form (every default filled in, device left out) for the cache key."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from nas.spec import json_path
+from service.api.problems import ProblemError, ProblemIssue
+
+__all__ = ["canonical_tuning_options", "condition_options_model"]
+
+# Where a job runs is the worker's choice among those its device preference allows; it is
+# not part of what the job computes, so not part of the cache key.
+_NOT_IN_KEY = frozenset({"device"})
+# Not an engine option but part of the key: the id of an uploaded data batch (service.store.data_batches)
+DATA = "data"
+
+
+@cache
+def condition_options_model() -> type[BaseModel]:
+    from nas.options import ConditionOptions
+
+    return ConditionOptions
+
+
+def canonical_tuning_options(options: dict[str, Any], *, field: str = "options") -> dict[str, Any]:
+    """Validate tuning options with the engine's model; raise a 422 problem naming the bad key."""
+    model = condition_options_model()
+    data = options.pop(DATA, None)
+    if data is not None and not _is_batch_id(data):
+        raise ProblemError(
+            422, f"{field}.{DATA}: expected the id of an uploaded data batch (POST /v1/batches), got {data!r}",
+            kind="invalid-request", errors=[ProblemIssue(path=f"{field}.{DATA}", message="not a data batch id")],
+        )  # fmt: skip
+    unknown = sorted(set(options) - set(model.model_fields) - _NOT_IN_KEY)
+    if unknown:
+        known = ", ".join(sorted((set(model.model_fields) - _NOT_IN_KEY) | {DATA}))
+        raise ProblemError(
+            422,
+            f"unknown option(s) {', '.join(unknown)}; tuning options are: {known}",
+            kind="invalid-request",
+            errors=[ProblemIssue(path=f"{field}.{key}", message="unknown option") for key in unknown],
+        )
+    try:
+        parsed = model.model_validate({k: v for k, v in options.items() if k not in _NOT_IN_KEY})
+    except ValidationError as exc:
+        issues = [
+            ProblemIssue(path=f"{field}.{json_path(tuple(error['loc']))}", message=error["msg"])
+            for error in exc.errors(include_url=False)
+        ]
+        raise ProblemError(
+            422, "; ".join(f"{i.path}: {i.message}" for i in issues), kind="invalid-request", errors=issues
+        ) from None
+    canonical = parsed.model_dump(mode="json", exclude=set(_NOT_IN_KEY))
+    return canonical | ({DATA: data} if data is not None else {})
+
+
+def _is_batch_id(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)

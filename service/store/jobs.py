@@ -1,0 +1,349 @@
+"""The job queue, in SQL: enqueue, claim, heartbeat, complete, fail, release, reap, cancel.
+
+A candidate row is its own job. Its life (see :class:`service.store.models.Status`)::
+
+    queued --claim--> running --complete--> done
+      ^                 |  \\--fail (attempts left)--> queued
+      |                 |   \\-fail (no attempts left)--> failed
+      +--reap (lease expired, attempts left)              (lease expired, none left: failed)
+    queued | running --cancel--> cancelled --submitted again--> queued
+
+Every transition is one atomic statement. A claim is an ``UPDATE ... WHERE id = (SELECT ...
+FOR UPDATE SKIP LOCKED) RETURNING`` on PostgreSQL; on SQLite the same UPDATE runs inside
+BEGIN IMMEDIATE, which holds the database's single write lock. Each claim draws a fresh
+lease token, and heartbeat, complete, fail and release only act while the row still holds
+that token and is running: a worker whose lease expired (and whose job another worker took)
+can neither extend it nor write its result, so a job is never done twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from service.store.db import utcnow
+from service.store.models import BlockFigure, Candidate, LayerFigure, ScaleFactor, Status, Submission
+
+__all__ = [
+    "DEVICE_KINDS",
+    "Enqueued",
+    "Job",
+    "NewCandidate",
+    "cache_key",
+    "cancel",
+    "claim",
+    "complete",
+    "fail",
+    "finite",
+    "heartbeat",
+    "queue_depth",
+    "reap",
+    "release",
+    "submit",
+]
+
+# Which job device preferences a worker of each kind takes.
+DEVICE_KINDS: dict[str, tuple[str, ...]] = {"cpu": ("any", "cpu"), "cuda": ("any", "cuda")}
+
+_LAYER_FIELDS = (
+    "fan_in", "fan_out", "gamma", "nu", "hessian_top_eigenvalue", "hessian_chain_rule",
+    "hessian_mean_sq_singular", "kappa_d",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a worker holds after a claim: the work and the lease that proves it is its own."""
+
+    id: int
+    spec: dict[str, Any]
+    options: dict[str, Any]
+    device: str
+    attempts: int
+    max_attempts: int
+    lease_token: str
+    leased_until: datetime
+
+
+@dataclass(frozen=True)
+class NewCandidate:
+    """One validated submission: canonical spec, tuning options and how to schedule it."""
+
+    spec: dict[str, Any]
+    spec_hash: str
+    options: dict[str, Any]
+    study: str | None = None
+    trial: int | None = None
+    device: str = "any"
+    priority: int = 0
+
+    @property
+    def cache_key(self) -> str:
+        return cache_key(self.spec_hash, self.options)
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    id: int
+    created: bool
+
+
+def cache_key(spec_hash: str, options: dict[str, Any]) -> str:
+    """SHA-256 of the spec hash and the canonical (key-sorted) JSON of the tuning options."""
+    canonical = json.dumps(options, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(f"{spec_hash}\n{canonical}".encode()).hexdigest()
+
+
+def finite(value: Any) -> Any:
+    """The value with every non-finite float replaced by None (JSON and JSONB have no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return value
+
+
+def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts: int) -> list[Enqueued]:
+    """Queue each candidate unless its cache key exists; one Enqueued per input, in order.
+
+    A cancelled candidate submitted again is queued again; any other existing one is
+    returned as it is (done at once on a cache hit). Every call records its submissions.
+    """
+    now = utcnow()
+    by_key: dict[str, NewCandidate] = {}
+    for candidate in candidates:
+        by_key.setdefault(candidate.cache_key, candidate)
+    rows = [
+        {
+            "cache_key": key, "spec_hash": c.spec_hash, "spec": c.spec, "options": c.options,
+            "study": c.study, "trial": c.trial, "device": c.device, "priority": c.priority,
+            "status": Status.QUEUED.value, "attempts": 0, "max_attempts": max_attempts,
+            "created_at": now,
+        }
+        for key, c in by_key.items()
+    ]  # fmt: skip
+    created_ids = {
+        key: id_
+        for id_, key in session.execute(
+            _insert_ignoring_duplicates(session).returning(Candidate.id, Candidate.cache_key), rows
+        )
+    }
+    existing = set(by_key) - set(created_ids)
+    ids = dict(created_ids)
+    if existing:
+        for id_, key in session.execute(
+            select(Candidate.id, Candidate.cache_key).where(Candidate.cache_key.in_(existing))
+        ):
+            ids[key] = id_
+        session.execute(
+            update(Candidate)
+            .where(Candidate.id.in_([ids[key] for key in existing]), Candidate.status == Status.CANCELLED)
+            .values(status=Status.QUEUED, attempts=0, error=None, finished_at=None)
+        )
+    session.execute(
+        insert(Submission),
+        [
+            {"candidate_id": ids[c.cache_key], "study": c.study, "trial": c.trial, "created_at": now}
+            for c in candidates
+        ],
+    )
+    out, seen = [], set()
+    for c in candidates:  # a key repeated within the call is created once
+        out.append(Enqueued(id=ids[c.cache_key], created=c.cache_key in created_ids and c.cache_key not in seen))
+        seen.add(c.cache_key)
+    return out
+
+
+def _insert_ignoring_duplicates(session: Session) -> Any:
+    """INSERT ... ON CONFLICT (cache_key) DO NOTHING, one cached statement run with many
+    parameter sets (SQLAlchemy batches them into multi-row INSERTs with RETURNING)."""
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    return dialect_insert(Candidate).on_conflict_do_nothing(index_elements=["cache_key"])
+
+
+def claim(session: Session, *, worker: str, device_kind: str, lease_seconds: float) -> Job | None:
+    """Lease the most urgent queued job this worker's device can run, or None."""
+    now = utcnow()
+    pick = (
+        select(Candidate.id)
+        .where(Candidate.status == Status.QUEUED, Candidate.device.in_(DEVICE_KINDS[device_kind]))
+        .order_by(Candidate.priority.desc(), Candidate.id)
+        .limit(1)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        pick = pick.with_for_update(skip_locked=True)
+    token = secrets.token_hex(16)
+    row = session.execute(
+        update(Candidate)
+        .where(Candidate.id == pick.scalar_subquery(), Candidate.status == Status.QUEUED)
+        .values(
+            status=Status.RUNNING,
+            lease_token=token,
+            leased_until=now + timedelta(seconds=lease_seconds),
+            worker=worker,
+            attempts=Candidate.attempts + 1,
+            started_at=func.coalesce(Candidate.started_at, now),
+        )
+        .returning(
+            Candidate.id, Candidate.spec, Candidate.options, Candidate.device,
+            Candidate.attempts, Candidate.max_attempts, Candidate.leased_until,
+        )  # fmt: skip
+    ).one_or_none()
+    if row is None:
+        return None
+    return Job(
+        id=row.id, spec=row.spec, options=row.options, device=row.device, attempts=row.attempts,
+        max_attempts=row.max_attempts, lease_token=token, leased_until=row.leased_until,
+    )  # fmt: skip
+
+
+def _held(job_id: int, token: str) -> Iterable[Any]:
+    return (Candidate.id == job_id, Candidate.lease_token == token, Candidate.status == Status.RUNNING)
+
+
+def heartbeat(session: Session, *, job_id: int, token: str, lease_seconds: float) -> bool:
+    """Extend the lease; False when the job is no longer this worker's (cancelled or lost)."""
+    result = session.execute(
+        update(Candidate)
+        .where(*_held(job_id, token))
+        .values(leased_until=utcnow() + timedelta(seconds=lease_seconds))
+    )
+    return result.rowcount == 1
+
+
+def complete(session: Session, *, job_id: int, token: str, report: dict[str, Any]) -> bool:
+    """Store the report, its rows and the status ``done``, in the caller's one transaction.
+
+    Returns False (and writes nothing) when the lease is no longer held.
+    """
+    report = finite(report)
+    tuning = report.get("tuning") or {}
+    result = session.execute(
+        update(Candidate)
+        .where(*_held(job_id, token))
+        .values(
+            status=Status.DONE,
+            report=report,
+            score=_float(report.get("score")),
+            verdict=report.get("verdict"),
+            tuning_seconds=_float(tuning.get("seconds")),
+            error=None,
+            lease_token=None,
+            leased_until=None,
+            finished_at=utcnow(),
+        )
+    )
+    if result.rowcount != 1:
+        return False
+    for model in (BlockFigure, LayerFigure, ScaleFactor):
+        session.execute(delete(model).where(model.candidate_id == job_id))
+    blocks = [
+        {"candidate_id": job_id, "block_index": int(block["index"]),
+         **{key: _float(block.get(key)) for key in ("apjn_before", "apjn_after", "k_before", "k_after")}}
+        for block in report.get("blocks") or []
+    ]  # fmt: skip
+    layers = [
+        {"candidate_id": job_id, "name": str(layer["name"]),
+         **{key: layer.get(key) for key in _LAYER_FIELDS}}
+        for layer in report.get("layers") or []
+    ]  # fmt: skip
+    scales = [
+        {"candidate_id": job_id, "parameter": name, "multiplier": _float(value)}
+        for name, value in (report.get("scales") or {}).items()
+        if _float(value) is not None
+    ]
+    for model, rows in ((BlockFigure, blocks), (LayerFigure, layers), (ScaleFactor, scales)):
+        if rows:
+            session.execute(insert(model), rows)
+    return True
+
+
+def fail(session: Session, *, job_id: int, token: str, error: str, retry: bool = True) -> Status | None:
+    """Record a failed attempt: back to ``queued`` while attempts remain (and ``retry``), else
+    ``failed``. Returns the new status, or None when the lease is no longer held."""
+    final = case((Candidate.attempts >= Candidate.max_attempts, Status.FAILED.value), else_=Status.QUEUED.value)
+    row = session.execute(
+        update(Candidate)
+        .where(*_held(job_id, token))
+        .values(
+            status=final if retry else Status.FAILED.value,
+            error=error[:4000],
+            lease_token=None,
+            leased_until=None,
+            finished_at=case((final == Status.FAILED.value, utcnow()), else_=None) if retry else utcnow(),
+        )
+        .returning(Candidate.status)
+    ).one_or_none()
+    return None if row is None else Status(row.status)
+
+
+def release(session: Session, *, job_id: int, token: str) -> bool:
+    """Give a job back untouched (worker shutting down): queued again, the attempt not counted."""
+    result = session.execute(
+        update(Candidate)
+        .where(*_held(job_id, token))
+        .values(status=Status.QUEUED, attempts=Candidate.attempts - 1, lease_token=None, leased_until=None)
+    )
+    return result.rowcount == 1
+
+
+def reap(session: Session) -> int:
+    """Put running jobs whose lease expired back in the queue (or fail them when they have
+    used up their attempts). Returns how many rows it changed."""
+    now = utcnow()
+    exhausted = Candidate.attempts >= Candidate.max_attempts
+    result = session.execute(
+        update(Candidate)
+        .where(Candidate.status == Status.RUNNING, Candidate.leased_until < now)
+        .values(
+            status=case((exhausted, Status.FAILED.value), else_=Status.QUEUED.value),
+            error=case(
+                (exhausted, "lease expired on the last attempt (worker killed or lost?)"),
+                else_=Candidate.error,
+            ),
+            finished_at=case((exhausted, now), else_=None),
+            lease_token=None,
+            leased_until=None,
+        )
+    )
+    return result.rowcount
+
+
+def cancel(session: Session, *, job_id: int) -> Status | None:
+    """Cancel a queued or running job; returns the status it has afterwards (None: no such id)."""
+    row = session.execute(
+        update(Candidate)
+        .where(Candidate.id == job_id, Candidate.status.in_([Status.QUEUED, Status.RUNNING]))
+        .values(status=Status.CANCELLED, lease_token=None, leased_until=None, finished_at=utcnow())
+        .returning(Candidate.status)
+    ).one_or_none()
+    if row is not None:
+        return Status(row.status)
+    status = session.scalar(select(Candidate.status).where(Candidate.id == job_id))
+    return None if status is None else Status(status)
+
+
+def queue_depth(session: Session) -> dict[Status, int]:
+    """How many candidates are in each status."""
+    counts = dict(session.execute(select(Candidate.status, func.count()).group_by(Candidate.status)).all())
+    return {status: int(counts.get(status.value, 0)) for status in Status}
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None

@@ -1,0 +1,60 @@
+"""The cost model of ``worker.engine.pipeline``'s budget (docs/conditioning.md section 6).
+
+Every cost is in training steps (one forward + backward of the candidate at the conditioning
+batch) and is *counted* from the passes a stage makes, not timed: the budget's decisions
+(AutoInit's last step, which Hessian layers and how many iterations) are then deterministic,
+so the same seed gives the same report on a loaded machine. ``condition`` also times one
+training step and every stage, and reports both (``tuning.budget``, ``tuning.timings``).
+Constants are upper-end figures measured on the CPU (bench/tuning_cost.py: an MLP, VGG11-BN,
+ResNet-14); a forward is about a third of a training step and a backward two thirds.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "BNP_COST",
+    "FORWARD_COST",
+    "HESSIAN_PRODUCT_COST",
+    "SCALING_COST",
+    "STEP_COST",
+    "hessian_plan",
+    "profile_cost",
+]
+
+STEP_COST = 1.0  # the timed forward + backward that fixes the unit
+FORWARD_COST = 1.0 / 3.0
+SCALING_COST = 5.0  # worker.engine.scaling.measure_scaling: forward, backward, a VJP and per-sample weight gradients per layer (measured 0.3-4.5)
+BNP_COST = 0.5  # worker.engine.bnp.kappa_d: a forward with statistics hooks (measured 0.2-0.5)
+# one Hessian-vector or Gauss-Newton product, per unit of (Hessian batch / conditioning batch):
+# a double backward through the network (measured 1.2-1.9 per unit on a quiet CPU for the first,
+# largest layer of VGG11-BN and of a 6x1024 MLP, whose products do not shrink with the batch)
+HESSIAN_PRODUCT_COST = 2.0
+
+
+def profile_cost(n_vectors: int) -> float:
+    """One APJN profile (``worker.engine.jacobian.block_jacobians``): a forward and ``n_vectors``
+    batched vector-Jacobian products (each about a backward)."""
+    return FORWARD_COST + (1.0 - FORWARD_COST) * n_vectors
+
+
+def hessian_plan(
+    left: float, n_layers: int, iterations: int, probes: int, batch_ratio: float, chain_rule: bool = True
+) -> tuple[int, int, float]:
+    """How many layers (evenly spread, ``worker.engine.hessian.spread_order``) and how many power
+    iterations fit in ``left`` training steps, and what they cost: all layers at the asked
+    iterations if they fit, else fewer iterations down to 2 (or the asked number when smaller),
+    then fewer layers. ``batch_ratio``: Hessian batch over conditioning batch. (0, 0, 0.0) when
+    not even one layer fits."""
+    product = HESSIAN_PRODUCT_COST * batch_ratio
+    prefix = product  # forward and first-order backward with create_graph
+    room = left - prefix
+    per_layer = 0.0
+    floor_it = min(2, iterations)
+    for it in range(iterations, floor_it - 1, -1):
+        per_layer = ((2 if chain_rule else 1) * it + probes) * product
+        if n_layers * per_layer <= room:
+            return n_layers, it, prefix + n_layers * per_layer
+    layers = max(0, min(n_layers, math.floor(room / per_layer))) if per_layer > 0 else 0
+    return (layers, floor_it, prefix + layers * per_layer) if layers else (0, 0, 0.0)

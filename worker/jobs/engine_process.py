@@ -1,0 +1,202 @@
+"""The conditioning engine in a child process of its runner.
+
+A job is stopped (timeout, cancellation, shutdown) by ending this process, at once and for
+certain, whatever the engine is doing; a crash in the engine (a segfault, a poisoned CUDA
+context) costs the child, not the runner. The child is started with the ``spawn`` method, so
+it never inherits a forked CUDA context, and it dies with its parent (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import signal
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["EngineCrashed", "EngineError", "EngineProcess", "resolve_device", "warm_up"]
+
+log = logging.getLogger(__name__)
+
+_CONTEXT = multiprocessing.get_context("spawn")
+_PR_SET_PDEATHSIG = 1
+# Errors that retrying cannot fix: the job fails at once instead of using up its attempts.
+_DETERMINISTIC = (ValueError, TypeError, KeyError)
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda:0`` when a GPU is visible, else ``cpu``; ``cuda`` -> ``cuda:0``."""
+    if device == "cpu":
+        return "cpu"
+    import torch
+
+    if device == "auto":
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        device = "cuda:0"
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} asked for, but no CUDA device is visible")
+    return device
+
+
+@dataclass(frozen=True)
+class EngineError:
+    """The engine raised: its exception's type and message, and whether a retry could help."""
+
+    kind: str
+    message: str
+    deterministic: bool
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+class EngineCrashed(RuntimeError):
+    """The engine process died while working on a job."""
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the pipe's EOF ends the child instead
+        pass
+
+
+# A network small enough to condition in milliseconds once the libraries are loaded.
+_WARM_UP_SPEC: dict[str, Any] = {
+    "name": "engine-warm-up",
+    "input_shape": [8],
+    "blocks": [{"layers": [{"type": "linear", "out": 8}, {"type": "relu"}]}, {"layers": [{"type": "linear", "out": 2}]}],
+}
+
+
+def warm_up(device: str) -> float:
+    """Condition a tiny network once, so that the first candidate does not pay the process's
+    one-time costs: PyTorch loads parts of itself lazily on first use (``torch.optim``
+    imports ``torch._dynamo``, about 2 s on a CPU core), and a GPU creates its context and
+    library handles. Returns the seconds it took; a failure is logged, not raised (the jobs
+    will report what is wrong)."""
+    import time
+
+    from worker.engine.pipeline import condition
+
+    started = time.perf_counter()
+    try:
+        condition(_WARM_UP_SPEC, None, {"device": device, "seed": 0})
+    except Exception:  # pragma: no cover - a broken install or device; the first job says what
+        log.warning("the engine's warm-up on %s failed", device, exc_info=True)
+    return time.perf_counter() - started
+
+
+def _serve(connection: Connection, device: str) -> None:
+    """The child: resolve the device, then condition each (spec, options) it is sent."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner decides when to stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        resolved = resolve_device(device)
+        if resolved.startswith("cuda"):
+            import torch
+
+            torch.cuda.set_device(torch.device(resolved))
+        from worker.engine.pipeline import condition
+        from nas.options import ConditionOptions
+    except Exception as exc:
+        connection.send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    warm_up(resolved)
+    connection.send(("ready", resolved))
+    while True:
+        try:
+            message = connection.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        spec, options, data = message
+        try:
+            report = condition(spec, data, options=ConditionOptions.model_validate({**options, "device": resolved}))
+            connection.send(("done", report.model_dump(mode="json")))
+        except Exception as exc:  # the engine's error is the job's outcome
+            connection.send(("error", EngineError(type(exc).__name__, str(exc), isinstance(exc, _DETERMINISTIC))))
+
+
+class EngineProcess:
+    """A long-lived engine child: started on first use, ended by :meth:`kill`, restarted
+    on the next job."""
+
+    def __init__(self, device: str, start_timeout: float = 300.0) -> None:
+        self.requested_device = device
+        self.device: str | None = None
+        self.start_timeout = start_timeout
+        self._process: Any = None
+        self._connection: Connection | None = None
+
+    def start(self) -> str:
+        """Start the child if it is not running; returns the device it runs on."""
+        if self._process is not None and self._process.is_alive():
+            assert self.device is not None
+            return self.device
+        parent, child = _CONTEXT.Pipe()
+        self._process = _CONTEXT.Process(
+            target=_serve, args=(child, self.requested_device), name="preflight-engine", daemon=True
+        )
+        self._process.start()
+        child.close()
+        self._connection = parent
+        if not parent.poll(self.start_timeout):
+            self.kill()
+            raise EngineCrashed(f"the engine process did not start within {self.start_timeout:g} s")
+        try:
+            state, value = parent.recv()
+        except EOFError:
+            self.kill()
+            raise EngineCrashed("the engine process died while starting") from None
+        if state != "ready":
+            self.kill()
+            raise EngineCrashed(f"the engine process could not start: {value}")
+        self.device = value
+        return value
+
+    def submit(self, spec: dict[str, Any], options: dict[str, Any], data: dict[str, Any] | None = None) -> None:
+        """Send one job: the spec, the engine's options and the data (None: a Gaussian batch)."""
+        self.start()
+        assert self._connection is not None
+        self._connection.send((spec, options, data))
+
+    def result(self, timeout: float) -> tuple[str, Any] | None:
+        """``("done", report)`` or ``("error", EngineError)``; None while still working.
+        Raises EngineCrashed when the child died."""
+        assert self._connection is not None
+        try:
+            if not self._connection.poll(timeout):
+                if not self._process.is_alive():
+                    raise EngineCrashed(f"the engine process died (exit code {self._process.exitcode})")
+                return None
+            return self._connection.recv()  # type: ignore[no-any-return]
+        except (EOFError, OSError):
+            code = self._process.exitcode if self._process is not None else None
+            self.kill()
+            raise EngineCrashed(f"the engine process died (exit code {code})") from None
+
+    def kill(self) -> None:
+        """End the child now (the job it was on is abandoned)."""
+        if self._process is not None:
+            if self._process.is_alive():
+                self._process.kill()
+            self._process.join(30)
+        if self._connection is not None:
+            self._connection.close()
+        self._process = self._connection = None
+
+    def close(self) -> None:
+        """Ask the child to exit; kill it if it does not."""
+        if self._process is not None and self._process.is_alive() and self._connection is not None:
+            try:
+                self._connection.send(None)
+            except OSError:
+                pass
+            self._process.join(10)
+        self.kill()

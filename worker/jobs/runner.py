@@ -1,0 +1,261 @@
+"""The job runner: claims candidates from the store, has the conditioning engine work on
+them and writes what it finds, for as long as it is told to.
+
+One runner works one job at a time on one device. The engine runs in a child process
+(:mod:`worker.jobs.engine_process`); while it works, the runner renews the lease (heartbeat) and
+enforces the per-job timeout, cancellation and shutdown by ending that child, which stops
+the job at once whatever the engine is doing. Database errors (a restarted server, a locked
+SQLite file) are retried with backoff, so a runner outlives its database.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.store import data_batches, jobs
+from service.store.db import make_engine, make_sessionmaker, session_scope
+from service.settings import Settings
+from service.api.tuning import DATA
+from worker.jobs.engine_process import EngineCrashed, EngineError, EngineProcess
+
+__all__ = ["Runner"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Runner:
+    """Claims and runs jobs until :meth:`stop` (or, with ``burst``, until the queue is empty)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        device: str = "auto",
+        sessions: sessionmaker[Session] | None = None,
+        name: str | None = None,
+        burst: bool = False,
+        max_jobs: int | None = None,
+    ) -> None:
+        self.settings = settings
+        self.engine = EngineProcess(device)
+        self._own_engine = None
+        if sessions is None:
+            self._own_engine = make_engine(settings.database_url)
+            sessions = make_sessionmaker(self._own_engine)
+        self.sessions = sessions
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.done = 0
+        self._batch: tuple[str, dict[str, Any]] | None = None  # the last data batch a job named, by id
+        self._stop = threading.Event()
+        self._stop_at: float | None = None
+        self._hard_stop = False
+        self._thread: threading.Thread | None = None
+        self._last_reap = 0.0
+
+    # Control -------------------------------------------------------------------------
+
+    def stop(self, *, hard: bool = False) -> None:
+        """Stop claiming; finish the current job within the grace period (``hard``: release it now)."""
+        if self._stop_at is None:
+            self._stop_at = time.monotonic()
+        self._hard_stop = self._hard_stop or hard
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM / SIGINT: stop gracefully; a second one releases the current job at once."""
+
+        def handler(signum: int, _frame: Any) -> None:
+            log.info("worker %s: signal %d, %s", self.name, signum,
+                     "releasing the job" if self._stop.is_set() else "finishing the job, then exiting")  # fmt: skip
+            self.stop(hard=self._stop.is_set())
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def start_thread(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self.run, name=f"preflight-runner-{self.name}", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # The loop ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """The main loop; returns how many jobs this runner finished (done or failed)."""
+        try:
+            device = self.engine.start()
+            kind = "cuda" if device.startswith("cuda") else "cpu"
+            self.name = f"{self.name}:{device}"
+            log.info("worker %s: started", self.name)
+            while not self._stop.is_set():
+                if self.max_jobs is not None and self.done >= self.max_jobs:
+                    break
+                self._maybe_reap()
+                self._ensure_engine()  # (re)started before a claim: no lease is held meanwhile
+                job = self._db(lambda s: jobs.claim(
+                    s, worker=self.name, device_kind=kind, lease_seconds=self.settings.lease_seconds,
+                ), until_stopped=True)  # fmt: skip
+                if job is None:
+                    if self.burst and not self._stop.is_set() and self._queue_empty():
+                        break
+                    self._stop.wait(self.settings.poll_seconds)
+                    continue
+                self._run_job(job)
+        finally:
+            log.info("worker %s: stopped after %d job(s)", self.name, self.done)
+            self.engine.close()
+            if self._own_engine is not None:
+                self._own_engine.dispose()
+        return self.done
+
+    def _ensure_engine(self) -> None:
+        delay = 1.0
+        while not self._stop.is_set():
+            try:
+                self.engine.start()
+                return
+            except EngineCrashed as exc:
+                log.error("worker %s: %s; retrying in %.0f s", self.name, exc, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 60.0)
+
+    def _queue_empty(self) -> bool:
+        depth = self._db(jobs.queue_depth, write=False, until_stopped=True)
+        return not depth or (depth[jobs.Status.QUEUED] == 0 and depth[jobs.Status.RUNNING] == 0)
+
+    def _maybe_reap(self) -> None:
+        now = time.monotonic()
+        if now - self._last_reap < min(self.settings.lease_seconds / 2, 10.0):
+            return
+        self._last_reap = now
+        reaped = self._db(jobs.reap, until_stopped=True)
+        if reaped:
+            log.warning("worker %s: put %d job(s) with expired leases back", self.name, reaped)
+
+    def _run_job(self, job: jobs.Job) -> None:
+        """Hand the job to the engine; heartbeat, and stop it on timeout, lost lease or shutdown."""
+        log.info("worker %s: job %d, attempt %d/%d", self.name, job.id, job.attempts, job.max_attempts)
+        settings = self.settings
+        started = time.monotonic()
+        next_beat = started + settings.heartbeat_seconds
+        outcome: tuple[str, Any] | None = None
+        options, data = self._options_and_data(job)
+        try:
+            if isinstance(data, EngineError):
+                outcome = ("error", data)
+            else:
+                self.engine.submit(job.spec, options, data)
+        except EngineCrashed as exc:
+            outcome = ("crashed", exc)
+        while outcome is None:
+            try:
+                outcome = self.engine.result(timeout=0.1)
+            except EngineCrashed as exc:
+                outcome = ("crashed", exc)
+            if outcome is not None:
+                break
+            now = time.monotonic()
+            if now - started > settings.job_timeout_seconds:
+                outcome = ("timeout", None)
+            elif self._hard_stop or (
+                self._stop_at is not None and now - self._stop_at > settings.shutdown_grace_seconds
+            ):
+                outcome = ("released", None)
+            elif now >= next_beat:
+                next_beat = now + settings.heartbeat_seconds
+                if not self._heartbeat(job):
+                    outcome = ("lost", None)
+            if outcome is not None:
+                self.engine.kill()
+        self._record(job, *outcome)
+
+    def _options_and_data(self, job: jobs.Job) -> tuple[dict[str, Any], dict[str, Any] | EngineError | None]:
+        """The engine's options, and the uploaded data batch the job names (None: the engine's
+        Gaussian batch; an EngineError, which fails the job, when the batch is gone)."""
+        options = dict(job.options)
+        key = options.pop(DATA, None)
+        if key is None:
+            return options, None
+        if self._batch is None or self._batch[0] != key:  # ids are content hashes: a cached one never goes stale
+            data = self._db(lambda s: data_batches.load(s, key), write=False)
+            if data is None:
+                return options, EngineError("LookupError", f"the data batch {key} named in the options is not in the database", True)
+            self._batch = (key, data)
+        return options, self._batch[1]
+
+    def _heartbeat(self, job: jobs.Job) -> bool:
+        """Renew the lease once; True unless the job is no longer ours (a failed try counts as held)."""
+        try:
+            with session_scope(self.sessions, write=True) as session:
+                return jobs.heartbeat(
+                    session, job_id=job.id, token=job.lease_token, lease_seconds=self.settings.lease_seconds
+                )
+        except (OperationalError, InterfaceError, DBAPIError) as exc:
+            log.warning("worker %s: heartbeat of job %d failed (%s); retrying",
+                        self.name, job.id, str(exc).splitlines()[0])  # fmt: skip
+            return True
+
+    def _record(self, job: jobs.Job, kind: str, value: Any) -> None:
+        token = job.lease_token
+        if kind == "done":
+            stored = self._db(lambda s: jobs.complete(s, job_id=job.id, token=token, report=value))
+            log.info("worker %s: job %d %s", self.name, job.id, "done" if stored else "lost its lease; result dropped")
+            self.done += 1
+            return
+        if kind == "released":
+            self._db(lambda s: jobs.release(s, job_id=job.id, token=token))
+            log.info("worker %s: job %d released (shutting down)", self.name, job.id)
+            return
+        if kind == "lost":
+            log.info("worker %s: job %d cancelled or taken over; dropped", self.name, job.id)
+            return
+        if kind == "timeout":
+            error = f"timed out after {self.settings.job_timeout_seconds:g} s (setting PREFLIGHT_JOB_TIMEOUT_SECONDS)"
+            retry = True
+        elif isinstance(value, EngineError):
+            error, retry = str(value), not value.deterministic
+        else:
+            error, retry = f"{type(value).__name__}: {value}", True
+        status = self._db(lambda s: jobs.fail(s, job_id=job.id, token=token, error=error, retry=retry))
+        log.warning("worker %s: job %d failed (%s), now %s", self.name, job.id, error, status)
+        self.done += 1
+
+    def _db(self, work: Callable[[Session], T], *, write: bool = True, until_stopped: bool = False) -> T | None:
+        """Run ``work`` in a transaction, retrying while the database is unreachable.
+
+        ``until_stopped``: give up (None) once the runner is stopping; otherwise keep
+        trying until 30 s past the shutdown grace period.
+        """
+        delay = 0.1
+        while True:
+            try:
+                with session_scope(self.sessions, write=write) as session:
+                    return work(session)
+            except (OperationalError, InterfaceError, DBAPIError) as exc:
+                if isinstance(exc, DBAPIError) and not isinstance(exc, (OperationalError, InterfaceError)) \
+                        and not exc.connection_invalidated:
+                    raise
+                log.warning("worker %s: database error (%s); retrying in %.1f s",
+                            self.name, str(exc).splitlines()[0], delay)  # fmt: skip
+            if until_stopped and self._stop.is_set():
+                return None
+            if self._stop_at is not None and time.monotonic() - self._stop_at > self.settings.shutdown_grace_seconds + 30:
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
