@@ -108,10 +108,6 @@ class PreflightNet(nn.Module):
             boundaries.append(x)
         return (x, boundaries) if return_boundaries else x
 
-    @property
-    def num_blocks(self) -> int:
-        return len(self.blocks)
-
     def weighted_layers(self) -> list[tuple[LayerInfo, nn.Module]]:
         """(shape info, module) for every linear and conv2d layer, in forward order."""
         return [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from nas.shapes import conv_padding
@@ -24,7 +25,13 @@ from nas.spec import (
     ResidualLayer,
 )
 
-__all__ = ["canonical_dict", "canonical_json", "spec_hash"]
+__all__ = ["DATA_OPTION", "NOT_IN_KEY", "cache_key", "canonical_dict", "canonical_json", "spec_hash"]
+
+# Where a job runs is the worker's choice among those its device preference allows; it is
+# not part of what the job computes, so not part of the cache key.
+NOT_IN_KEY = frozenset({"device"})
+# Not an engine option but part of the key: the id of an uploaded data batch (POST /v1/batches)
+DATA_OPTION = "data"
 
 
 def canonical_dict(spec: ArchitectureSpec) -> dict[str, Any]:
@@ -68,3 +75,11 @@ def _layer(layer: Layer, default_init: Init) -> dict[str, Any]:
         data["body"] = [_layer(child, default_init) for child in layer.body]
         data["shortcut"] = [_layer(child, default_init) for child in layer.shortcut]
     return data
+
+
+def cache_key(spec_hash: str, options: Mapping[str, Any]) -> str:
+    """One job's identity: SHA-256 of the spec hash and the canonical (key-sorted) JSON of its
+    tuning options (every default filled in, ``NOT_IN_KEY`` left out): the same network tuned
+    with other options is another job."""
+    canonical = json.dumps(options, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(f"{spec_hash}\n{canonical}".encode()).hexdigest()

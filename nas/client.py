@@ -15,7 +15,7 @@ options, so a submission repeated after a lost answer returns the same candidate
 
 >>> with PreflightClient() as client:                        # doctest: +SKIP
 ...     candidate = client.condition(spec, options={"study": "mlp"}, timeout=120)
-...     candidate.verdict, candidate.score, candidate.report["scales"]
+...     candidate.verdict, candidate.score, candidate.report.scales
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from nas.errors import (
     WaitTimeout,
     error_for_status,
 )
+from nas.report import ConditioningReport
 from nas.spec import ArchitectureSpec
 
 __all__ = [
@@ -121,7 +122,7 @@ class Candidate:
 
     id: str
     status: str
-    report: dict[str, Any] | None = None
+    report: ConditioningReport | None = None
     data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -130,7 +131,7 @@ class Candidate:
         return cls(
             id=str(data["id"]),
             status=str(data["status"]),
-            report=dict(report) if isinstance(report, Mapping) else None,
+            report=ConditioningReport.model_validate(report) if isinstance(report, Mapping) else None,
             data=dict(data),
         )
 
@@ -142,28 +143,20 @@ class Candidate:
     @property
     def score(self) -> float | None:
         """The conditioning score (higher is better conditioned), once done."""
-        return None if self.report is None else _as_float(self.report.get("score"))
+        return None if self.report is None else self.report.score
 
     @property
     def verdict(self) -> str | None:
         """``"keep"`` or ``"prune"``, once done."""
-        return None if self.report is None else self.report.get("verdict")
+        return None if self.report is None else self.report.verdict
 
-    def require_report(self) -> dict[str, Any]:
+    def require_report(self) -> ConditioningReport:
         """The report; raises :class:`CandidateFailed` when the job did not produce one."""
         if self.status == "done" and self.report is not None:
             return self.report
         reason = self.data.get("error") or self.data.get("detail") or "no reason given"
         raise CandidateFailed(f"candidate {self.id} ended {self.status!r}: {reason}", candidate=self)
 
-
-def _as_float(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 @dataclass(frozen=True)

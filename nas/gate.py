@@ -7,7 +7,7 @@ In an objective::
     def objective(trial):
         spec = space(trial)
         report = gate.check(trial, spec)      # raises optuna.TrialPruned on a "prune" verdict
-        model = nas.build_model(spec, scales=report["scales"], seed=report["environment"]["seed"])
+        model = nas.build_model(spec, scales=report.scales, seed=report.environment.seed)
         return train(model)
 
 :meth:`ConditioningGate.check` submits the spec, waits for the report, records it in the
@@ -37,7 +37,9 @@ from optuna.trial import TrialState
 
 from nas.build import PreflightNet, build_model
 from nas.client import Candidate, PreflightClient, SpecLike, spec_payload
+from nas.decision import conditioning_margin, keeps, report_threshold
 from nas.errors import CandidateFailed
+from nas.report import ConditioningReport
 
 __all__ = [
     "ATTR_CANDIDATE_ID",
@@ -57,43 +59,8 @@ ATTR_SCORE = "preflight_score"
 ATTR_VERDICT = "preflight_verdict"
 ATTR_REASONS = "preflight_reasons"
 CONSTRAINT_KEY = "preflight_conditioning"
-# The smallest constraint value of a candidate pruned by the engine's verdict (> 0: infeasible).
-MIN_INFEASIBLE = 1e-3
 
 OnFailure = Literal["raise", "prune", "keep"]
-
-
-def conditioning_margin(report: Mapping[str, Any], threshold: float | None = None) -> float:
-    """How far a candidate is from the keep side: ``threshold - score`` (<= 0 is kept).
-
-    With an explicit ``threshold`` (the gate's own) that is the whole rule. Without one,
-    the engine's verdict decides and the margin follows it: ``report_threshold - score``
-    (the threshold the engine states in ``report["thresholds"]["score"]``), clipped to
-    ``<= 0`` for a kept candidate and to ``>= MIN_INFEASIBLE`` for a pruned one (the engine
-    also prunes on hard failures whatever the score). Without any stated threshold a
-    pruned candidate gets ``1 + max(0, -score)``. A missing or NaN score is ``+inf``
-    (infinitely infeasible), since NaN is no constraint value.
-    """
-    score = _finite_or_nan(report.get("score"))
-    if math.isnan(score):
-        return math.inf
-    if threshold is not None:
-        return threshold - score
-    stated = report_threshold(report)
-    keep = report.get("verdict") == "keep"
-    if stated is None or math.isnan(stated):
-        return 0.0 if keep else 1.0 + max(0.0, -score)
-    margin = stated - score
-    return min(margin, 0.0) if keep else max(margin, MIN_INFEASIBLE)
-
-
-def report_threshold(report: Mapping[str, Any]) -> float | None:
-    """The score threshold stated in the report, if the engine states one."""
-    value: Any = report.get("threshold")
-    thresholds = report.get("thresholds")
-    if value is None and isinstance(thresholds, Mapping):
-        value = thresholds.get("score")
-    return None if value is None else _finite_or_nan(value)
 
 
 def _finite_or_nan(value: Any) -> float:
@@ -112,19 +79,18 @@ class Screened:
     candidate: Candidate
 
     @property
-    def report(self) -> dict[str, Any]:
+    def report(self) -> ConditioningReport:
         return self.candidate.require_report()
 
     @property
     def scales(self) -> dict[str, float]:
         """What ``nas.build_model(spec, scales=...)`` takes: the tuned multipliers."""
-        return dict(self.report.get("scales") or {})
+        return dict(self.report.scales)
 
     def build_model(self) -> PreflightNet:
         """The survivor at its tuned initialization: the spec's weights at the seed the
         conditioning used, multiplied by the tuned scales."""
-        seed = (self.report.get("environment") or {}).get("seed")
-        return build_model(self.spec, scales=self.scales or None, seed=seed)
+        return build_model(self.spec, scales=self.scales or None, seed=self.report.environment.seed)
 
 
 class ConditioningGate:
@@ -186,19 +152,19 @@ class ConditioningGate:
         trial.set_user_attr(ATTR_CANDIDATE_ID, candidate.id)
         return candidate
 
-    def check(self, trial: optuna.Trial, spec: SpecLike) -> dict[str, Any]:
+    def check(self, trial: optuna.Trial, spec: SpecLike) -> ConditioningReport | None:
         """Condition the spec, record the report in the trial, and raise
         ``optuna.TrialPruned`` if it should be pruned; returns the report (with
-        ``scales``), or ``{}`` when conditioning failed and ``on_failure="keep"``."""
+        ``scales``), or None when conditioning failed and ``on_failure="keep"``."""
         candidate = self.client.condition(
             spec, self.job_options(trial.study.study_name, trial.number), self.timeout
         )
         keep = self.record(trial, candidate)
         if self.prune and not keep:
             raise optuna.TrialPruned(self._prune_message(candidate))
-        return candidate.report if candidate.report is not None else {}
+        return candidate.report
 
-    def __call__(self, trial: optuna.Trial, spec: SpecLike) -> dict[str, Any]:
+    def __call__(self, trial: optuna.Trial, spec: SpecLike) -> ConditioningReport | None:
         return self.check(trial, spec)
 
     def record(self, trial: optuna.Trial, candidate: Candidate) -> bool:
@@ -210,23 +176,12 @@ class ConditioningGate:
             trial.set_user_attr(ATTR_VERDICT, f"failed:{self.on_failure}")
             return self.on_failure == "keep"
         report = candidate.report
-        score = _finite_or_nan(report.get("score"))
-        trial.set_user_attr(ATTR_SCORE, score if math.isfinite(score) else None)
-        trial.set_user_attr(ATTR_VERDICT, report.get("verdict"))
-        trial.set_user_attr(ATTR_REASONS, [str(r) for r in report.get("reasons") or []][:10])
+        trial.set_user_attr(ATTR_SCORE, report.score)
+        trial.set_user_attr(ATTR_VERDICT, report.verdict)
+        trial.set_user_attr(ATTR_REASONS, report.reasons[:10])
         if self.constraint:
             self._set_margin(trial, conditioning_margin(report, self.threshold))
-        return self.keeps(report)
-
-    def keeps(self, report: Mapping[str, Any]) -> bool:
-        """The decision: score at or above the threshold when one is set, else the
-        verdict. A NaN or missing score is never kept."""
-        score = _finite_or_nan(report.get("score"))
-        if math.isnan(score):
-            return False
-        if self.threshold is not None:
-            return score >= self.threshold
-        return report.get("verdict") == "keep"
+        return keeps(report, self.threshold)
 
     def prescreen(
         self,
@@ -272,7 +227,7 @@ class ConditioningGate:
         set_constraint(CONSTRAINT_KEY, margin)
 
     def _prune_message(self, candidate: Candidate) -> str:
-        reasons = "; ".join(str(r) for r in ((candidate.report or {}).get("reasons") or [])[:3])
+        reasons = "; ".join(candidate.report.reasons[:3] if candidate.report is not None else [])
         return (
             f"pruned before training by conditioning: candidate {candidate.id}, "
             f"score {candidate.score}, verdict {candidate.verdict}" + (f" ({reasons})" if reasons else "")

@@ -50,7 +50,6 @@ class LayerReport(_Model):
     fan_in: int
     fan_out: int
     gamma: float | None = None  # scaling paper eq. 2, after conditioning
-    gamma_before: float | None = None
     nu: float | None = None
     hessian_top_eigenvalue: float | None = None
     hessian_chain_rule: float | None = None

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FAST_OPTIONS", "ill_conditioned_mlp", "mlp", "well_conditioned_mlp"]
+from nas.options import ConditionOptions, Thresholds
+from nas.report import BlockReport, ConditioningReport, Environment, LayerReport, TuningReport
+
+__all__ = ["FAST_OPTIONS", "ill_conditioned_mlp", "mlp", "sample_report", "well_conditioned_mlp"]
 
 # Tuning options that make a conditioning cost about a second on a busy 2-core CPU: few
 # tuning steps and diagnostic iterations on small batches, and no GR balancing (the
@@ -40,3 +43,35 @@ def ill_conditioned_mlp(inputs: int = 64, classes: int = 10) -> dict[str, Any]:
 def well_conditioned_mlp(inputs: int = 64, classes: int = 10) -> dict[str, Any]:
     """Two ReLU layers under Kaiming fan-in initialization: critical from the start."""
     return mlp(2, "relu", 32, inputs=inputs, classes=classes, name="well-2-relu")
+
+
+def sample_report(**fields: Any) -> ConditioningReport:
+    """A complete, valid conditioning report of a two-block network, with ``fields`` replaced
+    (e.g. ``sample_report(score=-2.0, verdict="prune")``): for tests of code that stores,
+    serves or decides on reports without running the engine."""
+    report = ConditioningReport(
+        spec_hash="0" * 64,
+        score=-0.75,
+        verdict="keep",
+        reasons=[],
+        scales={"blocks.0.0.weight": 1.25, "blocks.1.0.weight": 0.8},
+        blocks=[
+            BlockReport(index=0, apjn_before=2.0, apjn_after=1.0, log_apjn_before=0.693, log_apjn_after=0.0,
+                        k_before=1.5, k_after=1.0, apjn_target=1.0, unit=0),
+            BlockReport(index=1, apjn_before=0.5, apjn_after=1.0, log_apjn_before=-0.693, log_apjn_after=0.0,
+                        k_before=0.7, k_after=1.0, apjn_target=1.0, unit=1),
+        ],
+        layers=[
+            LayerReport(name="blocks.0.0", fan_in=16, fan_out=8, gamma=0.9, nu=1.1, hessian_top_eigenvalue=3.0,
+                        hessian_chain_rule=2.5, hessian_mean_sq_singular=0.4, kappa_d=1.2),
+        ],
+        tuning=TuningReport(steps=3, converged=True, status="converged", message="", loss="kernel",
+                            loss_curve=[1.0, 0.1], seconds=0.25, device="cpu"),
+        components={},
+        penalties={},
+        thresholds=Thresholds(),
+        options=ConditionOptions(),
+        environment=Environment(batch_size=8, n_vectors=1, seed=0, device="cpu", data="gaussian",
+                                versions={}, diagnostics=[]),
+    )  # fmt: skip
+    return report.model_copy(update=fields) if fields else report

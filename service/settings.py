@@ -48,10 +48,6 @@ class Settings(BaseSettings):
     check_migrations: bool = True
 
     @property
-    def is_sqlite(self) -> bool:
-        return self.database_url.startswith("sqlite")
-
-    @property
     def auth_required(self) -> bool:
         if self.host not in LOOPBACK_HOSTS:
             return True

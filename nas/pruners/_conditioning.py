@@ -10,6 +10,7 @@ import numpy as np
 import optuna
 from optuna.pruners import BasePruner
 
+from nas.decision import keeps_figures
 from nas.gate import ATTR_CANDIDATE_ID, ATTR_SCORE, ATTR_VERDICT, earlier_scores
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class ConditioningPruner(BasePruner):
             report = gate.check(trial, spec)   # records the score; does not prune
             if trial.should_prune():            # conditioning decides here
                 raise optuna.TrialPruned()
-            model = nas.build_model(spec, scales=report["scales"], seed=report["environment"]["seed"])
+            model = nas.build_model(spec, scales=report.scales, seed=report.environment.seed)
             for epoch in range(epochs):
                 trial.report(train_one_epoch(model), epoch)
                 if trial.should_prune():        # the wrapped pruner decides here
@@ -126,21 +127,17 @@ class ConditioningPruner(BasePruner):
         if ATTR_VERDICT not in attrs and ATTR_SCORE not in attrs:
             if ATTR_CANDIDATE_ID not in attrs or self._client is None:
                 return False  # not gated: nothing to judge by conditioning
-            report = self._client.wait(str(attrs[ATTR_CANDIDATE_ID]), self._timeout).report or {}
-            verdict, score = report.get("verdict"), _as_float(report.get("score"))
+            report = self._client.wait(str(attrs[ATTR_CANDIDATE_ID]), self._timeout).report
+            verdict, score = (None, math.nan) if report is None else (report.verdict, _as_float(report.score))
         else:
             verdict, score = attrs.get(ATTR_VERDICT), _as_float(attrs.get(ATTR_SCORE))
         if verdict == "failed:keep":
             return False  # the gate chose to train candidates it could not condition
-        if math.isnan(score) or score == -math.inf:
-            return True
-        if self._threshold is not None:
-            return score < self._threshold
-        if self._percentile is None:
-            return verdict == "prune"
+        if self._percentile is None or math.isnan(score) or score == -math.inf:
+            return not keeps_figures(score, verdict, self._threshold)
         others = earlier_scores(study.get_trials(deepcopy=False), exclude_number=trial.number)
         if len(others) < max(1, self._n_startup_trials):
-            return verdict == "prune"
+            return not keeps_figures(score, verdict)
         return score < float(np.percentile(np.asarray(others, dtype=np.float64), 100.0 - self._percentile))
 
 

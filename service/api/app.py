@@ -12,14 +12,14 @@ from fastapi import FastAPI
 
 from nas import SpecLimits
 from service.api.auth import TokenCache
-from service.store.db import make_engine, make_sessionmaker
 from service.api.metrics import Metrics, RequestLatencyMiddleware
 from service.api.middleware import BodyLimitMiddleware
-from service.store.migrations import check_current
 from service.api.problems import install_problem_handlers
 from service.api.routes import batches, candidates, health, studies
 from service.settings import Settings, get_settings
+from service.store.db import make_engine, make_sessionmaker
 from service.store.group_commit import GroupCommitter
+from service.store.migrations import check_current
 
 __all__ = ["create_app"]
 

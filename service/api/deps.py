@@ -10,9 +10,9 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from service.api.auth import TokenCache
-from service.store.db import session_scope
 from service.api.problems import ProblemError
 from service.settings import Settings
+from service.store.db import session_scope
 
 __all__ = ["AuthDep", "SessionDep", "SettingsDep", "require_token"]
 

@@ -20,8 +20,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.store.models import Candidate, Status
 from service.store.jobs import queue_depth
+from service.store.models import Candidate, Status
 
 __all__ = ["TUNING_BUCKETS", "Metrics", "RequestLatencyMiddleware"]
 

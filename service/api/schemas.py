@@ -23,11 +23,6 @@ __all__ = [
     "Timings",
 ]
 
-# Options that schedule a job; every other option is a tuning option of the engine
-# (nas.options.ConditionOptions: loss, steps, n_vectors, batch_size, seed, ...).
-SCHEDULING_OPTIONS = frozenset({"study", "trial", "priority", "device"})
-
-
 class CandidateOptions(BaseModel):
     """How to tune and schedule. ``study``, ``trial``, ``priority`` and ``device`` schedule
     the job; every other key is a tuning option of the engine (``loss``, ``steps``,

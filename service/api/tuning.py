@@ -1,35 +1,24 @@
-"""Tuning options: checked against the engine's ConditionOptions where they enter, and put
+"""Tuning options: checked against ``nas.options.ConditionOptions`` where they enter, and put
 in canonical form (every default filled in, device left out) for the cache key."""
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from nas.canonical import DATA_OPTION as DATA
+from nas.canonical import NOT_IN_KEY as _NOT_IN_KEY
+from nas.options import ConditionOptions
 from nas.spec import json_path
 from service.api.problems import ProblemError, ProblemIssue
 
-__all__ = ["canonical_tuning_options", "condition_options_model"]
-
-# Where a job runs is the worker's choice among those its device preference allows; it is
-# not part of what the job computes, so not part of the cache key.
-_NOT_IN_KEY = frozenset({"device"})
-# Not an engine option but part of the key: the id of an uploaded data batch (service.store.data_batches)
-DATA = "data"
-
-
-@cache
-def condition_options_model() -> type[BaseModel]:
-    from nas.options import ConditionOptions
-
-    return ConditionOptions
+__all__ = ["DATA", "canonical_tuning_options"]
 
 
 def canonical_tuning_options(options: dict[str, Any], *, field: str = "options") -> dict[str, Any]:
     """Validate tuning options with the engine's model; raise a 422 problem naming the bad key."""
-    model = condition_options_model()
+    model = ConditionOptions
     data = options.pop(DATA, None)
     if data is not None and not _is_batch_id(data):
         raise ProblemError(

@@ -22,15 +22,14 @@ from sqlalchemy.orm import Session
 
 from nas import ArchitectureSpec
 from nas.shapes import trace_shapes
-from service.store.models import DataBatch
 from service.api.problems import ProblemError, ProblemIssue
+from service.store.models import DataBatch
 
 __all__ = ["MAX_ROWS", "MAX_VALUES", "BatchShape", "check_fits", "load", "parse", "shape_of", "store"]
 
 MAX_ROWS = 4096  # the engine's largest batch_size
 MAX_VALUES = 2**20  # numbers in x: 4 MiB of float32, about what the body limit lets through
 MAX_RANK = 5  # [N, C, H, W] is 4; deeper nesting is refused before it is walked
-ID_LENGTH = 64
 
 # {"x": [N, *input_shape], "labels": "class" | "float" | None, "y": [N, ...] when labelled,
 #  "classes": 1 + the largest class label}; batches stored before "y" and "classes" lack them

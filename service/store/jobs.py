@@ -18,9 +18,6 @@ can neither extend it nor write its result, so a job is never done twice.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,8 +27,17 @@ from typing import Any
 from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
+from nas.canonical import cache_key
+from nas.report import ConditioningReport, finite_or_none
 from service.store.db import utcnow
-from service.store.models import BlockFigure, Candidate, LayerFigure, ScaleFactor, Status, Submission
+from service.store.models import (
+    BlockFigure,
+    Candidate,
+    LayerFigure,
+    ScaleFactor,
+    Status,
+    Submission,
+)
 
 __all__ = [
     "DEVICE_KINDS",
@@ -97,16 +103,10 @@ class Enqueued:
     created: bool
 
 
-def cache_key(spec_hash: str, options: dict[str, Any]) -> str:
-    """SHA-256 of the spec hash and the canonical (key-sorted) JSON of the tuning options."""
-    canonical = json.dumps(options, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(f"{spec_hash}\n{canonical}".encode()).hexdigest()
-
-
 def finite(value: Any) -> Any:
     """The value with every non-finite float replaced by None (JSON and JSONB have no NaN)."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return finite_or_none(value)
     if isinstance(value, dict):
         return {key: finite(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -225,22 +225,20 @@ def heartbeat(session: Session, *, job_id: int, token: str, lease_seconds: float
     return result.rowcount == 1
 
 
-def complete(session: Session, *, job_id: int, token: str, report: dict[str, Any]) -> bool:
+def complete(session: Session, *, job_id: int, token: str, report: ConditioningReport) -> bool:
     """Store the report, its rows and the status ``done``, in the caller's one transaction.
 
     Returns False (and writes nothing) when the lease is no longer held.
     """
-    report = finite(report)
-    tuning = report.get("tuning") or {}
     result = session.execute(
         update(Candidate)
         .where(*_held(job_id, token))
         .values(
             status=Status.DONE,
-            report=report,
-            score=_float(report.get("score")),
-            verdict=report.get("verdict"),
-            tuning_seconds=_float(tuning.get("seconds")),
+            report=finite(report.model_dump(mode="json")),
+            score=finite_or_none(report.score),
+            verdict=report.verdict,
+            tuning_seconds=finite_or_none(report.tuning.seconds),
             error=None,
             lease_token=None,
             leased_until=None,
@@ -252,19 +250,18 @@ def complete(session: Session, *, job_id: int, token: str, report: dict[str, Any
     for model in (BlockFigure, LayerFigure, ScaleFactor):
         session.execute(delete(model).where(model.candidate_id == job_id))
     blocks = [
-        {"candidate_id": job_id, "block_index": int(block["index"]),
-         **{key: _float(block.get(key)) for key in ("apjn_before", "apjn_after", "k_before", "k_after")}}
-        for block in report.get("blocks") or []
+        {"candidate_id": job_id, "block_index": block.index,
+         **{key: finite_or_none(getattr(block, key)) for key in ("apjn_before", "apjn_after", "k_before", "k_after")}}
+        for block in report.blocks
     ]  # fmt: skip
     layers = [
-        {"candidate_id": job_id, "name": str(layer["name"]),
-         **{key: layer.get(key) for key in _LAYER_FIELDS}}
-        for layer in report.get("layers") or []
-    ]  # fmt: skip
+        {"candidate_id": job_id, "name": layer.name, **{key: getattr(layer, key) for key in _LAYER_FIELDS}}
+        for layer in report.layers
+    ]
     scales = [
-        {"candidate_id": job_id, "parameter": name, "multiplier": _float(value)}
-        for name, value in (report.get("scales") or {}).items()
-        if _float(value) is not None
+        {"candidate_id": job_id, "parameter": name, "multiplier": finite_or_none(value)}
+        for name, value in report.scales.items()
+        if finite_or_none(value) is not None
     ]
     for model, rows in ((BlockFigure, blocks), (LayerFigure, layers), (ScaleFactor, scales)):
         if rows:
@@ -342,8 +339,3 @@ def queue_depth(session: Session) -> dict[Status, int]:
     counts = dict(session.execute(select(Candidate.status, func.count()).group_by(Candidate.status)).all())
     return {status: int(counts.get(status.value, 0)) for status in Status}
 
-
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None

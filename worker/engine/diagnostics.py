@@ -18,9 +18,9 @@ import torch
 from torch import Tensor
 
 from nas.build import PreflightNet
+from nas.options import ConditionOptions
 from worker.engine.autoinit import conditioning_mode
 from worker.engine.budget import BNP_COST, SCALING_COST, hessian_plan
-from nas.options import ConditionOptions
 
 __all__ = ["Diagnostics", "run_diagnostics"]
 

@@ -52,19 +52,7 @@ class LayerHessian:
     chain_rule_estimate: float
     mean_sq_singular_value: float
 
-    @property
-    def log10_top_eigenvalue(self) -> float:
-        return _log10_abs(self.top_eigenvalue)
 
-    @property
-    def log10_mean_sq_singular_value(self) -> float:
-        return _log10_abs(self.mean_sq_singular_value)
-
-
-def _log10_abs(v: float) -> float:
-    if math.isnan(v):
-        return math.nan
-    return math.log10(abs(v)) if v != 0 else -math.inf
 
 
 def spread_order(n: int) -> list[int]:

@@ -32,12 +32,7 @@ from torch import Tensor
 
 from nas import ArchitectureSpec, build_model, parse_spec, spec_hash
 from nas.build import PreflightNet, apply_scales_
-from worker.engine.autoinit import AutoInitResult, autoinit, conditioning_mode
-from worker.engine.budget import BNP_COST, FORWARD_COST, SCALING_COST, STEP_COST, profile_cost
-from worker.engine.diagnostics import Diagnostics, run_diagnostics
-from worker.engine.jacobian import JacobianProfile, block_jacobians
 from nas.options import ConditionOptions
-from worker.engine.probe import ProbeResult, run_probe
 from nas.report import (
     BlockReport,
     ConditioningReport,
@@ -47,6 +42,11 @@ from nas.report import (
     TuningReport,
     finite_or_none,
 )
+from worker.engine.autoinit import AutoInitResult, autoinit, conditioning_mode
+from worker.engine.budget import BNP_COST, FORWARD_COST, SCALING_COST, STEP_COST, profile_cost
+from worker.engine.diagnostics import Diagnostics, run_diagnostics
+from worker.engine.jacobian import JacobianProfile, block_jacobians
+from worker.engine.probe import ProbeResult, run_probe
 from worker.engine.score import score
 from worker.engine.structure import TuningUnit, block_log_rho
 

@@ -44,8 +44,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from worker.engine._calibration import FITS, NON_FINITE_PENALTY, PROBE, fit
 from nas.options import Thresholds
+from worker.engine._calibration import FITS, NON_FINITE_PENALTY, PROBE, fit
 
 __all__ = ["CUTS", "FILLS", "FIT_FILLS", "FIT_WEIGHTS", "NON_FINITE_PENALTY", "WEIGHTS", "ScoreResult", "score"]
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from nas.report import ConditioningReport
+
 __all__ = ["EngineCrashed", "EngineError", "EngineProcess", "resolve_device", "warm_up"]
 
 log = logging.getLogger(__name__)
@@ -101,8 +103,8 @@ def _serve(connection: Connection, device: str) -> None:
             import torch
 
             torch.cuda.set_device(torch.device(resolved))
-        from worker.engine.pipeline import condition
         from nas.options import ConditionOptions
+        from worker.engine.pipeline import condition
     except Exception as exc:
         connection.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
@@ -167,7 +169,7 @@ class EngineProcess:
         self._connection.send((spec, options, data))
 
     def result(self, timeout: float) -> tuple[str, Any] | None:
-        """``("done", report)`` or ``("error", EngineError)``; None while still working.
+        """``("done", ConditioningReport)`` or ``("error", EngineError)``; None while still working.
         Raises EngineCrashed when the child died."""
         assert self._connection is not None
         try:
@@ -175,11 +177,12 @@ class EngineProcess:
                 if not self._process.is_alive():
                     raise EngineCrashed(f"the engine process died (exit code {self._process.exitcode})")
                 return None
-            return self._connection.recv()  # type: ignore[no-any-return]
+            kind, value = self._connection.recv()
         except (EOFError, OSError):
             code = self._process.exitcode if self._process is not None else None
             self.kill()
             raise EngineCrashed(f"the engine process died (exit code {code})") from None
+        return (kind, ConditioningReport.model_validate(value)) if kind == "done" else (kind, value)
 
     def kill(self) -> None:
         """End the child now (the job it was on is abandoned)."""

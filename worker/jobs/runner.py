@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from nas.canonical import DATA_OPTION as DATA
+from service.settings import Settings
 from service.store import data_batches, jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
-from service.settings import Settings
-from service.api.tuning import DATA
 from worker.jobs.engine_process import EngineCrashed, EngineError, EngineProcess
 
 __all__ = ["Runner"]

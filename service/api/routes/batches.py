@@ -8,10 +8,10 @@ from fastapi import APIRouter, Body, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
-from service.store import data_batches
-from service.store.db import read_connection, session_scope
 from service.api.deps import AuthDep
 from service.api.problems import ProblemError
+from service.store import data_batches
+from service.store.db import read_connection, session_scope
 
 __all__ = ["DataBatchPublic", "router"]
 

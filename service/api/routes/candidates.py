@@ -14,10 +14,7 @@ from pydantic import BaseModel
 from sqlalchemy import Row, bindparam, exists, select
 
 from nas import SpecError, SpecLimits, parse_spec, spec_hash
-from service.store import data_batches, jobs
-from service.store.db import read_connection, session_scope
 from service.api.deps import AuthDep, SessionDep, SettingsDep
-from service.store.models import Candidate, Status, Submission
 from service.api.problems import Problem, ProblemError, ProblemIssue
 from service.api.schemas import (
     CandidateBatchCreate,
@@ -27,8 +24,11 @@ from service.api.schemas import (
     CandidatePublic,
     CandidateSubmission,
 )
-from service.store.group_commit import GroupCommitter
 from service.api.tuning import DATA, canonical_tuning_options
+from service.store import data_batches, jobs
+from service.store.db import read_connection, session_scope
+from service.store.group_commit import GroupCommitter
+from service.store.models import Candidate, Status, Submission
 
 __all__ = ["router"]
 

@@ -10,8 +10,8 @@ from sqlalchemy import text
 
 from nas import spec_json_schema
 from service.api.deps import AuthDep
-from service.store.migrations import MigrationsPending, check_current
 from service.api.problems import Problem, ProblemError
+from service.store.migrations import MigrationsPending, check_current
 
 __all__ = ["router"]
 

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Path, Query
 from sqlalchemy import func, select
 
 from service.api.deps import AuthDep, SessionDep
-from service.store.models import Candidate, Status, Submission
 from service.api.problems import ProblemError
 from service.api.schemas import ScoreSummary, StudySummary
+from service.store.models import Candidate, Status, Submission
 
 __all__ = ["quantile", "router"]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import pool
 
+from service.settings import Settings
 from service.store.db import make_engine
 from service.store.models import Base
-from service.settings import Settings
 
 config = context.config
 url = config.attributes.get("database_url") or Settings().database_url
