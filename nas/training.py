@@ -93,7 +93,7 @@ class Trainer:
     """Train a classifier one epoch at a time with cross-entropy.
 
     Args:
-        model: the network (e.g. ``nas.build_model(spec, scales=report["scales"])``).
+        model: the network (e.g. ``nas.build_model(spec, scales=report.scales)``).
         data: the dataset.
         lr: learning rate.
         batch_size: minibatch size.

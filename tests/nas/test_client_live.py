@@ -10,6 +10,7 @@ import pytest
 
 from nas.client import AsyncPreflightClient, PreflightClient, RetryPolicy
 from nas.errors import NotFoundError, PreflightConnectionError, SpecRejectedError
+from nas.report import ConditioningReport
 from nas.testing import FAST_OPTIONS as TINY_OPTIONS
 from nas.testing import ill_conditioned_mlp, mlp, well_conditioned_mlp
 
@@ -21,7 +22,8 @@ def test_submit_wait_and_fetch_a_report(client: PreflightClient) -> None:
     done = client.wait(submitted.id, timeout=300)
     assert done.status == "done" and done.id == submitted.id
     report = done.require_report()
-    assert {"score", "verdict", "reasons", "scales", "blocks", "layers", "tuning"} <= set(report)
+    assert isinstance(report, ConditioningReport) and report.verdict in ("keep", "prune")
+    assert report.scales and len(report.blocks) == 3 and report.layers
     assert client.get(submitted.id).report == report
 
 

@@ -24,9 +24,10 @@ from nas.errors import (
     SpecRejectedError,
     WaitTimeout,
 )
+from nas.testing import sample_report
 
 FAST = RetryPolicy(attempts=3, backoff=0.0, max_backoff=0.0, jitter=0.0)
-DONE = {"id": 7, "status": "done", "report": {"score": 1.5, "verdict": "keep", "scales": {}}}
+DONE = {"id": 7, "status": "done", "report": sample_report(score=1.5, scales={}).model_dump(mode="json")}
 
 
 @pytest.mark.parametrize(

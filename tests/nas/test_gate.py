@@ -18,9 +18,7 @@ from nas.gate import (
     ATTR_SCORE,
     ATTR_VERDICT,
     CONSTRAINT_KEY,
-    MIN_INFEASIBLE,
     ConditioningGate,
-    conditioning_margin,
 )
 from nas.pruners import ConditioningPruner
 from nas.testing import FAST_OPTIONS as TINY_OPTIONS
@@ -34,51 +32,12 @@ SPECS = {"well": WELL, "ill": ILL}
 
 
 @pytest.mark.parametrize(
-    ("report", "threshold", "expected"),
-    [
-        ({"score": 1.0, "verdict": "keep", "thresholds": {"score": -3.0}}, None, -4.0),
-        ({"score": -5.0, "verdict": "prune", "thresholds": {"score": -3.0}}, None, 2.0),
-        # The engine also prunes on hard failures: the margin follows the verdict.
-        ({"score": 0.0, "verdict": "prune", "thresholds": {"score": -3.0}}, None, MIN_INFEASIBLE),
-        ({"score": -4.0, "verdict": "keep", "thresholds": {"score": -3.0}}, None, 0.0),
-        # The gate's own threshold is the whole rule.
-        ({"score": 0.5, "verdict": "prune", "thresholds": {"score": -3.0}}, 1.0, 0.5),
-        # No stated threshold: 0 when kept, graded by the score when pruned.
-        ({"score": -2.0, "verdict": "prune"}, None, 3.0),
-        ({"score": 2.0, "verdict": "keep"}, None, 0.0),
-        # NaN policy: a missing or NaN score is infinitely infeasible.
-        ({"score": None, "verdict": "prune"}, None, math.inf),
-        ({"score": math.nan, "verdict": "keep"}, 0.0, math.inf),
-    ],
-)
-def test_the_conditioning_margin_is_graded_and_follows_the_decision(report: dict, threshold: float | None, expected: float) -> None:
-    assert conditioning_margin(report, threshold) == pytest.approx(expected)
-
-
-@pytest.mark.parametrize(
-    ("report", "threshold", "kept"),
-    [
-        ({"score": 1.0, "verdict": "keep"}, None, True),
-        ({"score": 1.0, "verdict": "prune"}, None, False),
-        ({"score": 1.0, "verdict": "prune"}, 0.5, True),
-        ({"score": 0.4, "verdict": "keep"}, 0.5, False),
-        ({"score": None, "verdict": "keep"}, None, False),
-        ({"score": math.nan, "verdict": "keep"}, -1e9, False),
-    ],
-)
-def test_the_gate_keeps_by_threshold_else_by_verdict_and_never_keeps_nan(report: dict, threshold: float | None, kept: bool) -> None:
-    gate = ConditioningGate(PreflightClient("http://unused.invalid"), threshold=threshold)
-    assert gate.keeps(report) is kept
-
-
-@pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"timeout": 0}, "timeout"), ({"threshold": math.nan}, "threshold"), ({"on_failure": "skip"}, "on_failure")],
 )
 def test_bad_gate_arguments_are_refused_and_quoted(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ConditioningGate(PreflightClient("http://unused.invalid"), **kwargs)
-
 
 
 def enqueued_study(archs: list[str], **kwargs: Any) -> optuna.Study:
@@ -99,7 +58,7 @@ def test_an_ill_conditioned_candidate_is_pruned_and_a_well_conditioned_one_kept_
     def objective(trial: optuna.Trial) -> float:
         spec = arch_space(trial)
         report = gate.check(trial, spec)  # before any training
-        model = nas.build_model(spec, scales=report["scales"], seed=0)
+        model = nas.build_model(spec, scales=report.scales, seed=0)
         trainer = Trainer(model, data, generator=torch.Generator().manual_seed(0))
         return max(trainer.epoch() for _ in range(3))
 
@@ -183,7 +142,7 @@ def test_the_pruner_decides_at_the_first_check_and_median_pruner_later(client: P
         if trial.should_prune():
             checked.append((trial.number, "conditioning"))
             raise optuna.TrialPruned()
-        nas.build_model(arch_space(trial), scales=report["scales"])
+        nas.build_model(arch_space(trial), scales=report.scales)
         for step in range(3):
             trial.report(1.0 if trial.number == 1 else 0.0, step)  # the second 'well' trains worse
             if trial.should_prune():
@@ -218,7 +177,7 @@ def test_prescreening_submits_all_specs_at_once_and_returns_the_kept(client: Pre
     assert [s.trial.number for s in kept] == [0, 3]
     for screened in kept:
         model = screened.build_model()
-        seed = screened.report["environment"]["seed"]
+        seed = screened.report.environment.seed
         reference = nas.build_model(screened.spec, scales=screened.scales, seed=seed)
         for (name, p), (_, q) in zip(model.state_dict().items(), reference.state_dict().items(), strict=True):
             assert torch.equal(p, q), name
