@@ -69,7 +69,8 @@ class Residual(nn.Module):
         self.beta = beta
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.alpha * self.shortcut(x) + self.beta * self.body(x)
+        out: Tensor = self.alpha * self.shortcut(x) + self.beta * self.body(x)
+        return out
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}, beta={self.beta}"

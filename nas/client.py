@@ -337,7 +337,8 @@ class _Core:
         return [c if c.finished else next(waited) for c in submitted]
 
     def study_summary(self, study: str) -> _Operation[dict[str, Any]]:
-        return (yield from self.request("GET", f"/v1/studies/{quote(study, safe='')}/summary"))
+        summary: dict[str, Any] = yield from self.request("GET", f"/v1/studies/{quote(study, safe='')}/summary")
+        return summary
 
     def upload_batch(self, x: Any, y: Any) -> _Operation[str]:
         body = {"x": _nested(x)} | ({} if y is None else {"y": _nested(y)})
@@ -399,7 +400,7 @@ class PreflightClient:
                 else:
                     step = operation.send(response)
         except StopIteration as stop:
-            return stop.value
+            return stop.value  # type: ignore[no-any-return]  # the operation's declared result
 
     def submit(self, spec: SpecLike, options: Mapping[str, Any] | None = None) -> Candidate:
         """Queue one spec for conditioning (or find it done already); returns at once."""
@@ -501,7 +502,7 @@ class AsyncPreflightClient:
                 else:
                     step = operation.send(response)
         except StopIteration as stop:
-            return stop.value
+            return stop.value  # type: ignore[no-any-return]  # the operation's declared result
 
     async def submit(self, spec: SpecLike, options: Mapping[str, Any] | None = None) -> Candidate:
         return await self._run(self._core.submit(spec, options))

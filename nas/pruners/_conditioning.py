@@ -128,7 +128,8 @@ class ConditioningPruner(BasePruner):
             if ATTR_CANDIDATE_ID not in attrs or self._client is None:
                 return False  # not gated: nothing to judge by conditioning
             report = self._client.wait(str(attrs[ATTR_CANDIDATE_ID]), self._timeout).report
-            verdict, score = (None, math.nan) if report is None else (report.verdict, _as_float(report.score))
+            verdict: str | None = None if report is None else report.verdict
+            score = math.nan if report is None else _as_float(report.score)
         else:
             verdict, score = attrs.get(ATTR_VERDICT), _as_float(attrs.get(ATTR_SCORE))
         if verdict == "failed:keep":

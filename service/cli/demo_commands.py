@@ -7,7 +7,7 @@ worker in this process, on a free port):
 1. ``no gate``: every candidate is trained from its plain initialization;
 2. ``median pruner``: the same, with Optuna's MedianPruner stopping weak trainings early;
 3. ``preflight gate``: every candidate is conditioned first; those the service prunes are
-   never trained, the others train from the tuned initialization (``report["scales"]``);
+   never trained, the others train from the tuned initialization (``report.scales``);
 4. ``gate + median pruner``: both, as one study pruner: ``ConditioningPruner`` decides at
    the first ``should_prune()`` and hands later steps to MedianPruner.
 
@@ -26,7 +26,10 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nas.report import ConditioningReport
 
 __all__ = ["register"]
 
@@ -219,10 +222,11 @@ def _apjn_profiles(client: Any, gated: SearchResult) -> dict[str, Any]:
         chosen["pruned"] = min(pruned, key=lambda t: t.score if _finite(t.score) else -math.inf)
     out = {}
     for role, record in chosen.items():
-        report = client.get(str(record.candidate_id)).report or {}
+        report = client.get(str(record.candidate_id)).report
         out[role] = {"name": record.name, "score": record.score, "verdict": record.verdict,
                      "accuracy": record.accuracy if role == "best" else None,
-                     "blocks": report.get("blocks") or [], "reasons": report.get("reasons") or []}  # fmt: skip
+                     "blocks": [b.model_dump(mode="json") for b in report.blocks] if report else [],
+                     "reasons": list(report.reasons) if report else []}  # fmt: skip
     return out
 
 
@@ -298,7 +302,7 @@ def _search(name: str, position: int, args: argparse.Namespace, data: Any, clien
             if trial.should_prune():  # ConditioningPruner: the first check decides by conditioning
                 record.state = "pruned-before"
                 raise optuna.TrialPruned()
-            scales = report.get("scales") or None
+            scales = (report.scales or None) if report is not None else None
         # The conditioning seed (options["seed"]): the tuned scales belong to those weights,
         # and every search trains the same weights for the same spec.
         model = nas.build_model(spec, scales=scales, seed=args.seed)
@@ -317,18 +321,18 @@ def _search(name: str, position: int, args: argparse.Namespace, data: Any, clien
     return _Run(study, objective, result, _progress(args, name, position), args)
 
 
-def _fill_conditioning(record: TrialRecord, client: Any, candidate_id: Any, report: dict[str, Any] | None = None) -> None:
+def _fill_conditioning(record: TrialRecord, client: Any, candidate_id: Any, report: ConditioningReport | None = None) -> None:
     """Copy the score, verdict and the worker's seconds of a candidate into the record."""
     if candidate_id is None:
         return
     candidate = client.get(str(candidate_id))
-    report = report or candidate.report or {}
+    report = report or candidate.report
     record.candidate_id = candidate.id
     record.score, record.verdict = candidate.score, candidate.verdict
     timings = candidate.data.get("timings") or {}
     seconds = timings.get("run_seconds")
     if seconds is None:
-        seconds = (report.get("tuning") or {}).get("seconds") or 0.0
+        seconds = report.tuning.seconds if report is not None else 0.0
     record.condition_seconds = float(seconds)
 
 
