@@ -1,8 +1,11 @@
 """Benchmarks that produce the figures in ``docs/``: ``python -m bench`` (``make bench``).
 
-The trainability benchmark (issue 6): candidates from ``bench.candidates``, real data from
-``bench.datasets``, zero-cost proxies from ``bench.proxies``, initialization peers from
-``bench.inits``, the training protocol of ``bench.protocol``, figures from ``bench.metrics``
-and ``bench.analysis``, the calibration of ``bench.calibrate``, the report of
-``bench.report``.
+Four kinds, one subpackage each: ``bench.pipeline``, the trainability benchmark (issue 6) that
+``python -m bench`` runs end to end (candidates, real data, zero-cost proxies, initialization
+peers, the training protocol, the cached stages, the figures, the calibration of the engine's
+score and the report ``docs/benchmarks.md``); ``bench.papers``, the figures that reproduce the
+papers' tables (``docs/scaling-hessian-bnp.md``, the LIBSVM table of the report);
+``bench.ablations``, the engine's choices varied on the benchmark's cache (``--extra``, sections
+of the report); ``bench.perf``, the cost of conditioning and the service under load
+(``docs/conditioning.md``, ``docs/service.md``).
 """

@@ -22,11 +22,13 @@ from pathlib import Path
 
 import torch
 
-from bench import analysis, e2e, report, scaling_table
-from bench.candidates import sample_candidates
-from bench.protocol import FULL, SMOKE, Protocol
-from bench.run import STAGES, cached_extra, read_json, run_stage, write_json
-from bench.targets import target_lines
+from bench.papers import scaling_table
+from bench.pipeline import analysis, e2e, report
+from bench.pipeline.candidates import sample_candidates
+from bench.pipeline.protocol import FULL, SMOKE, Protocol
+from bench.pipeline.rows import collect
+from bench.pipeline.run import STAGES, cached_extra, read_json, run_stage, write_json
+from bench.pipeline.targets import target_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 # Optional benchmarks. The report's extras read the cache and feed sections of the report
@@ -34,6 +36,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # measure something else and print their own tables.
 REPORT_EXTRAS = ("probe_length", "output_std", "gaussian_path")
 EXTRAS = ("tuning_cost", "service_load", *REPORT_EXTRAS)
+# The module of each extra (``--extra NAME``): an ablation of the report or a performance figure.
+EXTRA_MODULES = {
+    "probe_length": "bench.ablations.probe_length",
+    "output_std": "bench.ablations.output_std",
+    "gaussian_path": "bench.ablations.gaussian_path",
+    "tuning_cost": "bench.perf.tuning_cost",
+    "service_load": "bench.perf.service_load",
+}
 
 
 def _machine() -> str:
@@ -184,15 +194,15 @@ def main(argv: list[str] | None = None) -> int:
             write_json(out / "e2e.json", e2e.e2e(out, log=log))
         for name in args.extra:  # before the report, which shows what they wrote into the cache
             if name not in REPORT_EXTRAS:
-                importlib.import_module(f"bench.{name}").main([])
+                importlib.import_module(EXTRA_MODULES[name]).main([])
             elif args.smoke:
                 log(f"extra {name}: skipped (it needs the full candidate set, not --smoke)")
             elif cached_extra(out, name):
                 log(f"extra {name}: cached (same engine and score weights)")
             else:
                 log(f"extra {name} ...")
-                importlib.import_module(f"bench.{name}").main([str(out)])
-    rows = analysis.collect(candidates, out, protocol)
+                importlib.import_module(EXTRA_MODULES[name]).main([str(out)])
+    rows = collect(candidates, out, protocol)
     figures = analysis.analyze(rows, protocol)
     scaling = read_json(out / "scaling.json") if (out / "scaling.json").exists() else None
     context = {
