@@ -14,9 +14,12 @@ import multiprocessing
 import signal
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nas.report import ConditioningReport
+from worker.jobs.outcome import Outcome
+
+if TYPE_CHECKING:
+    from nas.report import ConditioningReport
 
 __all__ = ["EngineCrashed", "EngineError", "EngineProcess", "resolve_device", "warm_up"]
 
@@ -54,6 +57,11 @@ class EngineError:
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
 
+    @property
+    def outcome(self) -> Outcome:
+        """The job's outcome: a deterministic error fails it at once, any other is retried."""
+        return Outcome.DETERMINISTIC_ERROR if self.deterministic else Outcome.ERROR
+
 
 class EngineCrashed(RuntimeError):
     """The engine process died while working on a job."""
@@ -70,7 +78,10 @@ def _die_with_parent() -> None:
 _WARM_UP_SPEC: dict[str, Any] = {
     "name": "engine-warm-up",
     "input_shape": [8],
-    "blocks": [{"layers": [{"type": "linear", "out": 8}, {"type": "relu"}]}, {"layers": [{"type": "linear", "out": 2}]}],
+    "blocks": [
+        {"layers": [{"type": "linear", "out": 8}, {"type": "relu"}]},
+        {"layers": [{"type": "linear", "out": 2}]},
+    ],
 }
 
 
@@ -119,10 +130,13 @@ def _serve(connection: Connection, device: str) -> None:
             return
         spec, options, data = message
         try:
-            report = condition(spec, data, options=ConditionOptions.model_validate({**options, "device": resolved}))
-            connection.send(("done", report.model_dump(mode="json")))
+            report = condition(
+                spec, data, options=ConditionOptions.model_validate({**options, "device": resolved})
+            )
+            connection.send((Outcome.DONE, report.model_dump(mode="json")))
         except Exception as exc:  # the engine's error is the job's outcome
-            connection.send(("error", EngineError(type(exc).__name__, str(exc), isinstance(exc, _DETERMINISTIC))))
+            error = EngineError(type(exc).__name__, str(exc), isinstance(exc, _DETERMINISTIC))
+            connection.send((error.outcome, error))
 
 
 class EngineProcess:
@@ -162,27 +176,36 @@ class EngineProcess:
         self.device = value
         return value
 
-    def submit(self, spec: dict[str, Any], options: dict[str, Any], data: dict[str, Any] | None = None) -> None:
+    def submit(
+        self, spec: dict[str, Any], options: dict[str, Any], data: dict[str, Any] | None = None
+    ) -> None:
         """Send one job: the spec, the engine's options and the data (None: a Gaussian batch)."""
         self.start()
         assert self._connection is not None
         self._connection.send((spec, options, data))
 
-    def result(self, timeout: float) -> tuple[str, Any] | None:
-        """``("done", ConditioningReport)`` or ``("error", EngineError)``; None while still working.
-        Raises EngineCrashed when the child died."""
+    def result(self, timeout: float) -> tuple[Outcome, ConditioningReport | EngineError] | None:
+        """``(Outcome.DONE, ConditioningReport)``, or ``(Outcome.ERROR, EngineError)`` /
+        ``(Outcome.DETERMINISTIC_ERROR, EngineError)`` when the engine raised; None while
+        still working. Raises EngineCrashed when the child died."""
         assert self._connection is not None
         try:
             if not self._connection.poll(timeout):
                 if not self._process.is_alive():
-                    raise EngineCrashed(f"the engine process died (exit code {self._process.exitcode})")
+                    raise EngineCrashed(
+                        f"the engine process died (exit code {self._process.exitcode})"
+                    )
                 return None
-            kind, value = self._connection.recv()
+            outcome, value = self._connection.recv()
         except (EOFError, OSError):
             code = self._process.exitcode if self._process is not None else None
             self.kill()
             raise EngineCrashed(f"the engine process died (exit code {code})") from None
-        return (kind, ConditioningReport.model_validate(value)) if kind == "done" else (kind, value)
+        if outcome is Outcome.DONE:
+            from nas.report import ConditioningReport  # lazily: importing ``nas`` imports torch
+
+            return outcome, ConditioningReport.model_validate(value)
+        return outcome, value
 
     def kill(self) -> None:
         """End the child now (the job it was on is abandoned)."""

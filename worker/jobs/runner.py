@@ -6,6 +6,10 @@ One runner works one job at a time on one device. The engine runs in a child pro
 enforces the per-job timeout, cancellation and shutdown by ending that child, which stops
 the job at once whatever the engine is doing. Database errors (a restarted server, a locked
 SQLite file) are retried with backoff, so a runner outlives its database.
+
+Each attempt ends in one :class:`~worker.jobs.outcome.Outcome`; :meth:`Runner._record` writes
+it to the store, asking the runner's :class:`~worker.jobs.outcome.RetryPolicy` whether a
+failed attempt is tried again.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from service.settings import Settings
 from service.store import data_batches, jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
 from worker.jobs.engine_process import EngineCrashed, EngineError, EngineProcess
+from worker.jobs.outcome import Outcome, RetryPolicy
 
 __all__ = ["Runner"]
 
@@ -46,8 +51,10 @@ class Runner:
         name: str | None = None,
         burst: bool = False,
         max_jobs: int | None = None,
+        retry_policy: RetryPolicy | None = None,
     ) -> None:
         self.settings = settings
+        self.retry_policy = retry_policy or RetryPolicy()
         self.engine = EngineProcess(device)
         self._own_engine = None
         if sessions is None:
@@ -58,7 +65,8 @@ class Runner:
         self.burst = burst
         self.max_jobs = max_jobs
         self.done = 0
-        self._batch: tuple[str, dict[str, Any]] | None = None  # the last data batch a job named, by id
+        # the last data batch a job named, by id
+        self._batch: tuple[str, dict[str, Any]] | None = None
         self._stop = threading.Event()
         self._stop_at: float | None = None
         self._hard_stop = False
@@ -86,7 +94,9 @@ class Runner:
         signal.signal(signal.SIGINT, handler)
 
     def start_thread(self) -> threading.Thread:
-        self._thread = threading.Thread(target=self.run, name=f"preflight-runner-{self.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self.run, name=f"preflight-runner-{self.name}", daemon=True
+        )
         self._thread.start()
         return self._thread
 
@@ -150,52 +160,61 @@ class Runner:
 
     def _run_job(self, job: jobs.Job) -> None:
         """Hand the job to the engine; heartbeat, and stop it on timeout, lost lease or shutdown."""
-        log.info("worker %s: job %d, attempt %d/%d", self.name, job.id, job.attempts, job.max_attempts)
+        log.info(
+            "worker %s: job %d, attempt %d/%d", self.name, job.id, job.attempts, job.max_attempts
+        )
         settings = self.settings
         started = time.monotonic()
         next_beat = started + settings.heartbeat_seconds
-        outcome: tuple[str, Any] | None = None
+        outcome: tuple[Outcome, Any] | None = None
         options, data = self._options_and_data(job)
         try:
             if isinstance(data, EngineError):
-                outcome = ("error", data)
+                outcome = (data.outcome, data)
             else:
                 self.engine.submit(job.spec, options, data)
         except EngineCrashed as exc:
-            outcome = ("crashed", exc)
+            outcome = (Outcome.CRASHED, exc)
         while outcome is None:
             try:
                 outcome = self.engine.result(timeout=0.1)
             except EngineCrashed as exc:
-                outcome = ("crashed", exc)
+                outcome = (Outcome.CRASHED, exc)
             if outcome is not None:
                 break
             now = time.monotonic()
             if now - started > settings.job_timeout_seconds:
-                outcome = ("timeout", None)
+                outcome = (Outcome.TIMEOUT, None)
             elif self._hard_stop or (
                 self._stop_at is not None and now - self._stop_at > settings.shutdown_grace_seconds
             ):
-                outcome = ("released", None)
+                outcome = (Outcome.RELEASED, None)
             elif now >= next_beat:
                 next_beat = now + settings.heartbeat_seconds
                 if not self._heartbeat(job):
-                    outcome = ("lost", None)
+                    outcome = (Outcome.LOST, None)
             if outcome is not None:
                 self.engine.kill()
         self._record(job, *outcome)
 
-    def _options_and_data(self, job: jobs.Job) -> tuple[dict[str, Any], dict[str, Any] | EngineError | None]:
+    def _options_and_data(
+        self, job: jobs.Job
+    ) -> tuple[dict[str, Any], dict[str, Any] | EngineError | None]:
         """The engine's options, and the uploaded data batch the job names (None: the engine's
         Gaussian batch; an EngineError, which fails the job, when the batch is gone)."""
         options = dict(job.options)
         key = options.pop(DATA, None)
         if key is None:
             return options, None
-        if self._batch is None or self._batch[0] != key:  # ids are content hashes: a cached one never goes stale
+        # ids are content hashes: a cached batch never goes stale
+        if self._batch is None or self._batch[0] != key:
             data = self._db(lambda s: data_batches.load(s, key), write=False)
             if data is None:
-                return options, EngineError("LookupError", f"the data batch {key} named in the options is not in the database", True)
+                return options, EngineError(
+                    "LookupError",
+                    f"the data batch {key} named in the options is not in the database",
+                    True,
+                )
             self._batch = (key, data)
         return options, self._batch[1]
 
@@ -204,39 +223,55 @@ class Runner:
         try:
             with session_scope(self.sessions, write=True) as session:
                 return jobs.heartbeat(
-                    session, job_id=job.id, token=job.lease_token, lease_seconds=self.settings.lease_seconds
+                    session,
+                    job_id=job.id,
+                    token=job.lease_token,
+                    lease_seconds=self.settings.lease_seconds,
                 )
         except (OperationalError, InterfaceError, DBAPIError) as exc:
             log.warning("worker %s: heartbeat of job %d failed (%s); retrying",
                         self.name, job.id, str(exc).splitlines()[0])  # fmt: skip
             return True
 
-    def _record(self, job: jobs.Job, kind: str, value: Any) -> None:
+    def _record(self, job: jobs.Job, outcome: Outcome, value: Any) -> None:
+        """Write the attempt's outcome to the store. ``value``: the report (DONE), the
+        EngineError (ERROR, DETERMINISTIC_ERROR), the EngineCrashed (CRASHED), else None."""
         token = job.lease_token
-        if kind == "done":
+        if outcome is Outcome.DONE:
             stored = self._db(lambda s: jobs.complete(s, job_id=job.id, token=token, report=value))
-            log.info("worker %s: job %d %s", self.name, job.id, "done" if stored else "lost its lease; result dropped")
+            log.info(
+                "worker %s: job %d %s",
+                self.name,
+                job.id,
+                "done" if stored else "lost its lease; result dropped",
+            )
             self.done += 1
             return
-        if kind == "released":
+        if outcome is Outcome.RELEASED:
             self._db(lambda s: jobs.release(s, job_id=job.id, token=token))
             log.info("worker %s: job %d released (shutting down)", self.name, job.id)
             return
-        if kind == "lost":
+        if outcome is Outcome.LOST:
             log.info("worker %s: job %d cancelled or taken over; dropped", self.name, job.id)
             return
-        if kind == "timeout":
+        if outcome is Outcome.TIMEOUT:
             error = f"timed out after {self.settings.job_timeout_seconds:g} s (setting PREFLIGHT_JOB_TIMEOUT_SECONDS)"
-            retry = True
         elif isinstance(value, EngineError):
-            error, retry = str(value), not value.deterministic
+            error = str(value)
         else:
-            error, retry = f"{type(value).__name__}: {value}", True
-        status = self._db(lambda s: jobs.fail(s, job_id=job.id, token=token, error=error, retry=retry))
+            error = f"{type(value).__name__}: {value}"
+        # job.attempts is the store's count while the lease is held (the claim counted this
+        # attempt); jobs.fail checks it against max_attempts again, in the same statement
+        retry = self.retry_policy.retries(outcome, job.attempts, job.max_attempts)
+        status = self._db(
+            lambda s: jobs.fail(s, job_id=job.id, token=token, error=error, retry=retry)
+        )
         log.warning("worker %s: job %d failed (%s), now %s", self.name, job.id, error, status)
         self.done += 1
 
-    def _db(self, work: Callable[[Session], T], *, write: bool = True, until_stopped: bool = False) -> T | None:
+    def _db(
+        self, work: Callable[[Session], T], *, write: bool = True, until_stopped: bool = False
+    ) -> T | None:
         """Run ``work`` in a transaction, retrying while the database is unreachable.
 
         ``until_stopped``: give up (None) once the runner is stopping; otherwise keep
@@ -248,14 +283,20 @@ class Runner:
                 with session_scope(self.sessions, write=write) as session:
                     return work(session)
             except (OperationalError, InterfaceError, DBAPIError) as exc:
-                if isinstance(exc, DBAPIError) and not isinstance(exc, (OperationalError, InterfaceError)) \
-                        and not exc.connection_invalidated:
+                if (
+                    isinstance(exc, DBAPIError)
+                    and not isinstance(exc, (OperationalError, InterfaceError))
+                    and not exc.connection_invalidated
+                ):
                     raise
                 log.warning("worker %s: database error (%s); retrying in %.1f s",
                             self.name, str(exc).splitlines()[0], delay)  # fmt: skip
             if until_stopped and self._stop.is_set():
                 return None
-            if self._stop_at is not None and time.monotonic() - self._stop_at > self.settings.shutdown_grace_seconds + 30:
+            if (
+                self._stop_at is not None
+                and time.monotonic() - self._stop_at > self.settings.shutdown_grace_seconds + 30
+            ):
                 return None
             time.sleep(delay)
             delay = min(delay * 2, 5.0)

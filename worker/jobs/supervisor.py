@@ -43,12 +43,16 @@ def visible_gpu_count(timeout: float = 120.0) -> int:
     return 0 if queue.empty() else int(queue.get())
 
 
-def _child(settings_json: str, device: str, burst: bool, max_jobs: int | None, log_level: int) -> None:
+def _child(
+    settings_json: str, device: str, burst: bool, max_jobs: int | None, log_level: int
+) -> None:
     """Entry point of a child process (spawned: it imports everything afresh)."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from worker.jobs.runner import Runner
 
-    runner = Runner(Settings.model_validate_json(settings_json), device=device, burst=burst, max_jobs=max_jobs)
+    runner = Runner(
+        Settings.model_validate_json(settings_json), device=device, burst=burst, max_jobs=max_jobs
+    )
     runner.install_signal_handlers()
     runner.run()
 
@@ -107,7 +111,9 @@ class Supervisor:
                 if child.is_alive():
                     continue
                 child.join()
-                if self._stopping or (child.exitcode == 0 and (self.burst or self.max_jobs is not None)):
+                if self._stopping or (
+                    child.exitcode == 0 and (self.burst or self.max_jobs is not None)
+                ):
                     del self._children[device]
                     continue
                 restarts = self._restarts.get(device, 0)
