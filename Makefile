@@ -26,15 +26,20 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/preflight demo
 
-test: $(STAMP)
+# The whole suite, after the static checks (lint): CI runs this (.ci/run).
+test: lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python -m bench --extra probe_length --extra output_std --extra gaussian_path
 
+# ruff (lint rules and long lines), the formatter's check, mypy (strict on nas, the package
+# controllers import; the default checks on service and worker).
 lint: $(STAMP)
 	$(BIN)/ruff check nas service worker bench tests
-	$(BIN)/mypy
+	$(BIN)/ruff format --check nas service worker bench tests
+	$(BIN)/mypy --strict -p nas
+	$(BIN)/mypy -p service -p worker
 
 clean:
 	rm -rf $(VENV) build *.egg-info
