@@ -15,7 +15,7 @@ from typing import Any, Literal, overload
 import torch
 from torch import Tensor, nn
 
-from nas.shapes import LayerInfo, ShapeTrace, conv_padding, trace_shapes
+from nas.shapes import LayerInfo, ShapeTrace, conv_padding
 from nas.spec import (
     ActivationLayer,
     ArchitectureSpec,
@@ -33,7 +33,7 @@ from nas.spec import (
     ResidualLayer,
     ScaleLayer,
 )
-from nas.validate import parse_spec
+from nas.validate import parse_and_trace
 
 __all__ = ["GlobalAvgPool", "PreflightNet", "Residual", "Scale", "SameConv2d", "build_model", "init_variance"]
 
@@ -147,8 +147,7 @@ def build_model(
     >>> net(torch.zeros(3, 4)).shape
     torch.Size([3, 2])
     """
-    spec = parse_spec(spec)
-    trace = trace_shapes(spec)
+    spec, trace = parse_and_trace(spec)
     if seed is None:
         return _build(spec, trace, scales)
     with torch.random.fork_rng(devices=[]):

@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from nas.shapes import ShapeTrace, trace_shapes
 from nas.spec import ArchitectureSpec, SpecError, issues_from_validation_error, load_spec_json
 
-__all__ = ["SpecLimits", "check_limits", "parse_spec"]
+__all__ = ["SpecLimits", "check_limits", "parse_and_trace", "parse_spec"]
 
 
 class SpecLimits(BaseSettings):
@@ -66,6 +66,15 @@ def parse_spec(
     >>> parse_spec({"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 2}]}]}).blocks[0].layers[0].out
     2
     """
+    return parse_and_trace(data, limits)[0]
+
+
+def parse_and_trace(
+    data: ArchitectureSpec | dict[str, Any] | str | bytes,
+    limits: SpecLimits | None = None,
+) -> tuple[ArchitectureSpec, ShapeTrace]:
+    """:func:`parse_spec` and the shape trace it computed, so that a caller that needs both
+    (``nas.build_model``) traces the spec once."""
     if isinstance(data, (str, bytes)):
         data = load_spec_json(data)
     if isinstance(data, ArchitectureSpec):
@@ -81,4 +90,4 @@ def parse_spec(
             raise SpecError.at("$", "layers nest too deeply") from None
     trace = trace_shapes(spec)
     check_limits(spec, trace, limits if limits is not None else SpecLimits())
-    return spec
+    return spec, trace
