@@ -132,7 +132,7 @@ def test_condition_reports_the_probe_as_a_score_component_and_counts_its_cost() 
     from nas.options import ConditionOptions
 
     x, y = _separable()
-    report = worker.engine.pipeline(_mlp(), data={"x": x, "y": y})
+    report = worker.engine.condition(_mlp(), data={"x": x, "y": y})
     probe, steps = report.tuning.probe, ConditionOptions().probe_steps
     assert probe is not None and probe.targets == "given"
     assert report.components["probe_loss"] == pytest.approx(probe.loss)
@@ -153,8 +153,8 @@ def test_turning_the_probe_off_scores_with_the_calibration_fitted_without_it() -
     own cut, and the probe costs nothing."""
     from worker.engine.score import CUTS, FIT_WEIGHTS
 
-    on = worker.engine.pipeline(_mlp())
-    off = worker.engine.pipeline(_mlp(), options={"probe_steps": 0})
+    on = worker.engine.condition(_mlp())
+    off = worker.engine.condition(_mlp(), options={"probe_steps": 0})
     assert off.components["probe_loss"] is None and off.tuning.probe is None
     assert off.score_fit == "without_probe" and off.prune_below == CUTS["without_probe"]
     assert off.penalties["probe_loss"] == 0.0

@@ -12,13 +12,20 @@ ResNet-14); a forward is about a third of a training step and a backward two thi
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
+    "AUTOINIT_SHARE",
     "BNP_COST",
+    "BUDGET_SLACK",
+    "DIAGNOSTICS_RESERVE",
     "FORWARD_COST",
     "HESSIAN_PRODUCT_COST",
+    "MANDATORY",
     "SCALING_COST",
     "STEP_COST",
+    "Ledger",
     "hessian_plan",
     "profile_cost",
 ]
@@ -40,7 +47,12 @@ def profile_cost(n_vectors: int) -> float:
 
 
 def hessian_plan(
-    left: float, n_layers: int, iterations: int, probes: int, batch_ratio: float, chain_rule: bool = True
+    left: float,
+    n_layers: int,
+    iterations: int,
+    probes: int,
+    batch_ratio: float,
+    chain_rule: bool = True,
 ) -> tuple[int, int, float]:
     """How many layers (evenly spread, ``worker.engine.hessian.spread_order``) and how many power
     iterations fit in ``left`` training steps, and what they cost: all layers at the asked
@@ -58,3 +70,68 @@ def hessian_plan(
             return n_layers, it, prefix + n_layers * per_layer
     layers = max(0, min(n_layers, math.floor(room / per_layer))) if per_layer > 0 else 0
     return (layers, floor_it, prefix + layers * per_layer) if layers else (0, 0, 0.0)
+
+
+# Budget shares, in training steps: AutoInit (what the scales and the verdict need) may take the
+# run to AUTOINIT_SHARE of the budget and must leave DIAGNOSTICS_RESERVE (scaling and bnp, which
+# always run); the Hessian gets what is left. MANDATORY: the stages that always run (timed step,
+# profile, AutoInit's pooling forward, its first profile and first step, scaling, bnp).
+AUTOINIT_SHARE = 0.75
+DIAGNOSTICS_RESERVE = SCALING_COST + BNP_COST
+MANDATORY = STEP_COST + 3 * profile_cost(2) + FORWARD_COST + SCALING_COST + BNP_COST
+# how far the counted steps may pass the budget (floating-point rounding of the sum) before
+# the report notes that the budget was exceeded
+BUDGET_SLACK = 1e-9
+
+
+@dataclass
+class Ledger:
+    """One ``condition`` run's accounts, stage by stage in the order they ran: ``seconds``
+    (timed, reported as ``tuning.timings``) and ``counted`` (training steps of the cost model,
+    what the budget's decisions read). ``budget_steps``: None for no budget."""
+
+    budget_steps: float | None
+    seconds: dict[str, float] = field(default_factory=dict)
+    counted: dict[str, float] = field(default_factory=dict)
+
+    def record(self, stage: str, seconds: float, cost: float) -> None:
+        self.seconds[stage] = seconds
+        self.counted[stage] = cost
+
+    def spent(self) -> float:
+        """Training steps counted so far."""
+        return sum(self.counted.values())
+
+    def left(self) -> float | None:
+        """Training steps left of the budget (None: no budget)."""
+        return None if self.budget_steps is None else self.budget_steps - self.spent()
+
+    def autoinit_allowance(self, diagnostics: bool) -> float | None:
+        """The most AutoInit may count from here (None: no budget): up to AUTOINIT_SHARE of the
+        budget, leaving DIAGNOSTICS_RESERVE when the diagnostics run."""
+        if self.budget_steps is None:
+            return None
+        budget = self.budget_steps or math.inf
+        return max(
+            0.0,
+            min(AUTOINIT_SHARE * budget, budget - (DIAGNOSTICS_RESERVE if diagnostics else 0.0))
+            - self.spent(),
+        )
+
+    def summary(self, wall_seconds: float, probe_cost: float | None) -> dict[str, Any]:
+        """``tuning.budget``: the budget, the timed step, the counted and timed totals, the
+        probe's own count (apart from the budget) and each stage's count."""
+        step = self.seconds["step"]
+        return {
+            "budget_steps": self.budget_steps, "step_seconds": step, "counted_steps": self.spent(),
+            "timed_steps": wall_seconds / step if step > 0 else None, "probe_counted_steps": probe_cost,
+        } | {f"counted_{k}": v for k, v in self.counted.items()}  # fmt: skip
+
+    def overrun_note(self) -> str | None:
+        """A note when the counted steps passed the budget (by more than BUDGET_SLACK)."""
+        if self.budget_steps is None or self.spent() <= self.budget_steps + BUDGET_SLACK:
+            return None
+        return (
+            f"the cost budget was exceeded: {self.spent():.1f} of {self.budget_steps:g} training steps counted; the stages "
+            f"that always run (timed step, profile, AutoInit's first step, scaling, bnp) need about {MANDATORY:g}"
+        )

@@ -12,15 +12,18 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from nas.build import PreflightNet
 from nas.options import ConditionOptions
+from nas.report import finite_or_none
 from worker.engine.autoinit import conditioning_mode
+from worker.engine.bnp import kappa_d
 from worker.engine.budget import BNP_COST, SCALING_COST, hessian_plan
+from worker.engine.hessian import hessian_figures, spread_order
+from worker.engine.scaling import measure_scaling
 
 __all__ = ["Diagnostics", "run_diagnostics"]
 
@@ -40,7 +43,9 @@ class Diagnostics:
     non_finite: bool = False
     seconds: dict[str, float] = field(default_factory=dict)
     hessian_measured: list[str] | None = None  # layers with Hessian figures; None: all of them
-    cost: dict[str, float] = field(default_factory=dict)  # training steps, counted (worker.engine.budget)
+    cost: dict[str, float] = field(
+        default_factory=dict
+    )  # training steps, counted (worker.engine.budget)
 
     def layer(self, name: str) -> dict[str, float | None]:
         return dict(self.per_layer.get(name, {}))
@@ -55,14 +60,7 @@ class Diagnostics:
         }.get(component, f"{component} = {v:.3g}")
 
     def _put(self, name: str, key: str, value: float | None) -> None:
-        self.per_layer.setdefault(name, {})[key] = _finite(value)
-
-
-def _finite(v: Any) -> float | None:
-    if v is None:
-        return None
-    v = float(v)
-    return v if math.isfinite(v) else None
+        self.per_layer.setdefault(name, {})[key] = finite_or_none(value)
 
 
 def _hidden(values: list[float | None]) -> list[float | None]:
@@ -100,8 +98,6 @@ def run_diagnostics(
             try:
                 if not run(diag, model, x, y, opts, generator, left):
                     continue
-            except ImportError:  # that diagnostic's module is not installed
-                continue
             except Exception as exc:  # one broken diagnostic must not sink the report
                 log.warning("%s diagnostics failed: %s", name, exc)
                 diag.notes.append(f"{name} diagnostics failed: {exc}")
@@ -111,44 +107,65 @@ def run_diagnostics(
     return diag
 
 
-def _scaling(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, g: torch.Generator, _d: float | None) -> bool:
-    from worker.engine.scaling import measure_scaling
-
+def _scaling(
+    diag: Diagnostics,
+    model: PreflightNet,
+    x: Tensor,
+    y: Tensor | None,
+    opts: ConditionOptions,
+    g: torch.Generator,
+    _d: float | None,
+) -> bool:
     diag.cost["scaling"] = SCALING_COST
 
     figures = measure_scaling(model, x, targets=y, generator=g)
     for f in figures:
         diag._put(f.name, "gamma", f.gamma)
         diag._put(f.name, "nu", f.nu)
-    gammas = [_finite(f.gamma) for f in figures]
+    gammas = [finite_or_none(f.gamma) for f in figures]
     diag.gamma_log_spread = _log_std(_hidden(gammas))
     diag.non_finite |= any(v is None for v in gammas)
     return True
 
 
 def _hessian(
-    diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, g: torch.Generator, left: float | None
+    diag: Diagnostics,
+    model: PreflightNet,
+    x: Tensor,
+    y: Tensor | None,
+    opts: ConditionOptions,
+    g: torch.Generator,
+    left: float | None,
 ) -> bool:
     if opts.hessian_iterations == 0:
         return False  # switched off
-    from worker.engine.hessian import hessian_figures, spread_order
 
     n = min(opts.hessian_batch_size, x.shape[0])
     names = [info.module for info, _ in model.weighted_layers()]
     iterations, chosen = opts.hessian_iterations, None
     if left is not None:
-        count, iterations, cost = hessian_plan(left, len(names), opts.hessian_iterations, opts.hessian_probes, n / x.shape[0])
+        count, iterations, cost = hessian_plan(
+            left, len(names), opts.hessian_iterations, opts.hessian_probes, n / x.shape[0]
+        )
         diag.cost["hessian"] = cost
         if count == 0:
             diag.hessian_measured = []
-            diag.notes.append(f"Hessian figures skipped: {max(left, 0):.1f} training steps were left of the cost budget, not enough for one layer")
+            diag.notes.append(
+                f"Hessian figures skipped: {max(left, 0):.1f} training steps were left of the cost budget, not enough for one layer"
+            )
             return False
         if count < len(names):  # hidden layers first, spread evenly; the output layer is not scored
             hidden = len(names) - 1 if len(names) >= 3 else len(names)
             chosen = [names[i] for i in sorted(spread_order(hidden)[:count])]
         if chosen is not None or iterations < opts.hessian_iterations:
-            which = "all layers" if chosen is None else f"{count} of {len(names)} layers (evenly spread; the others are null)"
-            diag.notes.append(f"Hessian figures within the cost budget: {which}, {iterations} power iterations (asked {opts.hessian_iterations})")
+            which = (
+                "all layers"
+                if chosen is None
+                else f"{count} of {len(names)} layers (evenly spread; the others are null)"
+            )
+            diag.notes.append(
+                f"Hessian figures within the cost budget: {which}, {iterations} power iterations (asked {opts.hessian_iterations})"
+            )
     figures = hessian_figures(
         model, x[:n], None if y is None else y[:n], iterations=iterations, probes=opts.hessian_probes, generator=g, layers=chosen,
     )  # fmt: skip
@@ -158,14 +175,21 @@ def _hessian(
         diag._put(f.name, "hessian_chain_rule", f.chain_rule_estimate)
         diag._put(f.name, "hessian_mean_sq_singular", f.mean_sq_singular_value)
     output = names[-1] if len(names) >= 3 else None  # as _hidden: the output layer is not scored
-    hidden = [_finite(abs(f.top_eigenvalue)) for f in figures if f.name != output]
-    diag.hessian_log_spread = _log_std(hidden) if len(hidden) >= 2 or chosen is None else None  # one layer: no spread
+    tops = [finite_or_none(abs(f.top_eigenvalue)) for f in figures if f.name != output]
+    # one layer: no spread
+    diag.hessian_log_spread = _log_std(tops) if len(tops) >= 2 or chosen is None else None
     return True
 
 
-def _bnp(diag: Diagnostics, model: PreflightNet, x: Tensor, y: Tensor | None, opts: ConditionOptions, g: torch.Generator, _d: float | None) -> bool:
-    from worker.engine.bnp import kappa_d
-
+def _bnp(
+    diag: Diagnostics,
+    model: PreflightNet,
+    x: Tensor,
+    y: Tensor | None,
+    opts: ConditionOptions,
+    g: torch.Generator,
+    _d: float | None,
+) -> bool:
     diag.cost["bnp"] = BNP_COST
 
     kappas = kappa_d(model, x)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from nas.report import finite_or_none
 from worker.engine._moments import task_loss
 
 __all__ = ["CAP", "DIVERGENCE_FACTOR", "ProbeResult", "probe_cost", "reference_loss", "run_probe"]
@@ -106,7 +107,7 @@ def run_probe(
                 curve = _descend(
                     model, x, targets, lr, momentum, steps, DIVERGENCE_FACTOR * reference
                 )
-            curves[f"{lr:g}"] = [v if math.isfinite(v) else None for v in curve]
+            curves[f"{lr:g}"] = [finite_or_none(v) for v in curve]
             finals[lr] = curve[-1]
     finally:
         model.load_state_dict(state)

@@ -1,0 +1,60 @@
+"""One rule for labels against a network's output, decided from plain facts (no torch).
+
+The worker checks a batch's tensors with it (``worker.engine.inputs.check_targets``) and the
+service can check a stored batch's shape metadata with it before a job is queued, so the two
+never disagree on which labels a network can be scored against.
+
+Float targets must hold as many values per sample as the network outputs (not a broadcast:
+targets ``[N]`` against an output ``[N, 1]`` are the same values). Class labels must be one
+integer per sample, the network must output ``[C >= 2]`` logits, and the labels must lie in
+``[0, C - 1]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+__all__ = ["LabelKind", "target_error"]
+
+LabelKind = Literal["class", "float"]
+
+
+def target_error(
+    labels: LabelKind,
+    per_sample: Sequence[int],
+    output_shape: Sequence[int],
+    class_range: tuple[int, int] | None = None,
+    *,
+    subject: str = "data 'y'",
+) -> str | None:
+    """None when the labels fit the network's output, else the reason as one sentence.
+
+    ``labels``: ``"class"`` (integer class labels) or ``"float"`` (regression targets);
+    ``per_sample``: the shape of one sample's label (``[]`` for one class label per sample);
+    ``output_shape``: the network's output shape per sample; ``class_range``: the smallest
+    and largest class label, when known (None: not checked); ``subject``: how the message
+    names the labels (e.g. ``"data 'y'"``).
+
+    >>> target_error("class", [], [10], (0, 9)) is None
+    True
+    >>> target_error("class", [], [10], (0, 12))
+    "data 'y' class labels must be in [0, 9] for 10 logits, but range over [0, 12]"
+    """
+    output = list(output_shape)
+    outputs = math.prod(output)
+    if labels == "float":
+        width = math.prod(per_sample)
+        if width != outputs:
+            return f"{subject} has {width} float target(s) per sample but the network outputs {output} ({outputs} per sample)"
+        return None
+    if len(per_sample) != 0:
+        return f"{subject} class labels must be one integer per sample, but got shape {list(per_sample)} per sample"
+    if len(output) != 1 or outputs < 2:
+        return f"{subject} holds class labels but the network outputs {output}, not [C >= 2] logits"
+    if class_range is not None:
+        low, high = class_range
+        if low < 0 or high >= outputs:
+            return f"{subject} class labels must be in [0, {outputs - 1}] for {outputs} logits, but range over [{low}, {high}]"
+    return None

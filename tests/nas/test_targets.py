@@ -1,0 +1,52 @@
+"""nas.targets.target_error: the one rule for labels against a network's output."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from nas.targets import LabelKind, target_error
+
+# labels, per-sample label shape, output shape, class range, what the message says (None: fits)
+CASES: list[tuple[LabelKind, list[int], list[int], tuple[int, int] | None, str | None]] = [
+    ("class", [], [10], (0, 9), None),
+    ("class", [], [10], None, None),
+    ("class", [], [2], (0, 1), None),
+    ("class", [], [10], (5, 12), r"in \[0, 9\] for 10 logits, but range over \[5, 12\]"),
+    ("class", [], [10], (-1, 3), r"range over \[-1, 3\]"),
+    ("class", [2], [10], (0, 1), "one integer per sample"),
+    ("class", [], [1], (0, 0), r"outputs \[1\], not \[C >= 2\] logits"),
+    ("class", [], [3, 4], (0, 1), r"outputs \[3, 4\], not \[C >= 2\] logits"),
+    ("float", [], [1], None, None),
+    ("float", [1], [1], None, None),
+    ("float", [2, 2], [4], None, None),
+    (
+        "float",
+        [3],
+        [10],
+        None,
+        r"3 float target\(s\) per sample but the network outputs \[10\] \(10 per sample\)",
+    ),
+    ("float", [], [2], None, r"1 float target\(s\) per sample"),
+]
+
+
+@pytest.mark.parametrize(("labels", "per_sample", "output", "class_range", "expected"), CASES)
+def test_the_rule(
+    labels: LabelKind,
+    per_sample: list[int],
+    output: list[int],
+    class_range: tuple[int, int] | None,
+    expected: str | None,
+) -> None:
+    error = target_error(labels, per_sample, output, class_range)
+    if expected is None:
+        assert error is None
+    else:
+        assert error is not None and re.search(expected, error), error
+
+
+def test_the_subject_names_the_labels() -> None:
+    message = target_error("class", [], [1], subject="the data batch")
+    assert message is not None and message.startswith("the data batch holds class labels")

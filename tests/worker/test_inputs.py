@@ -1,0 +1,78 @@
+"""worker.engine.inputs: the caller's data coerced to a batch, and targets checked against the
+network's output (through ``condition``, where the errors surface)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from nas import parse_spec
+from nas.examples import EXAMPLE_MLP
+from nas.options import ConditionOptions
+from worker.engine import condition
+from worker.engine.inputs import batch, check_targets
+
+LEAN = {"hessian_iterations": 3, "batch_size": 32, "diagnostics": False}
+
+
+@pytest.mark.parametrize("form", ["tensor", "array", "mapping"])
+def test_a_real_batch_is_accepted(form: str) -> None:
+    x = np.random.default_rng(0).standard_normal((40, 64)).astype(np.float32)
+    y = np.random.default_rng(1).integers(0, 10, 40)
+    data: Any = {"tensor": torch.from_numpy(x), "array": x, "mapping": {"x": x, "y": y}}[form]
+    report = condition(EXAMPLE_MLP, data=data, options=LEAN)
+    assert report.environment.data == "given" and report.environment.batch_size == 32
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (np.zeros((8, 63), np.float32), "input_shape"),
+        ({"y": np.zeros(3)}, "'x' entry"),
+        (np.zeros((1, 64), np.float32), "N >= 2"),
+        (
+            {"x": np.zeros((8, 64), np.float32), "y": np.arange(8) + 5},
+            r"in \[0, 9\] for 10 logits, but range over \[5, 12\]",
+        ),
+        (
+            {"x": np.zeros((8, 64), np.float32), "y": np.zeros((8, 2), np.int64)},
+            "one integer per sample",
+        ),
+        ({"x": np.zeros((8, 64), np.float32), "y": np.zeros(8, bool)}, "dtype torch.bool"),
+        (
+            {"x": np.zeros((8, 64), np.float32), "y": np.zeros((8, 3), np.float32)},
+            r"3 float target\(s\) per sample but the network outputs \[10\]",
+        ),
+    ],
+    ids=[
+        "input-shape",
+        "no-x",
+        "one-sample",
+        "label-range",
+        "label-shape",
+        "boolean-labels",
+        "float-width",
+    ],
+)
+def test_unusable_data_is_a_clear_error(data: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        condition(EXAMPLE_MLP, data=data, options=LEAN)
+
+
+def test_no_data_is_a_seeded_gaussian_batch_of_the_input_shape() -> None:
+    spec = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 2}]}]}
+    opts = ConditionOptions.model_validate({"batch_size": 8, "seed": 3})
+    x, y, source = batch(parse_spec(spec), None, opts, torch.device("cpu"))
+    again, _, _ = batch(parse_spec(spec), None, opts, torch.device("cpu"))
+    assert x.shape == (8, 4) and y is None and source == "gaussian"
+    assert torch.equal(x, again)
+
+
+def test_check_targets_accepts_fitting_labels() -> None:
+    check_targets(None, [10])
+    check_targets(torch.tensor([0, 9, 3]), [10])
+    check_targets(torch.zeros(3), [1])
+    check_targets(torch.zeros(3, 2, 2), [4])

@@ -1,0 +1,70 @@
+"""The batch ``condition`` works on: the caller's data coerced to tensors on the device (or a
+Gaussian batch of the input shape), and the check that its targets fit the network's output
+(the rule itself is ``nas.targets.target_error``, shared with the service)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from nas import ArchitectureSpec
+from nas.options import ConditionOptions
+from nas.targets import target_error
+from worker.engine import seeds
+
+__all__ = ["batch", "check_targets"]
+
+
+def batch(
+    spec: ArchitectureSpec, data: Any, opts: ConditionOptions, device: torch.device
+) -> tuple[Tensor, Tensor | None, str]:
+    """``(x, y, source)``: at most ``opts.batch_size`` samples on ``device``; ``source`` is
+    ``"gaussian"`` (no data: a standard normal batch from the ``seeds.DATA`` stream) or
+    ``"given"``. ``data``: a tensor or array ``[N >= 2, *input_shape]``, or a mapping with
+    ``"x"`` and optionally ``"y"``. Raises ValueError for data of the wrong shape."""
+    shape = tuple(spec.input_shape)
+    if data is None:
+        g = torch.Generator().manual_seed(opts.seed + seeds.DATA)
+        return torch.randn((opts.batch_size, *shape), generator=g).to(device), None, "gaussian"
+    raw_y = None
+    if isinstance(data, Mapping):
+        if "x" not in data:
+            raise ValueError(
+                f"data mapping needs an 'x' entry with inputs [N, {', '.join(map(str, shape))}]; got keys {sorted(data)}"
+            )
+        raw_x, raw_y = data["x"], data.get("y")
+    else:
+        raw_x = data
+    x = torch.as_tensor(raw_x, dtype=torch.float32)
+    if tuple(x.shape[1:]) != shape or x.shape[0] < 2:
+        raise ValueError(
+            f"data must have shape [N >= 2, {', '.join(map(str, shape))}] to match input_shape, but got {list(x.shape)}"
+        )
+    x = x[: opts.batch_size].to(device)
+    y = None
+    if raw_y is not None:
+        y = torch.as_tensor(raw_y)[: x.shape[0]].to(device)
+        if y.shape[0] != x.shape[0]:
+            raise ValueError(f"data 'y' has {y.shape[0]} rows but 'x' has {x.shape[0]}")
+    return x, y, "given"
+
+
+def check_targets(y: Tensor | None, output_shape: list[int]) -> None:
+    """Targets the network's output can be scored against, or a ValueError saying why
+    (``nas.targets.target_error``): float targets, or integer class labels."""
+    if y is None:
+        return
+    if y.is_floating_point():
+        error = target_error("float", list(y.shape[1:]), output_shape)
+    elif y.dtype == torch.bool or y.is_complex():
+        error = f"data 'y' must hold integer class labels or float targets, but has dtype {y.dtype}"
+    else:
+        per_sample = list(y.shape[1:])
+        error = target_error(
+            "class", per_sample, output_shape, None if per_sample else (int(y.min()), int(y.max()))
+        )
+    if error is not None:
+        raise ValueError(error)
