@@ -12,12 +12,36 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.settings import Settings
 
-__all__ = ["EmbeddedService"]
+if TYPE_CHECKING:
+    from service.api.app import Background
+
+__all__ = ["EmbeddedService", "embedded_runner"]
+
+
+def embedded_runner(settings: Settings, *, device: str = "auto") -> Background:
+    """A job runner in a thread beside the API, for ``create_app(background=...)``: it uses
+    the app's sessionmaker, starts with the app and is stopped (and joined) at its shutdown."""
+
+    @contextmanager
+    def run(sessions: Any) -> Iterator[object]:
+        from worker.jobs.runner import Runner
+
+        runner = Runner(settings, device=device, sessions=sessions)
+        runner.start_thread()
+        try:
+            yield runner
+        finally:
+            runner.stop()
+            runner.join(timeout=settings.shutdown_grace_seconds + 10)
+
+    return run
 
 
 class EmbeddedService:
@@ -62,9 +86,8 @@ class EmbeddedService:
 
         if self.migrate:
             upgrade(self.settings.database_url)
-        app = create_app(
-            self.settings, embedded_worker=self.embedded_worker, worker_device=self.device
-        )
+        background = embedded_runner(self.settings, device=self.device) if self.embedded_worker else None
+        app = create_app(self.settings, background=background)
         config = uvicorn.Config(
             app, host="127.0.0.1", port=0, log_level="warning", access_log=False, lifespan="on"
         )

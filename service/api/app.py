@@ -1,14 +1,16 @@
-"""The application factory: settings in, a FastAPI app out, with its database, metrics and
-(optionally) an embedded worker started and stopped by the lifespan."""
+"""The application factory: settings in, a FastAPI app out, with its database and metrics
+started and stopped by the lifespan, and whatever the caller runs beside it (``background``:
+``preflight serve --embedded-worker`` and ``service.embedded`` pass a job runner there)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
 
 from anyio import to_thread
 from fastapi import FastAPI
+from sqlalchemy.orm import Session, sessionmaker
 
 from nas import SpecLimits
 from service.api.auth import TokenCache
@@ -21,18 +23,22 @@ from service.store.db import make_engine, make_sessionmaker
 from service.store.group_commit import GroupCommitter
 from service.store.migrations import check_current
 
-__all__ = ["create_app"]
+__all__ = ["Background", "create_app"]
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "1"
 
+# What runs beside the API for its lifetime: called at start-up with the app's sessionmaker
+# (so that it shares the app's connection pool), it returns a context manager that the
+# lifespan enters after the app's own resources are up and exits at shutdown, after the
+# group commit has drained.
+Background = Callable[[sessionmaker[Session]], AbstractContextManager[object]]
 
-def create_app(
-    settings: Settings | None = None, *, embedded_worker: bool = False, worker_device: str = "auto"
-) -> FastAPI:
-    """Build the API. ``embedded_worker`` also runs a job runner in a thread of this process
-    (the one-machine default on SQLite)."""
+
+def create_app(settings: Settings | None = None, *, background: Background | None = None) -> FastAPI:
+    """Build the API. ``background`` runs beside it in this process (e.g. a job runner, see
+    ``service.embedded.embedded_runner``); the app itself starts no worker."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -51,21 +57,16 @@ def create_app(
         app.state.tokens = TokenCache(sessions, settings.token_cache_seconds)
         app.state.metrics = Metrics(sessions)
         app.state.spec_limits = SpecLimits()  # PREFLIGHT_SPEC_*, read once
-        runner = None
-        if embedded_worker:
-            from worker.jobs.runner import Runner
-
-            runner = Runner(settings, device=worker_device, sessions=sessions)
-            runner.start_thread()
-        try:
-            yield
-        finally:
-            await app.state.committer.aclose()
-            if runner is not None:
-                runner.stop()
-                runner.join(timeout=settings.shutdown_grace_seconds + 10)
-            app.state.metrics = None
-            engine.dispose()
+        with ExitStack() as beside:
+            if background is not None:
+                beside.enter_context(background(sessions))
+            try:
+                yield
+            finally:
+                await app.state.committer.aclose()
+                beside.close()  # stops what ran beside the app (a runner: joins its thread)
+                app.state.metrics = None
+                engine.dispose()
 
     app = FastAPI(
         title="Preflight",
@@ -87,8 +88,8 @@ def create_app(
 
 def _pool(settings: Settings) -> dict[str, int]:
     """Connection pool of the API process: a connection for each thread of the pool, plus a
-    few for the blocking work FastAPI runs outside that limit (dependency exits) and the
-    embedded worker."""
+    few for the blocking work FastAPI runs outside that limit (dependency exits) and what
+    runs in the background (an embedded worker)."""
     url = settings.database_url
     if url.startswith("sqlite") and (":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite+pysqlite:")):
         return {}  # an in-memory database has one connection per thread, no pool to size

@@ -1,4 +1,9 @@
-"""Typed dependencies of the routes: the settings, a database session, the caller's token."""
+"""Typed dependencies of the routes: the settings, the store (engine, sessionmaker, a read
+session, the group commit), the spec limits, the metrics and the caller's token.
+
+Routes take what they use as ``Annotated[..., Depends(...)]`` aliases from here and never
+read ``request.app.state`` themselves; the app's lifespan puts these objects there.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +12,55 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
+from nas import SpecLimits
 from service.api.auth import TokenCache
+from service.api.metrics import Metrics
 from service.api.problems import ProblemError
 from service.settings import Settings
 from service.store.db import session_scope
+from service.store.group_commit import GroupCommitter
 
-__all__ = ["AuthDep", "SessionDep", "SettingsDep", "require_token"]
+__all__ = [
+    "AuthDep",
+    "CommitterDep",
+    "EngineDep",
+    "MetricsDep",
+    "SessionDep",
+    "SessionsDep",
+    "SettingsDep",
+    "SpecLimitsDep",
+    "require_token",
+]
 
 
 # Dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` in the
 # thread pool, a hop that costs more than the work.
 async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
+
+
+async def get_engine(request: Request) -> Engine:
+    return request.app.state.engine
+
+
+async def get_sessions(request: Request) -> sessionmaker[Session]:
+    """The sessionmaker, for a route that runs its own (write) transaction in one hop."""
+    return request.app.state.sessions
+
+
+async def get_committer(request: Request) -> GroupCommitter:
+    return request.app.state.committer
+
+
+async def get_spec_limits(request: Request) -> SpecLimits:
+    return request.app.state.spec_limits
+
+
+async def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
 
 
 def get_session(request: Request) -> Iterator[Session]:
@@ -51,8 +91,13 @@ async def require_token(request: Request) -> None:
         )  # fmt: skip
 
 
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+EngineDep = Annotated[Engine, Depends(get_engine)]
+SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
+CommitterDep = Annotated[GroupCommitter, Depends(get_committer)]
+SpecLimitsDep = Annotated[SpecLimits, Depends(get_spec_limits)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 # scope="function": the transaction commits before the response is sent, so a client that
 # reads right after a write sees it.
-SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 AuthDep = Depends(require_token)

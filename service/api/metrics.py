@@ -16,12 +16,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.store.jobs import queue_depth
-from service.store.models import Candidate, Status
+from service.store.models import Status
+from service.store.reports import tuning_histogram
 
 __all__ = ["TUNING_BUCKETS", "Metrics", "RequestLatencyMiddleware"]
 
@@ -35,13 +35,7 @@ class _QueueCollector(Collector):
     def collect(self) -> Iterator[Any]:
         with self._sessions() as session:
             counts = queue_depth(session)
-            columns = [
-                func.count().filter(Candidate.tuning_seconds <= bound) for bound in TUNING_BUCKETS
-            ]
-            row = session.execute(
-                select(func.count(Candidate.tuning_seconds), func.sum(Candidate.tuning_seconds), *columns)
-                .where(Candidate.status == Status.DONE)
-            ).one()
+            row = tuning_histogram(session, bounds=TUNING_BUCKETS)
         depth = GaugeMetricFamily("preflight_queue_depth", "Candidates waiting for a worker.")
         depth.add_metric([], counts[Status.QUEUED])
         yield depth
@@ -49,7 +43,7 @@ class _QueueCollector(Collector):
         for status, count in counts.items():
             jobs.add_metric([status.value], count)
         yield jobs
-        total, seconds, *cumulative = row
+        total, seconds, cumulative = row
         buckets = [(str(bound), int(count)) for bound, count in zip(TUNING_BUCKETS, cumulative, strict=True)]
         buckets.append(("+Inf", int(total)))
         tuning = HistogramMetricFamily(

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from nas import SpecError
 from nas.spec import json_path
 from service.api.schemas import SUBMISSION_TAGS
+from service.store.errors import InvalidBatch
 
 __all__ = [
     "PROBLEM_TYPES",
@@ -94,6 +95,14 @@ class ProblemError(Exception):
         detail = "; ".join(f"{issue.path}: {issue.message}" for issue in issues) or "invalid spec"
         return cls(422, detail, kind="invalid-spec", errors=issues)
 
+    @classmethod
+    def from_invalid_batch(cls, exc: InvalidBatch) -> ProblemError:
+        """The store's :class:`InvalidBatch` as a 422 naming the JSON path at fault."""
+        return cls(
+            422, f"{exc.path}: {exc.message}", kind="invalid-request",
+            errors=[ProblemIssue(path=exc.path, message=exc.message)],
+        )  # fmt: skip
+
 
 def problem_response(
     request: Request | None,
@@ -161,6 +170,11 @@ async def _on_spec_error(request: Request, exc: Exception) -> JSONResponse:
     return await _on_problem(request, ProblemError.from_spec_error(exc, field="spec"))
 
 
+async def _on_invalid_batch(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, InvalidBatch)
+    return await _on_problem(request, ProblemError.from_invalid_batch(exc))
+
+
 async def _on_database_down(request: Request, exc: Exception) -> JSONResponse:
     log.warning("database unavailable on %s %s: %s", request.method, request.url.path, str(exc).splitlines()[0])
     return problem_response(
@@ -181,6 +195,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(SpecError, _on_spec_error)
+    app.add_exception_handler(InvalidBatch, _on_invalid_batch)
     app.add_exception_handler(OperationalError, _on_database_down)
     app.add_exception_handler(InterfaceError, _on_database_down)
     app.add_exception_handler(PoolTimeoutError, _on_database_down)  # every connection busy

@@ -103,21 +103,24 @@ def _serve(args: argparse.Namespace) -> int:
         uvicorn.run("service.main:app", host=settings.host, port=settings.port, workers=args.workers,
                     log_level=args.log_level, access_log=False)  # fmt: skip
         return 0
-    app = create_app(settings, embedded_worker=args.embedded_worker, worker_device=args.device)
+    background = None
+    if args.embedded_worker:
+        from service.embedded import embedded_runner
+
+        background = embedded_runner(settings, device=args.device)
+    app = create_app(settings, background=background)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, access_log=False)
     return 0
 
 
 def _any_token(settings: Any) -> bool:
-    from sqlalchemy import select
-
     from service.store.db import make_engine, make_sessionmaker
-    from service.store.models import ApiToken
+    from service.store.tokens import any_active
 
     engine = make_engine(settings.database_url)
     try:
         with make_sessionmaker(engine)() as session:
-            return session.scalar(select(ApiToken.id).where(ApiToken.revoked_at.is_(None)).limit(1)) is not None
+            return any_active(session)
     finally:
         engine.dispose()
 
@@ -175,7 +178,7 @@ def _with_session(work: Any) -> Any:
 
 
 def _token_create(args: argparse.Namespace) -> int:
-    from service.api.auth import create_token
+    from service.store.tokens import create_token
 
     created = _with_session(lambda session: create_token(session, name=args.name))
     print(created.token)
@@ -184,7 +187,7 @@ def _token_create(args: argparse.Namespace) -> int:
 
 
 def _token_revoke(args: argparse.Namespace) -> int:
-    from service.api.auth import revoke_token
+    from service.store.tokens import revoke_token
 
     if args.token.isdigit():
         count = _with_session(lambda session: revoke_token(session, token_id=int(args.token)))
@@ -195,7 +198,7 @@ def _token_revoke(args: argparse.Namespace) -> int:
 
 
 def _token_list(args: argparse.Namespace) -> int:
-    from service.api.auth import list_tokens
+    from service.store.tokens import list_tokens
 
     for token_id, name, prefix, created, revoked in _with_session(list_tokens):
         state = f"revoked {revoked:%Y-%m-%d %H:%M}" if revoked else "active"

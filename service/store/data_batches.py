@@ -22,10 +22,20 @@ from sqlalchemy.orm import Session
 
 from nas import ArchitectureSpec
 from nas.shapes import trace_shapes
-from service.api.problems import ProblemError, ProblemIssue
+from service.store.errors import InvalidBatch
 from service.store.models import DataBatch
 
-__all__ = ["MAX_ROWS", "MAX_VALUES", "BatchShape", "check_fits", "load", "parse", "shape_of", "store"]
+__all__ = [
+    "MAX_ROWS",
+    "MAX_VALUES",
+    "BatchShape",
+    "InvalidBatch",
+    "check_fits",
+    "load",
+    "parse",
+    "shape_of",
+    "store",
+]
 
 MAX_ROWS = 4096  # the engine's largest batch_size
 MAX_VALUES = 2**20  # numbers in x: 4 MiB of float32, about what the body limit lets through
@@ -36,8 +46,8 @@ MAX_RANK = 5  # [N, C, H, W] is 4; deeper nesting is refused before it is walked
 BatchShape = dict[str, Any]
 
 
-def _invalid(path: str, message: str) -> ProblemError:
-    return ProblemError(422, f"{path}: {message}", kind="invalid-request", errors=[ProblemIssue(path=path, message=message)])
+def _invalid(path: str, message: str) -> InvalidBatch:
+    return InvalidBatch(path, message)
 
 
 def _shape(value: Any, path: str, depth: int = 0) -> list[int]:
@@ -61,7 +71,7 @@ def _shape(value: Any, path: str, depth: int = 0) -> list[int]:
 
 def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]:
     """Validate an upload ``{"x": [[...], ...], "y": [...]?}``; returns (x, y, shape) or raises
-    a 422 problem naming the JSON path at fault."""
+    :class:`InvalidBatch` naming the JSON path at fault (the API answers 422)."""
     if not isinstance(body, dict):
         raise _invalid("$", "expected an object with 'x' (inputs) and optionally 'y' (labels)")
     unknown = sorted(set(body) - {"x", "y"})
@@ -141,7 +151,7 @@ def load(session: Session, key: str) -> dict[str, Any] | None:
 
 
 def check_fits(shape: BatchShape, spec: ArchitectureSpec, field: str) -> None:
-    """A 422 naming the spec's field at fault unless the batch's samples have its input shape
+    """Raise :class:`InvalidBatch` naming the spec's field at fault unless the batch's samples have its input shape
     and its labels fit the network's output (class labels below the number of logits, float
     targets as many per sample as outputs)."""
     if list(shape["x"][1:]) != list(spec.input_shape):

@@ -12,13 +12,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 __all__ = [
     "WRITE_OPTION",
     "make_engine",
     "make_sessionmaker",
+    "ping",
     "read_connection",
     "session_scope",
     "utcnow",
@@ -73,6 +74,12 @@ def _sqlite_begin(connection: Any) -> None:
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def ping(engine: Engine) -> None:
+    """Run ``SELECT 1``; raises the driver's error when the database is unreachable."""
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
 
 
 @contextmanager

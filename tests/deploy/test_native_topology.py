@@ -38,7 +38,7 @@ DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PREFLIGHT = [sys.executable, "-m", "service.cli"]
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-RUNNER_STARTED = re.compile(r"worker\.runner: worker \S+: started")
+RUNNER_STARTED = re.compile(r"worker\.jobs\.runner: worker \S+: started")
 
 
 @pytest.fixture(scope="module")

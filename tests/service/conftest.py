@@ -1,4 +1,4 @@
-"""Real databases for the service tests: a SQLite file per test, and one PostgreSQL database
+"""Shared by tests/service/api and tests/service/store: real databases for the service tests: a SQLite file per test, and one PostgreSQL database
 per test session, created under a unique name through the ``postgres`` database and dropped
 at the end.
 
@@ -18,9 +18,11 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from nas.report import ConditioningReport
+from nas.testing import sample_report as nas_sample_report
+from service.settings import Settings
 from service.store.db import make_engine, make_sessionmaker
 from service.store.migrations import upgrade
-from service.settings import Settings
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 # Fast leases so that crash recovery shows within seconds.
@@ -119,31 +121,7 @@ def make_settings() -> object:
     return make
 
 
-# A report as the engine returns it (nas.report.ConditioningReport, JSON), abridged.
-SAMPLE_REPORT = {
-    "score": -0.75,
-    "verdict": "keep",
-    "reasons": [],
-    "scales": {"blocks.0.0.weight": 1.25, "blocks.1.0.weight": 0.8},
-    "blocks": [
-        {"index": 0, "apjn_before": 2.0, "apjn_after": 1.0, "k_before": 1.5, "k_after": 1.0},
-        {"index": 1, "apjn_before": 0.5, "apjn_after": 1.0, "k_before": 0.7, "k_after": 1.0},
-    ],
-    "layers": [
-        {"name": "blocks.0.0", "fan_in": 16, "fan_out": 8, "gamma": 0.9, "nu": 1.1,
-         "hessian_top_eigenvalue": 3.0, "hessian_chain_rule": 2.5,
-         "hessian_mean_sq_singular": 0.4, "kappa_d": 1.2},
-    ],
-    "tuning": {"steps": 3, "converged": True, "status": "ok", "loss_curve": [1.0, 0.1],
-               "seconds": 0.25, "device": "cpu"},
-    "components": {},
-    "environment": {"batch_size": 8, "n_vectors": 1, "seed": 0, "device": "cpu"},
-    "spec_hash": "0" * 64,
-}  # fmt: skip
-
-
 @pytest.fixture
-def sample_report() -> dict[str, object]:
-    import copy
-
-    return copy.deepcopy(SAMPLE_REPORT)
+def sample_report() -> ConditioningReport:
+    """A complete typed report (``nas.testing.sample_report``), as the engine returns it."""
+    return nas_sample_report()

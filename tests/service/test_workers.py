@@ -20,10 +20,10 @@ import pytest
 from sqlalchemy import func, select, text
 
 from nas.examples import EXAMPLE_MLP
+from service.settings import Settings
 from service.store import jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
 from service.store.models import Candidate, ScaleFactor, Status
-from service.settings import Settings
 from service.testing import live_server
 from worker.jobs.runner import Runner
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Request, Response
+from fastapi import APIRouter, Body, Path, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
-from service.api.deps import AuthDep
+from service.api.deps import AuthDep, EngineDep, SessionsDep
 from service.api.problems import ProblemError
 from service.store import data_batches
 from service.store.db import read_connection, session_scope
@@ -28,31 +30,34 @@ def _public(shape: data_batches.BatchShape, key: str) -> DataBatchPublic:
     return DataBatchPublic(id=key, shape=list(shape["x"]), labels=shape["labels"])
 
 
-def _store(request: Request, body: Any) -> tuple[DataBatchPublic, bool]:
-    x, y, shape = data_batches.parse(body)
-    with session_scope(request.app.state.sessions, write=True) as session:
+def _store(sessions: sessionmaker[Session], body: Any) -> tuple[DataBatchPublic, bool]:
+    try:
+        x, y, shape = data_batches.parse(body)
+    except data_batches.InvalidBatch as exc:
+        raise ProblemError.from_invalid_batch(exc) from None
+    with session_scope(sessions, write=True) as session:
         row, created = data_batches.store(session, x, y, shape)
         return _public(row.shape, row.id), created
 
 
 @router.post("", status_code=201, response_model=DataBatchPublic, summary="Upload a data batch")
-async def upload_batch(request: Request, body: Annotated[Any, Body()]) -> Response:
+async def upload_batch(sessions: SessionsDep, body: Annotated[Any, Body()]) -> Response:
     """Store ``{"x": [N, *input_shape], "y": [N]?}`` under the SHA-256 of its content (201; 200
     when it was already stored). Submissions name it with the option ``data``: the worker then
     conditions on these inputs and probes trainability on these labels, not on a Gaussian batch
     with random labels."""
-    public, created = await run_in_threadpool(_store, request, body)
+    public, created = await run_in_threadpool(_store, sessions, body)
     return Response(public.model_dump_json(), status_code=201 if created else 200, media_type="application/json")
 
 
-def _shape(request: Request, key: str) -> data_batches.BatchShape | None:
-    with read_connection(request.app.state.engine) as connection:
+def _shape(engine: Engine, key: str) -> data_batches.BatchShape | None:
+    with read_connection(engine) as connection:
         return data_batches.shape_of(connection, key)
 
 
 @router.get("/{batch_id}", response_model=DataBatchPublic, summary="A data batch's shape")
-async def get_batch(request: Request, batch_id: Annotated[str, Path(max_length=64)]) -> DataBatchPublic:
-    shape = await run_in_threadpool(_shape, request, batch_id)
+async def get_batch(engine: EngineDep, batch_id: Annotated[str, Path(max_length=64)]) -> DataBatchPublic:
+    shape = await run_in_threadpool(_shape, engine, batch_id)
     if shape is None:
         raise ProblemError(404, f"no data batch with id {batch_id}", kind="not-found")
     return _public(shape, batch_id)

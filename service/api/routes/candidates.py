@@ -11,10 +11,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
-from sqlalchemy import Row, bindparam, exists, select
+from sqlalchemy import Engine, Row
+from sqlalchemy.orm import Session, sessionmaker
 
 from nas import SpecError, SpecLimits, parse_spec, spec_hash
-from service.api.deps import AuthDep, SessionDep, SettingsDep
+from service.api.deps import (
+    AuthDep,
+    CommitterDep,
+    EngineDep,
+    SessionDep,
+    SessionsDep,
+    SettingsDep,
+    SpecLimitsDep,
+)
 from service.api.problems import Problem, ProblemError, ProblemIssue
 from service.api.schemas import (
     CandidateBatchCreate,
@@ -25,10 +34,9 @@ from service.api.schemas import (
     CandidateSubmission,
 )
 from service.api.tuning import DATA, canonical_tuning_options
-from service.store import data_batches, jobs
+from service.store import data_batches, jobs, reports
 from service.store.db import read_connection, session_scope
-from service.store.group_commit import GroupCommitter
-from service.store.models import Candidate, Status, Submission
+from service.store.models import Candidate, Status
 
 __all__ = ["router"]
 
@@ -85,7 +93,10 @@ def _new_candidates(
         except SpecError as exc:
             raise ProblemError.from_spec_error(exc, field=field) from None
         if data_shape is not None:
-            data_batches.check_fits(data_shape, spec, field)
+            try:
+                data_batches.check_fits(data_shape, spec, field)
+            except data_batches.InvalidBatch as exc:
+                raise ProblemError.from_invalid_batch(exc) from None
         out.append(jobs.NewCandidate(
             spec=spec.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(spec), options=tuning,
             study=options.study, trial=options.trial, device=_device_class(options.device),
@@ -94,8 +105,8 @@ def _new_candidates(
     return out
 
 
-def _batch_shape(request: Request, key: str) -> data_batches.BatchShape | None:
-    with read_connection(request.app.state.engine) as connection:
+def _batch_shape(engine: Engine, key: str) -> data_batches.BatchShape | None:
+    with read_connection(engine) as connection:
         return data_batches.shape_of(connection, key)
 
 
@@ -112,8 +123,10 @@ def _json(model: BaseModel, status_code: int = 200) -> Response:
     summary="Submit one candidate ({spec, options}) or a batch ({specs, options})",
 )
 async def submit_candidates(
-    request: Request,
     settings: SettingsDep,
+    engine: EngineDep,
+    committer: CommitterDep,
+    limits: SpecLimitsDep,
     body: Annotated[CandidateSubmission, Body(openapi_examples=_SUBMIT_EXAMPLES)],
 ) -> Response:
     """Queue candidates for conditioning. The same canonical spec with the same tuning
@@ -129,11 +142,10 @@ async def submit_candidates(
     # Validation is pure CPU, tens of microseconds for a small spec: a few specs are checked
     # on the event loop, a larger batch in the thread pool. The write goes to the process's
     # group commit, which answers once the rows are durable.
-    limits = request.app.state.spec_limits
     tuning = canonical_tuning_options(dict(body.options.model_extra or {}))
     data_shape = None
     if DATA in tuning:  # a data batch: it must exist, and fit every spec's input shape
-        data_shape = await run_in_threadpool(_batch_shape, request, tuning[DATA])
+        data_shape = await run_in_threadpool(_batch_shape, engine, tuning[DATA])
         if data_shape is None:
             raise ProblemError(
                 422, f"options.{DATA}: no data batch with id {tuning[DATA]} (upload it with POST /v1/batches)",
@@ -145,20 +157,15 @@ async def submit_candidates(
         new = await run_in_threadpool(
             lambda: _new_candidates(specs, tuning, body.options, batch=batch, limits=limits, data_shape=data_shape)
         )
-    committer: GroupCommitter = request.app.state.committer
     submitted = await committer.submit(new)
     public = [CandidatePublic.of(s.row, cached=not s.created) for s in submitted]
     return _json(CandidateBatchPublic(candidates=public) if batch else public[0], 202)
 
 
-# Reads by id skip the ORM (a Row has the same attribute names): the hot path of clients
-# polling for reports, where the ORM's identity map and unit of work buy nothing.
-_BY_ID = select(Candidate.__table__).where(Candidate.__table__.c.id == bindparam("id"))
-
-
-def _read_once(request: Request, candidate_id: int) -> Row[Any] | None:
-    with read_connection(request.app.state.engine) as connection:
-        return connection.execute(_BY_ID, {"id": candidate_id}).one_or_none()
+def _read_once(engine: Engine, candidate_id: int) -> Row[Any] | None:
+    """The hot path of clients polling for reports: one plain connection, no ORM session."""
+    with read_connection(engine) as connection:
+        return reports.candidate_row(connection, candidate_id=candidate_id)
 
 
 @router.get(
@@ -167,9 +174,9 @@ def _read_once(request: Request, candidate_id: int) -> Row[Any] | None:
     responses=_NOT_FOUND,
     summary="A candidate and its report",
 )
-async def get_candidate(request: Request, candidate_id: CandidateId) -> Response:
+async def get_candidate(engine: EngineDep, candidate_id: CandidateId) -> Response:
     # async, with the one blocking read in the thread pool: one hop per request, not three
-    row = await run_in_threadpool(_read_once, request, candidate_id)
+    row = await run_in_threadpool(_read_once, engine, candidate_id)
     if row is None:
         raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
     return _json(CandidatePublic.of(row))
@@ -185,6 +192,7 @@ async def wait_for_candidate(
     request: Request,
     candidate_id: CandidateId,
     settings: SettingsDep,
+    engine: EngineDep,
     timeout: Annotated[
         float, Query(ge=0, le=3600, description="seconds; capped by the server")
     ] = 30.0,
@@ -194,7 +202,7 @@ async def wait_for_candidate(
     deadline = time.monotonic() + min(timeout, settings.max_wait_seconds)
     interval = 0.05
     while True:
-        row = await run_in_threadpool(_read_once, request, candidate_id)
+        row = await run_in_threadpool(_read_once, engine, candidate_id)
         if row is None:
             raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
         left = deadline - time.monotonic()
@@ -232,18 +240,10 @@ def list_candidates(
     include_report: bool = False,
 ) -> CandidateList:
     page = limit or settings.page_size
-    query = select(Candidate).order_by(Candidate.id).limit(page + 1)
-    if study is not None:
-        query = query.where(
-            exists().where(Submission.candidate_id == Candidate.id, Submission.study == study)
-        )
-    if status is not None:
-        query = query.where(Candidate.status == status)
-    if verdict is not None:
-        query = query.where(Candidate.verdict == verdict)
-    if cursor is not None:
-        query = query.where(Candidate.id > _decode_cursor(cursor))
-    rows = list(session.scalars(query))
+    after_id = _decode_cursor(cursor) if cursor is not None else None
+    rows = list(reports.list_candidates(
+        session, limit=page + 1, study=study, status=status, verdict=verdict, after_id=after_id
+    ))  # fmt: skip
     more = len(rows) > page
     rows = rows[:page]
     return CandidateList(
@@ -258,12 +258,12 @@ def list_candidates(
     responses={**_NOT_FOUND, 409: {"model": Problem, "description": "already done or failed"}},
     summary="Cancel a queued or running candidate",
 )
-async def cancel_candidate(request: Request, candidate_id: CandidateId) -> Response:
+async def cancel_candidate(sessions: SessionsDep, candidate_id: CandidateId) -> Response:
     """A running job's worker notices at its next heartbeat and drops its work."""
     # The whole write transaction runs in one thread-pool hop: on SQLite it holds the
     # process's write lock, and a lock held across hops (dependency, then endpoint) lets a
     # few concurrent cancels take every thread while the holder waits for one.
-    status, row = await run_in_threadpool(_cancel, request, candidate_id)
+    status, row = await run_in_threadpool(_cancel, sessions, candidate_id)
     if status is None:
         raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
     if status in (Status.DONE, Status.FAILED):
@@ -276,7 +276,6 @@ async def cancel_candidate(request: Request, candidate_id: CandidateId) -> Respo
     return _json(CandidatePublic.of(row))
 
 
-def _cancel(request: Request, candidate_id: int) -> tuple[Status | None, Candidate | None]:
-    with session_scope(request.app.state.sessions, write=True) as session:
-        status = jobs.cancel(session, job_id=candidate_id)
-        return status, session.get(Candidate, candidate_id) if status is not None else None
+def _cancel(sessions: sessionmaker[Session], candidate_id: int) -> tuple[Status | None, Candidate | None]:
+    with session_scope(sessions, write=True) as session:
+        return reports.cancel_candidate(session, candidate_id=candidate_id)

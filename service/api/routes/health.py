@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
 from nas import spec_json_schema
-from service.api.deps import AuthDep
+from service.api.deps import AuthDep, EngineDep, MetricsDep
 from service.api.problems import Problem, ProblemError
+from service.store.db import ping
 from service.store.migrations import MigrationsPending, check_current
 
 __all__ = ["router"]
@@ -28,11 +28,9 @@ def healthz() -> dict[str, str]:
     summary="The database is reachable and its schema is at the latest migration",
     responses={503: {"model": Problem}},
 )
-def readyz(request: Request) -> dict[str, str]:
-    engine = request.app.state.engine
+def readyz(engine: EngineDep) -> dict[str, str]:
     try:
-        with engine.connect() as connection:
-            connection.execute(text("SELECT 1"))
+        ping(engine)
         check_current(engine)
     except MigrationsPending as exc:
         raise ProblemError(503, str(exc), kind="not-ready") from None
@@ -47,6 +45,5 @@ def schema() -> dict[str, Any]:
 
 
 @router.get("/metrics", summary="Prometheus metrics", dependencies=[AuthDep], response_class=Response)
-def metrics(request: Request) -> Response:
-    registry = request.app.state.metrics.registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+def metrics(metrics: MetricsDep) -> Response:
+    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

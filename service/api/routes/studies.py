@@ -6,12 +6,12 @@ import math
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from sqlalchemy import func, select
 
 from service.api.deps import AuthDep, SessionDep
 from service.api.problems import ProblemError
 from service.api.schemas import ScoreSummary, StudySummary
-from service.store.models import Candidate, Status, Submission
+from service.store.models import Status
+from service.store.reports import study_figures
 
 __all__ = ["quantile", "router"]
 
@@ -41,21 +41,8 @@ def study_summary(
     for value in quantiles:
         if not 0.0 <= value <= 1.0 or math.isnan(value):
             raise ProblemError(422, f"quantile {value} is outside [0, 1]", kind="invalid-request")
-    members = select(Submission.candidate_id).where(Submission.study == study).distinct().subquery()
-    in_study = Candidate.id.in_(select(members.c.candidate_id))
-    counts = dict(session.execute(
-        select(Candidate.status, func.count()).where(in_study).group_by(Candidate.status)
-    ).all())  # fmt: skip
-    verdicts = dict(session.execute(
-        select(Candidate.verdict, func.count())
-        .where(in_study, Candidate.status == Status.DONE, Candidate.verdict.is_not(None))
-        .group_by(Candidate.verdict)
-    ).all())  # fmt: skip
-    scores = sorted(
-        session.scalars(
-            select(Candidate.score).where(in_study, Candidate.status == Status.DONE, Candidate.score.is_not(None))
-        )
-    )
+    figures = study_figures(session, study=study)
+    counts, verdicts, scores = figures.counts, figures.verdicts, figures.scores
     summary = ScoreSummary(count=len(scores))
     if scores:
         summary = ScoreSummary(

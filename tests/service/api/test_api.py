@@ -14,10 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from service.store import jobs
-from service.api.auth import create_token, revoke_token
-from service.store.db import make_engine, make_sessionmaker, session_scope
+from nas.report import ConditioningReport
 from service.settings import Settings
+from service.store import jobs
+from service.store.db import make_engine, make_sessionmaker, session_scope
+from service.store.tokens import create_token, revoke_token
 from service.testing import live_server
 
 PROBLEM = "application/problem+json"
@@ -46,7 +47,7 @@ class Worker:
         self.engine = make_engine(url)
         self.sessions = make_sessionmaker(self.engine)
 
-    def finish_one(self, report: dict[str, Any]) -> int | None:
+    def finish_one(self, report: ConditioningReport) -> int | None:
         with session_scope(self.sessions, write=True) as session:
             job = jobs.claim(session, worker="test", device_kind="cpu", lease_seconds=30)
         if job is None:
@@ -81,7 +82,7 @@ def test_submit_answers_202_with_a_queued_candidate(api: httpx.Client) -> None:
     assert fetched["id"] == body["id"] and fetched["status"] == "queued"
 
 
-def test_the_same_network_and_options_is_not_tuned_twice(api: httpx.Client, worker: Worker, sample_report: dict[str, Any]) -> None:
+def test_the_same_network_and_options_is_not_tuned_twice(api: httpx.Client, worker: Worker, sample_report: ConditioningReport) -> None:
     first = api.post("/v1/candidates", json={"spec": spec(), "options": {"study": "a", "steps": 2}}).json()
     # Same meaning: other key order, a name, explicit defaults, another study and trial.
     same = {"name": "renamed", "blocks": [{"layers": [{"out": 8, "type": "linear", "bias": True}, {"type": "relu"}]}],
@@ -93,7 +94,7 @@ def test_the_same_network_and_options_is_not_tuned_twice(api: httpx.Client, work
     worker.finish_one(sample_report)
     hit = api.post("/v1/candidates", json={"spec": spec(), "options": {"steps": 2}})
     assert hit.status_code == 202
-    assert hit.json()["status"] == "done" and hit.json()["report"]["scales"] == sample_report["scales"]
+    assert hit.json()["status"] == "done" and hit.json()["report"]["scales"] == sample_report.scales
 
 
 def test_a_batch_is_answered_in_order(api: httpx.Client) -> None:
@@ -160,7 +161,7 @@ def test_spec_size_limits_apply_before_queueing(sqlite_api: httpx.Client, monkey
     assert "PREFLIGHT_SPEC_MAX_PARAMETERS" in problem["detail"]
 
 
-def test_long_poll_returns_at_timeout_or_when_done(api: httpx.Client, worker: Worker, sample_report: dict[str, Any]) -> None:
+def test_long_poll_returns_at_timeout_or_when_done(api: httpx.Client, worker: Worker, sample_report: ConditioningReport) -> None:
     candidate = api.post("/v1/candidates", json={"spec": spec()}).json()
     started = time.monotonic()
     still = api.get(f"/v1/candidates/{candidate['id']}/wait", params={"timeout": 0.4}).json()
@@ -168,12 +169,12 @@ def test_long_poll_returns_at_timeout_or_when_done(api: httpx.Client, worker: Wo
     threading.Timer(0.5, worker.finish_one, args=(sample_report,)).start()
     started = time.monotonic()
     done = api.get(f"/v1/candidates/{candidate['id']}/wait", params={"timeout": 20}).json()
-    assert done["status"] == "done" and done["score"] == sample_report["score"] and done["verdict"] == "keep"
+    assert done["status"] == "done" and done["score"] == sample_report.score and done["verdict"] == "keep"
     assert time.monotonic() - started < 5
     assert done["report"]["blocks"][1]["apjn_after"] == 1.0 and done["timings"]["tuning_seconds"] == 0.25
 
 
-def test_list_filters_and_pages_with_a_cursor(api: httpx.Client, worker: Worker, sample_report: dict[str, Any]) -> None:
+def test_list_filters_and_pages_with_a_cursor(api: httpx.Client, worker: Worker, sample_report: ConditioningReport) -> None:
     ids = [api.post("/v1/candidates", json={"spec": spec(w), "options": {"study": "s" if w % 2 else "t"}}).json()["id"]
            for w in range(1, 8)]  # fmt: skip
     seen, cursor = [], None
@@ -193,7 +194,7 @@ def test_list_filters_and_pages_with_a_cursor(api: httpx.Client, worker: Worker,
     assert_problem(api.get("/v1/candidates", params={"status": "lost"}), 422)
 
 
-def test_cancel_a_queued_candidate_then_conflict_when_done(api: httpx.Client, worker: Worker, sample_report: dict[str, Any]) -> None:
+def test_cancel_a_queued_candidate_then_conflict_when_done(api: httpx.Client, worker: Worker, sample_report: ConditioningReport) -> None:
     first = api.post("/v1/candidates", json={"spec": spec(1)}).json()
     cancelled = api.delete(f"/v1/candidates/{first['id']}")
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
@@ -205,11 +206,11 @@ def test_cancel_a_queued_candidate_then_conflict_when_done(api: httpx.Client, wo
     assert again["id"] == first["id"] and again["status"] == "queued"
 
 
-def test_study_summary_counts_and_quantiles(api: httpx.Client, worker: Worker, sample_report: dict[str, Any]) -> None:
+def test_study_summary_counts_and_quantiles(api: httpx.Client, worker: Worker, sample_report: ConditioningReport) -> None:
     for width in range(1, 6):
         api.post("/v1/candidates", json={"spec": spec(width), "options": {"study": "q"}})
     for score in (1.0, 2.0, 3.0, 4.0):
-        worker.finish_one({**sample_report, "score": score, "verdict": "keep" if score > 1 else "prune"})
+        worker.finish_one(sample_report.model_copy(update={"score": score, "verdict": "keep" if score > 1 else "prune"}))
     summary = api.get("/v1/studies/q/summary", params=[("q", 0.5), ("q", 0.25)]).json()
     assert summary["total"] == 5 and summary["counts"]["done"] == 4 and summary["counts"]["queued"] == 1
     assert summary["verdicts"] == {"keep": 3, "prune": 1}

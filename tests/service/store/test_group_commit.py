@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 from nas import parse_spec, spec_hash
 from service.store import jobs
 from service.store.db import session_scope
-from service.store.models import Candidate, Submission
 from service.store.group_commit import GroupCommitter
+from service.store.models import Candidate, Submission
 
 
 def new(width: int, *, study: str = "s", trial: int | None = None) -> jobs.NewCandidate:

@@ -12,9 +12,17 @@ import pytest
 from sqlalchemy import func, select, update
 
 from nas import parse_spec, spec_hash
+from nas.report import ConditioningReport
 from service.store import jobs
 from service.store.db import session_scope, utcnow
-from service.store.models import BlockFigure, Candidate, LayerFigure, ScaleFactor, Status, Submission
+from service.store.models import (
+    BlockFigure,
+    Candidate,
+    LayerFigure,
+    ScaleFactor,
+    Status,
+    Submission,
+)
 
 
 def spec(width: int) -> dict[str, Any]:
@@ -69,33 +77,33 @@ def test_claim_respects_the_device_preference(sessions: Any, job_device: str, wo
     assert (claim(sessions, worker_kind) is not None) is claimed
 
 
-def test_complete_writes_report_rows_and_status_once(sessions: Any, sample_report: dict[str, Any]) -> None:
+def test_complete_writes_report_rows_and_status_once(sessions: Any, sample_report: ConditioningReport) -> None:
     (entry,) = submit(sessions, new(8))
     job = claim(sessions)
     assert job is not None and job.attempts == 1
     with session_scope(sessions, write=True) as session:
         assert jobs.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
     with session_scope(sessions, write=True) as session:
-        different = {**sample_report, "score": 9.0}
+        different = sample_report.model_copy(update={"score": 9.0})
         assert not jobs.complete(session, job_id=job.id, token=job.lease_token, report=different)
     with session_scope(sessions) as session:
         row = session.get(Candidate, entry.id)
         assert row is not None and row.status == Status.DONE and row.score == -0.75 and row.verdict == "keep"
-        assert row.report == sample_report and row.tuning_seconds == 0.25
+        assert row.report == sample_report.model_dump(mode="json") and row.tuning_seconds == 0.25
         scales = dict(session.execute(select(ScaleFactor.parameter, ScaleFactor.multiplier)).all())
         assert scales == {"blocks.0.0.weight": 1.25, "blocks.1.0.weight": 0.8}
         assert session.scalar(select(func.count()).select_from(BlockFigure)) == 2
         assert session.scalar(select(LayerFigure.kappa_d)) == 1.2
 
 
-def test_non_finite_figures_are_stored_as_null(sessions: Any, sample_report: dict[str, Any]) -> None:
+def test_non_finite_figures_are_stored_as_null(sessions: Any, sample_report: ConditioningReport) -> None:
     submit(sessions, new(8))
     job = claim(sessions)
     assert job is not None
-    sample_report["score"] = float("nan")
-    sample_report["blocks"][0]["apjn_before"] = float("inf")
+    blocks = [sample_report.blocks[0].model_copy(update={"apjn_before": float("inf")}), *sample_report.blocks[1:]]
+    report = sample_report.model_copy(update={"score": float("nan"), "blocks": blocks})
     with session_scope(sessions, write=True) as session:
-        assert jobs.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
+        assert jobs.complete(session, job_id=job.id, token=job.lease_token, report=report)
     with session_scope(sessions) as session:
         row = session.get(Candidate, job.id)
         assert row is not None and row.score is None and row.report["score"] is None
@@ -148,7 +156,7 @@ def expire(sessions: Any, job_id: int) -> None:
 
 
 def test_reap_requeues_expired_leases_and_the_old_holder_loses_them(
-    sessions: Any, sample_report: dict[str, Any]
+    sessions: Any, sample_report: ConditioningReport
 ) -> None:
     submit(sessions, new(8))
     job = claim(sessions)
@@ -196,7 +204,7 @@ def test_a_cancelled_candidate_submitted_again_is_queued_again(sessions: Any) ->
     assert again.id == entry.id and status_of(sessions, entry.id) == Status.QUEUED
 
 
-def test_cancel_of_unknown_or_finished_jobs(sessions: Any, sample_report: dict[str, Any]) -> None:
+def test_cancel_of_unknown_or_finished_jobs(sessions: Any, sample_report: ConditioningReport) -> None:
     submit(sessions, new(8))
     job = claim(sessions)
     assert job is not None
