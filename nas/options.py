@@ -37,7 +37,7 @@ class Thresholds(BaseModel):
 
 
 class ConditionOptions(BaseModel):
-    """Everything ``worker.engine.pipeline`` needs besides the spec and the data."""
+    """Everything ``worker.engine.condition`` needs besides the spec and the data."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,4 +1,4 @@
-"""The conditioning report: what ``worker.engine.pipeline`` returns and the service stores.
+"""The conditioning report: what ``worker.engine.condition`` returns and the service stores.
 
 Top-level names are a contract (``docs/contracts.md``): ``score``, ``verdict``, ``reasons``,
 ``scales``, ``blocks``, ``layers``, ``tuning``, ``components``, ``environment``,

@@ -34,7 +34,7 @@ class Settings(BaseSettings):
     page_size: int = Field(50, ge=1, le=1000)
     # Threads of an API process for blocking (database) work, and so its connection pool
     # size. Few is faster on a local database (the threads contend for the GIL: 4 threads
-    # served 1.3x the reads/s of 16 in bench/service_load.py); a distant database, whose
+    # served 1.3x the reads/s of 16 in bench/perf/service_load.py); a distant database, whose
     # round trips take milliseconds, wants more.
     api_threads: int = Field(4, ge=1, le=256)
     # The queue.

@@ -10,7 +10,7 @@ For an MLP, a VGG-style CNN and a residual net of realistic size, at the same ba
 * peak memory of each over the model-and-batch baseline: CUDA's peak allocation on a GPU;
   on the CPU the peak resident set (``VmHWM`` after resetting it through
   ``/proc/self/clear_refs``), each measured in a fresh child process;
-* the whole ``worker.engine.pipeline`` (balancing, tuning, diagnostics) in training steps.
+* the whole ``worker.engine.condition`` (balancing, tuning, diagnostics) in training steps.
 
 Targets: tuning step <= 4x time and <= 3x memory; whole conditioning <= 20 training steps.
 Prints a JSON document and a Markdown table (the figures in docs/conditioning.md).
@@ -189,7 +189,7 @@ def peak_memory(name: str, kind: str, batch: int, device: torch.device) -> int:
 def whole_conditioning(
     name: str, batch: int, device: torch.device
 ) -> tuple[float, dict[str, float], int, dict[str, Any]]:
-    """Wall time of ``worker.engine.pipeline`` with default options (the 20-step budget), its
+    """Wall time of ``worker.engine.condition`` with default options (the 20-step budget), its
     per-stage times, the AutoInit steps it took and its budget figures (counted and timed)."""
     from worker.engine import condition
 

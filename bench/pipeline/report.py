@@ -85,7 +85,7 @@ def _gaussian_path_md(summary: dict[str, Any] | None) -> list[str]:
         return ["Not run (`python -m bench.ablations.gaussian_path`)."]
     lines = [
         "`python -m bench.ablations.gaussian_path`: every candidate conditioned as the service does without "
-        "`options.data` (`worker.engine.pipeline(spec)`: a Gaussian batch, the probe on random labels, "
+        "`options.data` (`worker.engine.condition(spec)`: a Gaussian batch, the probe on random labels, "
         "every option at its default), its score and verdict against ground truth B, next to the "
         "same engine on the labelled batch above.",
         "",

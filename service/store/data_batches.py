@@ -5,7 +5,7 @@ labels; on the benchmark that flags untrainable candidates with precision 0.82 a
 (held-out), against 1.00 at 0.84 on a real labelled batch (docs/conditioning.md, section 7).
 ``POST /v1/batches`` stores a batch once under the SHA-256 of its content; a submission names
 it with the option ``data`` (part of the cache key), and the worker hands it to
-``worker.engine.pipeline(spec, data={"x": ..., "y": ...})``.
+``worker.engine.condition(spec, data={"x": ..., "y": ...})``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from nas import ArchitectureSpec
 from nas.shapes import trace_shapes
+from nas.targets import target_error
 from service.store.errors import InvalidBatch
 from service.store.models import DataBatch
 
@@ -140,7 +141,7 @@ def shape_of(bind: Session | Connection, key: str) -> BatchShape | None:
 
 
 def load(session: Session, key: str) -> dict[str, Any] | None:
-    """What ``worker.engine.pipeline`` takes as ``data``: ``{"x": ..., "y": ...}`` (None: no such batch)."""
+    """What ``worker.engine.condition`` takes as ``data``: ``{"x": ..., "y": ...}`` (None: no such batch)."""
     row = session.get(DataBatch, key)
     if row is None:
         return None
@@ -158,13 +159,15 @@ def check_fits(shape: BatchShape, spec: ArchitectureSpec, field: str) -> None:
         raise _invalid(f"{field}.input_shape", f"the data batch's samples have shape {shape['x'][1:]}, but the spec's input_shape is {list(spec.input_shape)}")
     if shape.get("labels") is None:
         return
-    output = list(trace_shapes(spec).boundaries[-1])
-    head = f"{field}.blocks[{len(spec.blocks) - 1}]"
-    if shape["labels"] == "class":
-        if len(output) != 1 or output[0] < 2:
-            raise _invalid(head, f"the data batch has class labels, but the network outputs {output}, not [C >= 2] logits")
-        classes = shape.get("classes")
-        if classes is not None and classes > output[0]:
-            raise _invalid(head, f"the data batch's class labels go up to {classes - 1}, but the network outputs {output[0]} logits")
-    elif "y" in shape and math.prod(shape["y"][1:]) != math.prod(output):
-        raise _invalid(head, f"the data batch has {math.prod(shape['y'][1:])} float target(s) per sample, but the network outputs {output}")
+    if shape["labels"] == "float" and "y" not in shape:
+        return  # stored before the shape kept the labels' "y": nothing to check against
+    classes = shape.get("classes")
+    error = target_error(
+        shape["labels"],
+        shape["y"][1:] if "y" in shape else [],
+        trace_shapes(spec).boundaries[-1],
+        None if classes is None else (0, classes - 1),
+        subject="the data batch's labels",
+    )
+    if error is not None:
+        raise _invalid(f"{field}.blocks[{len(spec.blocks) - 1}]", error)

@@ -1,6 +1,6 @@
 """The score's calibration, shipped with the engine: ``worker/engine/score_weights.json``.
 
-Written by ``python -m bench.calibrate`` from the trainability benchmark's cache (never by
+Written by ``python -m bench.pipeline.calibrate`` from the trainability benchmark's cache (never by
 hand); read once at import by ``worker.engine.score``. The file holds two fits of the same form: the
 top level is the fit with the trainability probe (``probe_loss``, the default), and
 ``without_probe`` the fit of the other components alone, which scores a candidate whose probe
@@ -42,7 +42,7 @@ def load(text: str | None = None) -> dict[str, Any]:
     _check_fit(data, "")
     alone = data.get("without_probe")
     if not isinstance(alone, dict):
-        raise ValueError(f"{FILE}: 'without_probe' must hold the fit without the probe; regenerate it with python -m bench.calibrate")
+        raise ValueError(f"{FILE}: 'without_probe' must hold the fit without the probe; regenerate it with python -m bench.pipeline.calibrate")
     _check_fit(alone, "without_probe.")
     if alone["weights"][PROBE] != 0:
         raise ValueError(f"{FILE}: 'without_probe.weights.{PROBE}' must be 0, but got {alone['weights'][PROBE]!r}")
@@ -59,7 +59,7 @@ def _check_fit(data: dict[str, Any], where: str) -> None:
     for key in ("weights", "fill"):
         values = data.get(key) or {}
         if set(values) != set(COMPONENTS):
-            raise ValueError(f"{FILE}: '{where}{key}' must name {list(COMPONENTS)}, but got {sorted(values)}; regenerate it with python -m bench.calibrate")
+            raise ValueError(f"{FILE}: '{where}{key}' must name {list(COMPONENTS)}, but got {sorted(values)}; regenerate it with python -m bench.pipeline.calibrate")
         bad = {k: v for k, v in values.items() if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0)}
         if bad:
             raise ValueError(f"{FILE}: '{where}{key}' must be finite and >= 0, but got {bad}")

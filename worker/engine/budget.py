@@ -1,11 +1,11 @@
-"""The cost model of ``worker.engine.pipeline``'s budget (docs/conditioning.md section 6).
+"""The cost model of ``worker.engine.condition``'s budget (docs/conditioning.md section 6).
 
 Every cost is in training steps (one forward + backward of the candidate at the conditioning
 batch) and is *counted* from the passes a stage makes, not timed: the budget's decisions
 (AutoInit's last step, which Hessian layers and how many iterations) are then deterministic,
 so the same seed gives the same report on a loaded machine. ``condition`` also times one
 training step and every stage, and reports both (``tuning.budget``, ``tuning.timings``).
-Constants are upper-end figures measured on the CPU (bench/tuning_cost.py: an MLP, VGG11-BN,
+Constants are upper-end figures measured on the CPU (bench/perf/tuning_cost.py: an MLP, VGG11-BN,
 ResNet-14); a forward is about a third of a training step and a backward two thirds.
 """
 

@@ -85,7 +85,7 @@ def run_diagnostics(
     """gamma_l / nu_l, kappa(D) and Hessian figures of the (conditioned) model on batch x.
 
     ``budget_left`` (training steps, ``worker.engine.budget``'s counted cost model): scaling and bnp
-    always run (``worker.engine.pipeline`` reserves them); the Hessian, last, gets what they leave and
+    always run (``worker.engine.condition`` reserves them); the Hessian, last, gets what they leave and
     computes the layers and power iterations that fit (``worker.engine.budget.hessian_plan``: the
     layers evenly spread over the depth), the others null, with a note. ``cost`` holds the
     counted cost of each diagnostic.

@@ -57,7 +57,7 @@ class LayerHessian:
 
 def spread_order(n: int) -> list[int]:
     """0..n-1 in an order whose every prefix is spread evenly over the depth: the two ends
-    first, then midpoints (``worker.engine.pipeline`` takes a prefix when the budget is short)."""
+    first, then midpoints (``worker.engine.condition`` takes a prefix when the budget is short)."""
     if n <= 2:
         return list(range(n))
     order, spans = [0, n - 1], [(0, n - 1)]

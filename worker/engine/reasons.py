@@ -1,5 +1,5 @@
 """The report's reasons in English: why tuning stopped and, for every score component over
-its threshold, what it means for this network (``worker.engine.pipeline`` adds the notes the
+its threshold, what it means for this network (``worker.engine.condition`` adds the notes the
 stages wrote themselves: balancing, the diagnostics, the probe)."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ fills and the prune cut loaded from ``score_weights.json`` beside this module. T
 two fits: with the trainability probe (``probe_loss``, measured by default) and without it; a
 report whose probe did not run is scored by the second, the best the other components can do
 alone, and its own cut (``ScoreResult.fit`` says which; ``thresholds.score`` overrides both
-cuts). That file is written by ``python -m bench.calibrate`` (a non-negative
+cuts). That file is written by ``python -m bench.pipeline.calibrate`` (a non-negative
 least-squares fit, on the benchmark's training half, of the trained loss from Preflight's
 tuned initialization: what a gated search trains its survivors from); never edit it by hand.
 A component at its threshold costs ``w_c ln 2`` and is named in the reasons; one with weight 0

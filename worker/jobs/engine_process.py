@@ -21,7 +21,7 @@ from worker.jobs.outcome import Outcome
 if TYPE_CHECKING:
     from nas.report import ConditioningReport
 
-__all__ = ["EngineCrashed", "EngineError", "EngineProcess", "resolve_device", "warm_up"]
+__all__ = ["EngineCrashed", "EngineError", "EngineProcess", "warm_up"]
 
 log = logging.getLogger(__name__)
 
@@ -29,21 +29,6 @@ _CONTEXT = multiprocessing.get_context("spawn")
 _PR_SET_PDEATHSIG = 1
 # Errors that retrying cannot fix: the job fails at once instead of using up its attempts.
 _DETERMINISTIC = (ValueError, TypeError, KeyError)
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda:0`` when a GPU is visible, else ``cpu``; ``cuda`` -> ``cuda:0``."""
-    if device == "cpu":
-        return "cpu"
-    import torch
-
-    if device == "auto":
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        device = "cuda:0"
-    if not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} asked for, but no CUDA device is visible")
-    return device
 
 
 @dataclass(frozen=True)
@@ -109,7 +94,9 @@ def _serve(connection: Connection, device: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        resolved = resolve_device(device)
+        from worker.engine.device import resolve_device
+
+        resolved = str(resolve_device(device, pin_index=True))
         if resolved.startswith("cuda"):
             import torch
 

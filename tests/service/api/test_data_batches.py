@@ -79,8 +79,8 @@ def test_a_submission_naming_a_missing_or_misfit_batch_is_refused_and_nothing_is
 @pytest.mark.parametrize(
     ("y", "message"),
     [
-        ([i % 5 for i in range(8)], "class labels go up to 4, but the network outputs 3 logits"),
-        ([[float(i), 0.0] for i in range(8)], r"2 float target\(s\) per sample, but the network outputs \[3\]"),
+        ([i % 5 for i in range(8)], r"class labels must be in \[0, 2\] for 3 logits, but range over \[0, 4\]"),
+        ([[float(i), 0.0] for i in range(8)], r"2 float target\(s\) per sample but the network outputs \[3\]"),
     ],
     ids=["label-beyond-the-logits", "float-targets-of-another-width"],
 )
