@@ -93,7 +93,7 @@ class PreflightNet(nn.Module):
         super().__init__()
         self.spec = spec
         self.trace = trace
-        self.blocks = blocks
+        self.blocks: nn.ModuleList = blocks
 
     @overload
     def forward(self, x: Tensor, return_boundaries: Literal[False] = False) -> Tensor: ...

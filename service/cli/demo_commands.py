@@ -219,7 +219,7 @@ def _apjn_profiles(client: Any, gated: SearchResult) -> dict[str, Any]:
         chosen["best"] = gated.best
     pruned = [t for t in gated.trials if t.state == "pruned-before" and t.candidate_id]
     if pruned:
-        chosen["pruned"] = min(pruned, key=lambda t: t.score if _finite(t.score) else -math.inf)
+        chosen["pruned"] = min(pruned, key=lambda t: t.score if t.score is not None and _finite(t.score) else -math.inf)
     out = {}
     for role, record in chosen.items():
         report = client.get(str(record.candidate_id)).report

@@ -140,7 +140,8 @@ class GroupCommitter:
                 return
 
     def _take(self) -> list[_Waiting]:
-        group, count = [], 0
+        group: list[_Waiting] = []
+        count = 0
         while self._waiting:
             size = len(self._waiting[0].candidates)
             if group and count + size > MAX_CANDIDATES_PER_COMMIT:

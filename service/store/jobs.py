@@ -22,9 +22,9 @@ import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy import CursorResult, Result, case, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from nas.canonical import cache_key
@@ -169,10 +169,12 @@ def _insert_ignoring_duplicates(session: Session) -> Any:
     """INSERT ... ON CONFLICT (cache_key) DO NOTHING, one cached statement run with many
     parameter sets (SQLAlchemy batches them into multi-row INSERTs with RETURNING)."""
     if session.get_bind().dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    return dialect_insert(Candidate).on_conflict_do_nothing(index_elements=["cache_key"])
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+
+        return postgresql_insert(Candidate).on_conflict_do_nothing(index_elements=["cache_key"])
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(Candidate).on_conflict_do_nothing(index_elements=["cache_key"])
 
 
 def claim(session: Session, *, worker: str, device_kind: str, lease_seconds: float) -> Job | None:
@@ -222,7 +224,7 @@ def heartbeat(session: Session, *, job_id: int, token: str, lease_seconds: float
         .where(*_held(job_id, token))
         .values(leased_until=utcnow() + timedelta(seconds=lease_seconds))
     )
-    return result.rowcount == 1
+    return _rowcount(result) == 1
 
 
 def complete(session: Session, *, job_id: int, token: str, report: ConditioningReport) -> bool:
@@ -245,7 +247,7 @@ def complete(session: Session, *, job_id: int, token: str, report: ConditioningR
             finished_at=utcnow(),
         )
     )
-    if result.rowcount != 1:
+    if _rowcount(result) != 1:
         return False
     for model in (BlockFigure, LayerFigure, ScaleFactor):
         session.execute(delete(model).where(model.candidate_id == job_id))
@@ -295,7 +297,7 @@ def release(session: Session, *, job_id: int, token: str) -> bool:
         .where(*_held(job_id, token))
         .values(status=Status.QUEUED, attempts=Candidate.attempts - 1, lease_token=None, leased_until=None)
     )
-    return result.rowcount == 1
+    return _rowcount(result) == 1
 
 
 def reap(session: Session) -> int:
@@ -317,7 +319,7 @@ def reap(session: Session) -> int:
             leased_until=None,
         )
     )
-    return result.rowcount
+    return _rowcount(result)
 
 
 def cancel(session: Session, *, job_id: int) -> Status | None:
@@ -336,6 +338,13 @@ def cancel(session: Session, *, job_id: int) -> Status | None:
 
 def queue_depth(session: Session) -> dict[Status, int]:
     """How many candidates are in each status."""
-    counts = dict(session.execute(select(Candidate.status, func.count()).group_by(Candidate.status)).all())
-    return {status: int(counts.get(status.value, 0)) for status in Status}
+    counts: dict[str, int] = {
+        str(status): int(count)
+        for status, count in session.execute(select(Candidate.status, func.count()).group_by(Candidate.status))
+    }
+    return {status: counts.get(status.value, 0) for status in Status}
 
+
+def _rowcount(result: Result[Any]) -> int:
+    """Rows an UPDATE or DELETE matched (what every statement here asks of its result)."""
+    return cast(CursorResult[Any], result).rowcount

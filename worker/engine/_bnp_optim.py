@@ -112,7 +112,7 @@ class BNP:
             raise ValueError(f"epsilons must be non-negative, but got {epsilon_1=}, {epsilon_2=}.")
         self.optimizer = optimizer
         self.rho, self.epsilon_1, self.epsilon_2 = rho, epsilon_1, epsilon_2
-        self._layers: dict[str, tuple[nn.Module, _LayerStats]] = {}
+        self._layers: dict[str, tuple[nn.Linear | nn.Conv2d, _LayerStats]] = {}
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         for name, module in model.named_modules():
             if isinstance(module, nn.Linear | nn.Conv2d):

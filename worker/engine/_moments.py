@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -135,13 +136,13 @@ def receptive_field(weight: Tensor) -> int:
 def _conv_pads(conv: nn.Conv2d) -> tuple[int, int, int, int]:
     """(left, right, top, bottom) zero padding the convolution applies, as F.pad takes it."""
     if isinstance(conv, SameConv2d):  # pads in forward, before its own (zero) padding
-        (kh, kw), (ph, pw) = conv.kernel_size, conv.padding
+        (kh, kw), (ph, pw) = conv.kernel_size, cast(tuple[int, int], conv.padding)
         return (
             (kw - 1) // 2 + pw,
             kw - 1 - (kw - 1) // 2 + pw,
             (kh - 1) // 2 + ph,
             kh - 1 - (kh - 1) // 2 + ph,
-        )  # type: ignore[operator]
+        )
     if isinstance(conv.padding, str):
         if conv.padding == "valid":
             return (0, 0, 0, 0)

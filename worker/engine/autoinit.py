@@ -211,7 +211,9 @@ class _Tuner:
     def residuals(self, p: JacobianProfile) -> tuple[list[float], list[float], list[float]]:
         """Per unit: rJ, rK and the noise floor (2 standard errors of log J_u)."""
         log_j, log_k, se = p.log_apjn.tolist(), p.log_k.tolist(), p.log_apjn_stderr.tolist()
-        r_j, r_k, noise = [], [], []
+        r_j: list[float] = []
+        r_k: list[float] = []
+        noise: list[float] = []
         for unit in self.units:
             first, last = unit.blocks[0], unit.blocks[-1]
             r_j.append(sum(log_j[b] for b in unit.blocks) - unit.log_rho)

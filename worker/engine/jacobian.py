@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -100,11 +101,12 @@ def run_blocks(
     (names as in ``model.named_parameters()`` and ``named_buffers()``) replace the model's
     own tensors through ``torch.func.functional_call``: the AutoInit twin without a copy.
     """
-    per_block = _split_by_block(params, len(model.blocks)) if params is not None else None
+    blocks = cast(nn.ModuleList, model.blocks)  # a PreflightNet's, or any model with blocks
+    per_block = _split_by_block(params, len(blocks)) if params is not None else None
     inputs: list[Tensor] = []
     outputs: list[Tensor] = []
     h = x
-    for i, block in enumerate(model.blocks):
+    for i, block in enumerate(blocks):
         h_in = h.detach().requires_grad_(True) if detach else h
         inputs.append(h_in)
         h = block(h_in) if per_block is None else functional_call(block, per_block[i], (h_in,), strict=False)

@@ -53,7 +53,7 @@ router = APIRouter(
 
 # Ids are 64-bit; larger numbers are refused as invalid (422), not looked up.
 CandidateId = Annotated[int, Path(ge=1, le=2**63 - 1, description="the candidate's id")]
-_NOT_FOUND = {404: {"model": Problem, "description": "no candidate with this id"}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "no candidate with this id"}}
 _SUBMIT_EXAMPLES = {
     "one": {"summary": "one spec", "value": {
         "spec": {"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 8}, {"type": "relu"}]}]},
