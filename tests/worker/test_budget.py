@@ -1,4 +1,4 @@
-"""The cost budget of ``worker.engine.pipeline`` (docs/conditioning.md section 6) and dropping
+"""The cost budget of ``worker.engine.condition`` (docs/conditioning.md section 6) and dropping
 balancing that did not converge."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import torch
 from nas import build_model
 from worker.engine import condition
 from worker.engine.autoinit import autoinit
+from worker.engine.balancing import balance
 from worker.engine.budget import FORWARD_COST, hessian_plan, profile_cost
 from worker.engine.hessian import spread_order
-from worker.engine.scaling import balance
 
 
 def _cbr(c: int) -> list[dict[str, Any]]:

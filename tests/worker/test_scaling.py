@@ -13,8 +13,9 @@ import torch
 
 from nas import build_model
 from worker.engine._moments import random_matrix, task_loss
+from worker.engine.balancing import balance
 from worker.engine.hessian import hessian_figures
-from worker.engine.scaling import balance, measure_scaling, spread
+from worker.engine.scaling import measure_scaling, spread
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -332,11 +333,19 @@ def test_hessian_target_balances_the_hessian_blocks_better_than_gamma_on_a_max_p
 
 def _residual_mlp(depth: int, alpha: float, beta: float, width: int = 256) -> dict[str, Any]:
     # pre-activation (section 11.1): F has zero mean, uncorrelated with x, as B.7 assumes
-    body = [{"type": "relu"}, {"type": "linear", "out": width}, {"type": "relu"}, {"type": "linear", "out": width}]
+    body = [
+        {"type": "relu"},
+        {"type": "linear", "out": width},
+        {"type": "relu"},
+        {"type": "linear", "out": width},
+    ]
     return {
         "input_shape": [64],
         "blocks": [{"layers": [{"type": "linear", "out": width}]}]
-        + [{"layers": [{"type": "residual", "alpha": alpha, "beta": beta, "body": body}]} for _ in range(depth)]
+        + [
+            {"layers": [{"type": "residual", "alpha": alpha, "beta": beta, "body": body}]}
+            for _ in range(depth)
+        ]
         + [{"layers": [{"type": "linear", "out": 10}]}],
     }
 
@@ -346,7 +355,9 @@ def _stream_growth(spec: dict[str, Any], scales: dict[str, float], x: torch.Tens
     model = build_model(spec, scales=scales, seed=0)
     seen: list[float] = []
     hooks = [
-        model.blocks[i].register_forward_hook(lambda _m, _i, out: seen.append(float(out.double().pow(2).mean())))
+        model.blocks[i].register_forward_hook(
+            lambda _m, _i, out: seen.append(float(out.double().pow(2).mean()))
+        )
         for i in (0, len(model.blocks) - 2)
     ]
     with torch.no_grad():
@@ -357,7 +368,9 @@ def _stream_growth(spec: dict[str, Any], scales: dict[str, float], x: torch.Tens
 
 
 @pytest.mark.parametrize(("alpha", "beta"), [(1.0, 1.0), (1.0, 2.0), (2.0, 1.0)])
-def test_unweighted_residual_bodies_add_one_over_l_of_the_stream_and_weighted_ones_are_left(alpha: float, beta: float) -> None:
+def test_unweighted_residual_bodies_add_one_over_l_of_the_stream_and_weighted_ones_are_left(
+    alpha: float, beta: float
+) -> None:
     """B.7: a block alpha x + beta F(x) with E[(beta F)^2] = s^2 E[x^2] multiplies the forward
     second moment by (alpha^2 + s^2). Section 11's closed form makes E[F^2] = |beta|^m E[x^2]
     (its factor |beta| per layer), so 12 blocks with alpha = beta = 1 grow it 2^12-fold (beta = 2:
@@ -381,7 +394,9 @@ def test_unweighted_residual_bodies_add_one_over_l_of_the_stream_and_weighted_on
 
 
 @pytest.mark.parametrize(("alpha", "beta"), [(0.8, 0.6), (1.0, 12**-0.5), (1.0, 0.5), (1.0, 0.1)])
-def test_weighted_residual_blocks_and_small_branches_get_no_residual_share(alpha: float, beta: float) -> None:
+def test_weighted_residual_blocks_and_small_branches_get_no_residual_share(
+    alpha: float, beta: float
+) -> None:
     """Section 11's weighted blocks (alpha^2 + beta^2 = 1) are left to its own factors, and a
     branch already within 1/L (L beta^2 <= 1) is not scaled up."""
     result = balance(build_model(_residual_mlp(12, alpha, beta), seed=0), _x([64], 64), rounds=0)
@@ -400,9 +415,22 @@ def test_a_residual_body_with_a_norm_gets_no_residual_share() -> None:
 def test_in_nested_residuals_the_innermost_block_decides_the_share() -> None:
     """Unweighted blocks inside a weighted block's body get their share; the weighted block's
     own layers do not."""
-    inner = {"type": "residual", "alpha": 1.0, "beta": 1.0, "body": [{"type": "relu"}, {"type": "linear", "out": 64}]}
-    outer = {"type": "residual", "alpha": 0.8, "beta": 0.6, "body": [{"type": "linear", "out": 64}, *[dict(inner) for _ in range(6)]]}
-    spec = {"input_shape": [64], "blocks": [{"layers": [outer]}, {"layers": [{"type": "linear", "out": 10}]}]}
+    inner = {
+        "type": "residual",
+        "alpha": 1.0,
+        "beta": 1.0,
+        "body": [{"type": "relu"}, {"type": "linear", "out": 64}],
+    }
+    outer = {
+        "type": "residual",
+        "alpha": 0.8,
+        "beta": 0.6,
+        "body": [{"type": "linear", "out": 64}, *[dict(inner) for _ in range(6)]],
+    }
+    spec = {
+        "input_shape": [64],
+        "blocks": [{"layers": [outer]}, {"layers": [{"type": "linear", "out": 10}]}],
+    }
     result = balance(build_model(spec, seed=0), _x([64], 64), rounds=0)
     shared = {m.name for m in result.multipliers if m.kind == "residual_share"}
     assert shared == {f"blocks.0.0.body.{i}.body.1.weight" for i in range(1, 7)}

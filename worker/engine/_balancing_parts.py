@@ -4,6 +4,7 @@ common-factor search, and the residual-branch bookkeeping of section 11."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -22,6 +23,18 @@ __all__ = [
     "residual_undo",
     "unweighted_branch_share",
 ]
+
+# common_factor: a secant Newton search in log space for one common weight factor.
+FACTOR_PROBE = 0.1  # first trial log-factor: measures the slope d log std / d log t
+MIN_FACTOR_SLOPE = 1e-3  # below: the output does not respond to a common factor
+FACTOR_ITERATIONS = 12  # cap on secant steps after the probe (each a forward pass)
+FACTOR_TOL = 1e-10  # stop when |log(std(out) / target)| is below this (float64 round-off)
+MAX_FACTOR_STEP = 5.0  # at most a factor e^5 per secant step
+MAX_LOG_FACTOR = 40.0  # a factor beyond e^40: the target is out of reach
+# the secant slope is kept within [MIN_SLOPE_RATIO, MAX_SLOPE_RATIO] times the probe's slope0
+MIN_SLOPE_RATIO, MAX_SLOPE_RATIO = 0.1, 10.0
+# unweighted_branch_share: bodies adding at most this much over 1/L are left alone (1% slack).
+MAX_BRANCH_EXCESS = 1.01
 
 
 def log_deviations(gammas: list[float]) -> list[float | None]:
@@ -63,45 +76,57 @@ def log_std_error(model: PreflightNet, x: Tensor, target: float) -> float:
 
 def measure_output_std(model: PreflightNet, x: Tensor) -> float:
     with preserved_buffers(model), torch.no_grad():
-        return float(model(x).double().std()) if x.shape[0] * 1 else math.nan
+        return float(model(x).double().std()) if x.shape[0] else math.nan
+
+
+@dataclass
+class _CommonFactor:
+    """``common_factor``'s state: the model with ``e^total`` applied to every one of ``weights``."""
+
+    model: PreflightNet
+    x: Tensor
+    weights: list[str]
+    target: float
+    total: float = 0.0  # log t applied so far
+
+    def residual(self, log_t: float) -> float:
+        """Move the common factor to ``e^log_t``; ``log(std(out) / target)`` there."""
+        apply_scales_(self.model, {w: math.exp(log_t - self.total) for w in self.weights})
+        self.total = log_t
+        return log_std_error(self.model, self.x, self.target)
 
 
 def common_factor(model: PreflightNet, x: Tensor, weights: list[str], target: float) -> float:
     """Newton search in log space for one common weight factor t with std(out) = target, the
     slope d log std / d log t measured by a probe and updated by secant (clamped); scales the
     model in place and returns t (1.0 when the output std is zero or non-finite)."""
-    total = 0.0  # log t applied so far
-
-    def residual(log_t: float) -> float:
-        nonlocal total
-        apply_scales_(model, {w: math.exp(log_t - total) for w in weights})
-        total = log_t
-        return log_std_error(model, x, target)
-
-    f0 = residual(0.0)
+    factor = _CommonFactor(model, x, weights, target)
+    f0 = factor.residual(0.0)
     if not weights or not math.isfinite(f0):
         return 1.0
-    u0, u1 = 0.0, 0.1
-    f1 = residual(u1)
+    u0, u1 = 0.0, FACTOR_PROBE
+    f1 = factor.residual(u1)
     slope0 = (f1 - f0) / (u1 - u0)
-    if not (math.isfinite(slope0) and slope0 > 1e-3):
-        residual(0.0)  # the output does not respond to a common factor (or is non-finite)
+    if not (math.isfinite(slope0) and slope0 > MIN_FACTOR_SLOPE):
+        factor.residual(0.0)  # the output does not respond to a common factor (or is non-finite)
         return 1.0
     slope = slope0
-    for _ in range(12):
-        if abs(f1) < 1e-10:
+    for _ in range(FACTOR_ITERATIONS):
+        if abs(f1) < FACTOR_TOL:
             break
-        step = max(-5.0, min(5.0, -f1 / slope))
-        if abs(u1 + step) > 40.0:  # factor e^40: the target is out of reach
+        step = max(-MAX_FACTOR_STEP, min(MAX_FACTOR_STEP, -f1 / slope))
+        if abs(u1 + step) > MAX_LOG_FACTOR:  # the target is out of reach
             break
         u0, f0, u1 = u1, f1, u1 + step
-        f1 = residual(u1)
+        f1 = factor.residual(u1)
         if not math.isfinite(f1):
-            residual(u0)
+            factor.residual(u0)
             break
         if f1 != f0:
-            slope = min(10 * slope0, max(0.1 * slope0, (f1 - f0) / (u1 - u0)))
-    return math.exp(total)
+            slope = min(
+                MAX_SLOPE_RATIO * slope0, max(MIN_SLOPE_RATIO * slope0, (f1 - f0) / (u1 - u0))
+            )
+    return math.exp(factor.total)
 
 
 def residual_factor(model: PreflightNet, module_name: str) -> tuple[float, str]:
@@ -178,9 +203,11 @@ def unweighted_branch_share(model: PreflightNet, module_name: str) -> tuple[floa
         alpha, beta = abs(parent.alpha), abs(parent.beta)
         if alpha < 1.0 or any(isinstance(sub, _NORMS) for sub in parent.body.modules()):
             return 1.0, ""  # weighted, or the body's scale is its norm's (AutoInit tunes that)
-        m = sum(1 for sub in parent.body.modules() if isinstance(sub, torch.nn.Linear | torch.nn.Conv2d))
+        m = sum(
+            1 for sub in parent.body.modules() if isinstance(sub, torch.nn.Linear | torch.nn.Conv2d)
+        )
         excess = residuals * beta**2 * beta**m / alpha**2  # L s^2 / alpha^2
-        if excess <= 1.01:
+        if excess <= MAX_BRANCH_EXCESS:
             return 1.0, ""
         where = f"alpha={parent.alpha:g}, beta={parent.beta:g} at {'.'.join(parts[:i])}, L={residuals}, m={m}"
         return excess ** (-1.0 / (2 * m)), where

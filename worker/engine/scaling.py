@@ -22,8 +22,8 @@ means over the batch and all elements, in float64.
 NaN policy: nothing raises on non-finite values; a layer whose moments are non-finite or zero
 gets NaN / inf figures (``0 / 0`` is NaN, ``x / 0`` is inf), exactly as float64 division gives.
 
-Balancing (geometric re-initialization plus the fixed multipliers) is ``balance``, defined in
-``worker.engine.balancing`` and re-exported here.
+Balancing (geometric re-initialization plus the fixed multipliers) is
+``worker.engine.balancing.balance``; it builds on this module, which does not import it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from worker.engine._moments import (
     task_loss,
 )
 
-__all__ = ["Balancing", "LayerScaling", "Multiplier", "balance", "measure_scaling", "spread"]
+__all__ = ["LayerScaling", "measure_scaling", "spread"]
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,3 @@ def _layer_figures(
         w_sq=w_sq,
         dw_sq=dw_sq,
     )
-
-
-# Balancing lives in its own module (size); it imports measure_scaling lazily, so no cycle.
-from worker.engine.balancing import Balancing, Multiplier, balance  # noqa: E402
