@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 import torch
 from torch import Tensor, nn
@@ -109,10 +109,10 @@ class PreflightNet(nn.Module):
             boundaries.append(x)
         return (x, boundaries) if return_boundaries else x
 
-    def weighted_layers(self) -> list[tuple[LayerInfo, nn.Module]]:
+    def weighted_layers(self) -> list[tuple[LayerInfo, nn.Linear | nn.Conv2d]]:
         """(shape info, module) for every linear and conv2d layer, in forward order."""
         return [
-            (info, self.get_submodule(info.module))
+            (info, cast(nn.Linear | nn.Conv2d, self.get_submodule(info.module)))
             for info in self.trace.layers
             if info.fan_in is not None
         ]

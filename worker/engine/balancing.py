@@ -55,6 +55,7 @@ import copy
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -159,7 +160,7 @@ class _Run:
     work: PreflightNet  # a copy of the caller's model; the model itself for the closed form
     x: Tensor
     live: bool  # multipliers are applied to ``work`` (False for the closed form: read only)
-    layers: list[tuple[LayerInfo, torch.nn.Module]]  # weighted layers, in forward order
+    layers: list[tuple[LayerInfo, torch.nn.Linear | torch.nn.Conv2d]]  # weighted layers, in forward order
     weights: list[str]  # "<module>.weight" of each of ``layers``
     r: Tensor | None  # the random loss matrix R: one loss for every measurement
     seed: int  # the Hessian probes' seed: the same probes every round
@@ -341,7 +342,7 @@ def _input_scaling(run: _Run) -> float:
     x_sq = float(run.x.detach().double().pow(2).mean())
     input_scale = (1.0 / (math.sqrt(first_info.fan_in or 1) * x_sq)) ** 0.5 if x_sq > 0 else 1.0
     reason = f"E[(u x_0)^2] = 1/sqrt(n_0 k_0^2) = 1/sqrt({first_info.fan_in}) balances first-layer weights against biases (sec 8.1)"
-    if isinstance(run.work.blocks[0][0], Scale):
+    if isinstance(_first_layer(run.work), Scale):
         run.apply(
             "blocks.0.0.factor",
             "input",
@@ -367,7 +368,7 @@ def _geometric_init(run: _Run, typical_kernel: int | None) -> None:
 
 
 def _geometric_layer(
-    run: _Run, info: LayerInfo, module: torch.nn.Module, name: str, k: int, k_typ: int
+    run: _Run, info: LayerInfo, module: torch.nn.Linear | torch.nn.Conv2d, name: str, k: int, k_typ: int
 ) -> None:
     """Step 2 on one layer: eq. (3) ``E[W^2] = c / (k sqrt(n_l n_{l+1}))``, the residual-branch
     factor (section 11), the unweighted body's share (B.7) and the kernel correction (6.2)."""
@@ -532,7 +533,7 @@ def _normalize_output(run: _Run, output_std: float) -> None:
 def _fold_input_scale(run: _Run, input_scale: float, output_std: float) -> None:
     """Step 1 folded (``fold_input_scale=True``, section 8.1): the input scale on the first
     weight (changing its gamma by ``u^-4``), then the output std set again (section 10)."""
-    if run.layers and not isinstance(run.work.blocks[0][0], Scale):
+    if run.layers and not isinstance(_first_layer(run.work), Scale):
         run.apply(
             run.weights[0],
             "input",
@@ -551,3 +552,8 @@ def _converged(run: _Run, settings: _Settings, after: list[LayerScaling]) -> boo
     if not all(d is None or abs(d) < CONVERGED_GAMMA_TOL for d in deviations):
         return False  # (the output std is then not measured)
     return abs(log_std_error(run.work, run.x, settings.output_std)) < CONVERGED_OUTPUT_TOL
+
+
+def _first_layer(model: PreflightNet) -> torch.nn.Module:
+    """The network's first layer (a leading ``scale`` layer takes the input scale, step 1)."""
+    return cast(torch.nn.Sequential, model.blocks[0])[0]

@@ -137,13 +137,13 @@ def _layer_figures(
     name: str,
     fan_in: int,
     fan_out: int,
-    module: torch.nn.Module,
+    module: torch.nn.Linear | torch.nn.Conv2d,
     x: Tensor,
     y: Tensor,
     dx: Tensor,
     dy: Tensor,
 ) -> LayerScaling:
-    weight: Tensor = module.weight  # type: ignore[assignment]
+    weight = module.weight
     bias = module.bias
     batch = x.shape[0]
     z = y if bias is None else y - bias.reshape(1, -1, *([1] * (y.dim() - 2)))
