@@ -55,24 +55,26 @@ def _machine() -> str:
                 break
     except OSError:
         pass
-    return f"{model}, {os.cpu_count()} logical CPUs, no GPU used, torch {torch.__version__}, Python {platform.python_version()}"
+    return (
+        f"{model}, {os.cpu_count()} logical CPUs, no GPU used, torch {torch.__version__}, Python "
+        f"{platform.python_version()}"
+    )
 
 
 def _engine_text(out: Path) -> str:
     """Which engine produced the cached Preflight reports (source hashes and the git commit)."""
-    versions = sorted(
-        {read_json(p).get("engine_version", "?") for p in (out / "preflight").glob("*.json")}
-    )
+    versions = sorted({read_json(p).get("engine_version", "?") for p in (out / "preflight").glob("*.json")})
     try:
         commit = subprocess.run(
             ["git", "log", "-1", "--format=%h %cd", "--date=iso", "--", "worker/"],
-            cwd=ROOT, capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
-    return (
-        f"engine source hash {', '.join(versions) or 'n/a'}; last commit touching worker/: {commit}"
-    )
+    return f"engine source hash {', '.join(versions) or 'n/a'}; last commit touching worker/: {commit}"
 
 
 def _protocol_text(p: Protocol) -> str:
@@ -109,9 +111,7 @@ def _e2e_text(result: dict | None) -> str:
             f"--epochs {e2e.EPOCHS}`)."
         )
     if not result["seeds"]:
-        return "Failed on every seed: " + "; ".join(
-            str(v)[-300:] for v in result.get("failures", {}).values()
-        )
+        return "Failed on every seed: " + "; ".join(str(v)[-300:] for v in result.get("failures", {}).values())
     lines = [
         f"`preflight demo --trials {result['trials']} --epochs {result['epochs']}` (TPE, the demo's "
         "MLP / residual space on digits) per seed; compute = training seconds + the worker's "
@@ -127,15 +127,14 @@ def _e2e_text(result: dict | None) -> str:
             if isinstance(f, dict):
                 lines.append(
                     f"| {seed} | {name} | {f['best_accuracy']:.3f} | {f['compute_to_ungated_best']:.1f} "
-                    f"| {f['ratio_to_ungated']:.2f} | {f['epochs_to_ungated_best']:.0f} ({f['epochs_ratio_to_ungated']:.2f}) "
+                    f"| {f['ratio_to_ungated']:.2f} | {f['epochs_to_ungated_best']:.0f} "
+                    f"({f['epochs_ratio_to_ungated']:.2f}) "
                     f"| {f['total_compute']:.1f} "
                     f"| {f['pruned_before']} / {f['pruned_during']} |"
                 )
     lines += [
         "",
-        "Median ratio over seeds: "
-        + ", ".join(f"{k} {v:.2f}" for k, v in result["median_ratio"].items())
-        + ".",
+        "Median ratio over seeds: " + ", ".join(f"{k} {v:.2f}" for k, v in result["median_ratio"].items()) + ".",
     ]
     if result.get("median_oracle_gate_ratio") is not None:
         lines += ["", f"{e2e.oracle_sentence(result)}."]
@@ -148,12 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=None, help="number of candidates")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (one thread each)")
     parser.add_argument("--out", type=Path, default=None, help="cache folder")
-    parser.add_argument(
-        "--report-only", action="store_true", help="no computation, rewrite the report"
-    )
-    parser.add_argument(
-        "--refresh", action="append", default=[], choices=sorted(STAGES) + ["scaling"]
-    )
+    parser.add_argument("--report-only", action="store_true", help="no computation, rewrite the report")
+    parser.add_argument("--refresh", action="append", default=[], choices=sorted(STAGES) + ["scaling"])
     parser.add_argument("--no-scaling", action="store_true", help="skip the LIBSVM-style table")
     parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end gated search")
     parser.add_argument(
@@ -164,9 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         help="run an optional extra benchmark",
     )
     parser.add_argument("--quiet", action="store_true")
-    parser.add_argument(
-        "--note", default="", help="a paragraph for the report (e.g. how the cache was computed)"
-    )
+    parser.add_argument("--note", default="", help="a paragraph for the report (e.g. how the cache was computed)")
     args = parser.parse_args(argv)
 
     def log(message: str) -> None:
@@ -179,9 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     docs = out / "docs" if args.smoke else ROOT / "docs"
     candidates = sample_candidates(n, seed=0)
     for stage in args.refresh:
-        shutil.rmtree(out / stage, ignore_errors=True) if stage in STAGES else (
-            out / "scaling.json"
-        ).unlink(missing_ok=True)
+        shutil.rmtree(out / stage, ignore_errors=True) if stage in STAGES else (out / "scaling.json").unlink(
+            missing_ok=True
+        )
     start = time.perf_counter()
     walls: dict[str, float] = {}
     if not args.report_only:
@@ -210,15 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         "machine": _machine(),
         "engine": _engine_text(out),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "wall": ", ".join(f"{k} {v:.0f} s" for k, v in walls.items())
-        or "report only (cached stages)",
+        "wall": ", ".join(f"{k} {v:.0f} s" for k, v in walls.items()) or "report only (cached stages)",
         "protocol_text": _protocol_text(protocol),
         "note": args.note,
         "scaling": scaling,
     }
-    e2e_result = (
-        read_json(out / "e2e.json") if (out / "e2e.json").exists() and not args.smoke else None
-    )
+    e2e_result = read_json(out / "e2e.json") if (out / "e2e.json").exists() and not args.smoke else None
     context["e2e"] = _e2e_text(e2e_result)
     for extra in REPORT_EXTRAS:
         path = out / f"{extra}.json"
@@ -228,9 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     docs.mkdir(parents=True, exist_ok=True)
     if figures.get("calibration"):
         (docs / report.PLOT_DIR).mkdir(parents=True, exist_ok=True)
-        (docs / report.PLOT_DIR / "calibration.json").write_text(
-            json.dumps(figures["calibration"], indent=1)
-        )
+        (docs / report.PLOT_DIR / "calibration.json").write_text(json.dumps(figures["calibration"], indent=1))
     heldout = set((figures.get("calibration") or {}).get("heldout_ids", [])) or None
     report.plots(rows, docs / report.PLOT_DIR, heldout)
     report.write_markdown(figures, context, docs / "benchmarks.md")

@@ -192,9 +192,14 @@ def _module(layer: Layer, info: LayerInfo, infos: dict[str, LayerInfo], default_
         padding = conv_padding(layer)
         even_same = padding == "same" and layer.kernel % 2 == 0
         conv = (SameConv2d if even_same else nn.Conv2d)(
-            x[0], layer.out, layer.kernel, stride=layer.stride, padding=0 if even_same else padding,
-            groups=layer.groups, bias=layer.bias,
-        )  # fmt: skip
+            x[0],
+            layer.out,
+            layer.kernel,
+            stride=layer.stride,
+            padding=0 if even_same else padding,
+            groups=layer.groups,
+            bias=layer.bias,
+        )
         _init_weighted_(conv, layer.init or default_init)
         return conv
     if isinstance(layer, NormLayer):

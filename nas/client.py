@@ -87,9 +87,7 @@ class RetryPolicy:
         if not (math.isfinite(multiplier) and multiplier >= 1):
             raise ValueError(f"multiplier must be a finite number >= 1, but got {multiplier=}.")
         if not (math.isfinite(max_backoff) and max_backoff >= backoff):
-            raise ValueError(
-                f"max_backoff must be finite and at least backoff={backoff}, but got {max_backoff=}."
-            )
+            raise ValueError(f"max_backoff must be finite and at least backoff={backoff}, but got {max_backoff=}.")
         if not 0 <= jitter <= 1:
             raise ValueError(f"jitter must be in [0, 1], but got {jitter=}.")
 
@@ -100,13 +98,9 @@ class RetryPolicy:
     def retries_error(self, error: BaseException) -> bool:
         """Whether this transport error is worth another try (a URL the client cannot
         speak to is not)."""
-        return isinstance(error, httpx.TransportError) and not isinstance(
-            error, httpx.UnsupportedProtocol
-        )
+        return isinstance(error, httpx.TransportError) and not isinstance(error, httpx.UnsupportedProtocol)
 
-    def delay(
-        self, attempt: int, rng: random.Random | None = None, retry_after: float | None = None
-    ) -> float:
+    def delay(self, attempt: int, rng: random.Random | None = None, retry_after: float | None = None) -> float:
         """Seconds to wait after failed try number ``attempt`` (1-based)."""
         base = min(self.max_backoff, self.backoff * self.multiplier ** (attempt - 1))
         if rng is not None and self.jitter:
@@ -156,7 +150,6 @@ class Candidate:
             return self.report
         reason = self.data.get("error") or self.data.get("detail") or "no reason given"
         raise CandidateFailed(f"candidate {self.id} ended {self.status!r}: {reason}", candidate=self)
-
 
 
 @dataclass(frozen=True)
@@ -274,9 +267,7 @@ class _Core:
         body = {"spec": spec_payload(spec), "options": dict(options or {})}
         return Candidate.from_json((yield from self.request("POST", "/v1/candidates", body=body)))
 
-    def submit_many(
-        self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None
-    ) -> _Operation[list[Candidate]]:
+    def submit_many(self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None) -> _Operation[list[Candidate]]:
         body = {"specs": [spec_payload(s) for s in specs], "options": dict(options or {})}
         if not body["specs"]:
             return []
@@ -406,9 +397,7 @@ class PreflightClient:
         """Queue one spec for conditioning (or find it done already); returns at once."""
         return self._run(self._core.submit(spec, options))
 
-    def submit_many(
-        self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None = None
-    ) -> list[Candidate]:
+    def submit_many(self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None = None) -> list[Candidate]:
         """Queue many specs in one request, so the worker pool takes them in parallel."""
         return self._run(self._core.submit_many(specs, options))
 
@@ -507,9 +496,7 @@ class AsyncPreflightClient:
     async def submit(self, spec: SpecLike, options: Mapping[str, Any] | None = None) -> Candidate:
         return await self._run(self._core.submit(spec, options))
 
-    async def submit_many(
-        self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None = None
-    ) -> list[Candidate]:
+    async def submit_many(self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None = None) -> list[Candidate]:
         return await self._run(self._core.submit_many(specs, options))
 
     async def get(self, candidate_id: str) -> Candidate:

@@ -13,11 +13,10 @@ EXAMPLE_MLP: dict[str, Any] = {
     "init": {"scheme": "geometric"},
     "blocks": [
         {"layers": [{"type": "linear", "out": 256}, {"type": "relu"}]},
-        {"layers": [{"type": "residual", "beta": 0.5,
-                     "body": [{"type": "linear", "out": 256}, {"type": "relu"}]}]},
+        {"layers": [{"type": "residual", "beta": 0.5, "body": [{"type": "linear", "out": 256}, {"type": "relu"}]}]},
         {"layers": [{"type": "linear", "out": 10}]},
     ],
-}  # fmt: skip
+}
 
 EXAMPLE_CNN: dict[str, Any] = {
     "name": "cnn-small",
@@ -27,4 +26,4 @@ EXAMPLE_CNN: dict[str, Any] = {
         {"layers": [{"type": "conv2d", "out": 32, "kernel": 3, "stride": 2}, {"type": "relu"}]},
         {"layers": [{"type": "global_avgpool"}, {"type": "linear", "out": 10}]},
     ],
-}  # fmt: skip
+}

@@ -156,9 +156,7 @@ class ConditioningGate:
         """Condition the spec, record the report in the trial, and raise
         ``optuna.TrialPruned`` if it should be pruned; returns the report (with
         ``scales``), or None when conditioning failed and ``on_failure="keep"``."""
-        candidate = self.client.condition(
-            spec, self.job_options(trial.study.study_name, trial.number), self.timeout
-        )
+        candidate = self.client.condition(spec, self.job_options(trial.study.study_name, trial.number), self.timeout)
         keep = self.record(trial, candidate)
         if self.prune and not keep:
             raise optuna.TrialPruned(self._prune_message(candidate))

@@ -92,9 +92,7 @@ def trace_shapes(spec: ArchitectureSpec) -> ShapeTrace:
     shape: Shape = tuple(spec.input_shape)
     boundaries = [shape]
     for b, block in enumerate(spec.blocks):
-        shape = _trace_sequence(
-            block.layers, shape, f"blocks[{b}].layers", f"blocks.{b}", b, layers, depth=0
-        )
+        shape = _trace_sequence(block.layers, shape, f"blocks[{b}].layers", f"blocks.{b}", b, layers, depth=0)
         boundaries.append(shape)
     return ShapeTrace(layers=tuple(layers), boundaries=tuple(boundaries))
 
@@ -113,9 +111,7 @@ def _trace_sequence(
     return shape
 
 
-def _trace_layer(
-    layer: Layer, x: Shape, path: str, module: str, block: int, out: list[LayerInfo], depth: int
-) -> Shape:
+def _trace_layer(layer: Layer, x: Shape, path: str, module: str, block: int, out: list[LayerInfo], depth: int) -> Shape:
     label = f"{path} ({layer.type})"
 
     def fail(reason: str) -> SpecError:

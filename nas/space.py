@@ -62,7 +62,9 @@ class _Trial(Protocol):
     """What the helpers need of ``optuna.trial.Trial`` (``FixedTrial`` has it too)."""
 
     def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int: ...
-    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None, log: bool = False) -> float: ...
+    def suggest_float(
+        self, name: str, low: float, high: float, *, step: float | None = None, log: bool = False
+    ) -> float: ...
     def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any: ...
 
 
@@ -77,9 +79,7 @@ def suggest_activation(trial: _Trial, choices: Sequence[str] = ACTIVATIONS, pref
     return {"type": trial.suggest_categorical(f"{prefix}activation", list(choices))}
 
 
-def suggest_norm(
-    trial: _Trial, choices: Sequence[str] = NORMS, channels: int | None = None, prefix: str = ""
-) -> str:
+def suggest_norm(trial: _Trial, choices: Sequence[str] = NORMS, channels: int | None = None, prefix: str = "") -> str:
     """A normalization kind (parameter ``{prefix}norm``); ``"none"`` for none. GroupNorm is
     offered only where ``channels`` (image inputs) is given."""
     allowed = [c for c in choices if c != "groupnorm" or channels is not None]

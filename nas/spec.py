@@ -174,10 +174,26 @@ Layer = Annotated[
 ResidualLayer.model_rebuild()
 
 LAYER_TYPES: tuple[str, ...] = (
-    "linear", "conv2d", "batchnorm", "layernorm", "groupnorm", "relu", "gelu", "silu", "tanh",
-    "sigmoid", "identity", "leaky_relu", "maxpool", "avgpool", "global_avgpool", "flatten",
-    "dropout", "scale", "residual",
-)  # fmt: skip
+    "linear",
+    "conv2d",
+    "batchnorm",
+    "layernorm",
+    "groupnorm",
+    "relu",
+    "gelu",
+    "silu",
+    "tanh",
+    "sigmoid",
+    "identity",
+    "leaky_relu",
+    "maxpool",
+    "avgpool",
+    "global_avgpool",
+    "flatten",
+    "dropout",
+    "scale",
+    "residual",
+)
 WEIGHTED_LAYER_TYPES: tuple[str, ...] = ("linear", "conv2d")
 
 
@@ -200,9 +216,7 @@ class ArchitectureSpec(_Strict):
     @classmethod
     def _vector_or_image(cls, shape: list[int]) -> list[int]:
         if len(shape) == 2:
-            raise ValueError(
-                f"input_shape {shape} has rank 2; use [D] for vectors or [C, H, W] for images"
-            )
+            raise ValueError(f"input_shape {shape} has rank 2; use [D] for vectors or [C, H, W] for images")
         return shape
 
 
@@ -287,4 +301,3 @@ def load_spec_json(text: str | bytes) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError.at("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-

@@ -64,10 +64,17 @@ def summarize(spec: ArchitectureSpec | dict[str, Any] | str) -> ModelSummary:
         macs=trace.macs,
         layers=[
             LayerSummary(
-                module=info.module, path=info.path, type=info.type, block=info.block,
-                in_shape=list(info.in_shape), out_shape=list(info.out_shape),
-                parameters=info.parameters, macs=info.macs, fan_in=info.fan_in, fan_out=info.fan_out,
-            )  # fmt: skip
+                module=info.module,
+                path=info.path,
+                type=info.type,
+                block=info.block,
+                in_shape=list(info.in_shape),
+                out_shape=list(info.out_shape),
+                parameters=info.parameters,
+                macs=info.macs,
+                fan_in=info.fan_in,
+                fan_out=info.fan_out,
+            )
             for info in trace.layers
         ],
     )

@@ -47,7 +47,10 @@ def target_error(
     if labels == "float":
         width = math.prod(per_sample)
         if width != outputs:
-            return f"{subject} has {width} float target(s) per sample but the network outputs {output} ({outputs} per sample)"
+            return (
+                f"{subject} has {width} float target(s) per sample but the network outputs {output} ({outputs} per "
+                "sample)"
+            )
         return None
     if len(per_sample) != 0:
         return f"{subject} class labels must be one integer per sample, but got shape {list(per_sample)} per sample"
@@ -56,5 +59,8 @@ def target_error(
     if class_range is not None:
         low, high = class_range
         if low < 0 or high >= outputs:
-            return f"{subject} class labels must be in [0, {outputs - 1}] for {outputs} logits, but range over [{low}, {high}]"
+            return (
+                f"{subject} class labels must be in [0, {outputs - 1}] for {outputs} logits, but range over "
+                f"[{low}, {high}]"
+            )
     return None

@@ -21,16 +21,24 @@ __all__ = ["FAST_OPTIONS", "ill_conditioned_mlp", "mlp", "sample_report", "well_
 # tuning steps and diagnostic iterations on small batches, and no GR balancing (the
 # engine's costliest stage). For checks of a set-up, not for a real search.
 FAST_OPTIONS: dict[str, Any] = {
-    "steps": 2, "batch_size": 8, "hessian_iterations": 2, "hessian_batch_size": 4, "balance": False,
-}  # fmt: skip
+    "steps": 2,
+    "batch_size": 8,
+    "hessian_iterations": 2,
+    "hessian_batch_size": 4,
+    "balance": False,
+}
 
 
-def mlp(depth: int, activation: str, width: int = 32, *, inputs: int = 64, classes: int = 10,
-        name: str | None = None) -> dict[str, Any]:  # fmt: skip
+def mlp(
+    depth: int, activation: str, width: int = 32, *, inputs: int = 64, classes: int = 10, name: str | None = None
+) -> dict[str, Any]:
     """A plain MLP spec: ``depth`` blocks ``[linear(width), activation]`` and a linear head."""
     hidden = [{"layers": [{"type": "linear", "out": width}, {"type": activation}]} for _ in range(depth)]
-    return {"name": name or f"mlp-{depth}x{width}-{activation}", "input_shape": [inputs],
-            "blocks": [*hidden, {"layers": [{"type": "linear", "out": classes}]}]}  # fmt: skip
+    return {
+        "name": name or f"mlp-{depth}x{width}-{activation}",
+        "input_shape": [inputs],
+        "blocks": [*hidden, {"layers": [{"type": "linear", "out": classes}]}],
+    }
 
 
 def ill_conditioned_mlp(inputs: int = 64, classes: int = 10) -> dict[str, Any]:
@@ -56,22 +64,58 @@ def sample_report(**fields: Any) -> ConditioningReport:
         reasons=[],
         scales={"blocks.0.0.weight": 1.25, "blocks.1.0.weight": 0.8},
         blocks=[
-            BlockReport(index=0, apjn_before=2.0, apjn_after=1.0, log_apjn_before=0.693, log_apjn_after=0.0,
-                        k_before=1.5, k_after=1.0, apjn_target=1.0, unit=0),
-            BlockReport(index=1, apjn_before=0.5, apjn_after=1.0, log_apjn_before=-0.693, log_apjn_after=0.0,
-                        k_before=0.7, k_after=1.0, apjn_target=1.0, unit=1),
+            BlockReport(
+                index=0,
+                apjn_before=2.0,
+                apjn_after=1.0,
+                log_apjn_before=0.693,
+                log_apjn_after=0.0,
+                k_before=1.5,
+                k_after=1.0,
+                apjn_target=1.0,
+                unit=0,
+            ),
+            BlockReport(
+                index=1,
+                apjn_before=0.5,
+                apjn_after=1.0,
+                log_apjn_before=-0.693,
+                log_apjn_after=0.0,
+                k_before=0.7,
+                k_after=1.0,
+                apjn_target=1.0,
+                unit=1,
+            ),
         ],
         layers=[
-            LayerReport(name="blocks.0.0", fan_in=16, fan_out=8, gamma=0.9, nu=1.1, hessian_top_eigenvalue=3.0,
-                        hessian_chain_rule=2.5, hessian_mean_sq_singular=0.4, kappa_d=1.2),
+            LayerReport(
+                name="blocks.0.0",
+                fan_in=16,
+                fan_out=8,
+                gamma=0.9,
+                nu=1.1,
+                hessian_top_eigenvalue=3.0,
+                hessian_chain_rule=2.5,
+                hessian_mean_sq_singular=0.4,
+                kappa_d=1.2,
+            ),
         ],
-        tuning=TuningReport(steps=3, converged=True, status="converged", message="", loss="kernel",
-                            loss_curve=[1.0, 0.1], seconds=0.25, device="cpu"),
+        tuning=TuningReport(
+            steps=3,
+            converged=True,
+            status="converged",
+            message="",
+            loss="kernel",
+            loss_curve=[1.0, 0.1],
+            seconds=0.25,
+            device="cpu",
+        ),
         components={},
         penalties={},
         thresholds=Thresholds(),
         options=ConditionOptions(),
-        environment=Environment(batch_size=8, n_vectors=1, seed=0, device="cpu", data="gaussian",
-                                versions={}, diagnostics=[]),
-    )  # fmt: skip
+        environment=Environment(
+            batch_size=8, n_vectors=1, seed=0, device="cpu", data="gaussian", versions={}, diagnostics=[]
+        ),
+    )
     return report.model_copy(update=fields) if fields else report

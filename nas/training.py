@@ -54,9 +54,7 @@ def load_digits(*, image: bool = False, val_fraction: float = 0.25, seed: int = 
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise ImportError('the digits dataset needs scikit-learn: pip install "nas-preflight[demo]"') from exc
     x, y = sklearn_digits(return_X_y=True)
-    x_train, x_val, y_train, y_val = train_test_split(
-        x, y, test_size=val_fraction, random_state=seed, stratify=y
-    )
+    x_train, x_val, y_train, y_val = train_test_split(x, y, test_size=val_fraction, random_state=seed, stratify=y)
     mean = x_train.mean(axis=0)
     std = x_train.std(axis=0) + 1.0  # +1: constant border pixels (std 0) stay 0, not inf
     shape = (-1, 1, 8, 8) if image else (-1, 64)
@@ -130,9 +128,7 @@ class Trainer:
         self.data = data
         self.batch_size = batch_size
         self.optimizer = (
-            optimizer(model)
-            if optimizer is not None
-            else torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+            optimizer(model) if optimizer is not None else torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
         )
         if macs_per_sample is None:
             spec = getattr(model, "spec", None)

@@ -31,14 +31,12 @@ def check_limits(spec: ArchitectureSpec, trace: ShapeTrace, limits: SpecLimits) 
     if len(spec.blocks) > limits.max_blocks:
         raise SpecError.at(
             "blocks",
-            f"{len(spec.blocks)} blocks exceed the limit of {limits.max_blocks} "
-            "(setting PREFLIGHT_SPEC_MAX_BLOCKS)",
+            f"{len(spec.blocks)} blocks exceed the limit of {limits.max_blocks} (setting PREFLIGHT_SPEC_MAX_BLOCKS)",
         )
     if len(trace.layers) > limits.max_layers:
         raise SpecError.at(
             "blocks",
-            f"{len(trace.layers)} layers exceed the limit of {limits.max_layers} "
-            "(setting PREFLIGHT_SPEC_MAX_LAYERS)",
+            f"{len(trace.layers)} layers exceed the limit of {limits.max_layers} (setting PREFLIGHT_SPEC_MAX_LAYERS)",
         )
     if trace.parameters > limits.max_parameters:
         raise SpecError.at(

@@ -88,26 +88,18 @@ class EmbeddedService:
             upgrade(self.settings.database_url)
         background = embedded_runner(self.settings, device=self.device) if self.embedded_worker else None
         app = create_app(self.settings, background=background)
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=0, log_level="warning", access_log=False, lifespan="on"
-        )
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False, lifespan="on")
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, name="preflight-embedded-api", daemon=True
-        )
+        self._thread = threading.Thread(target=self._server.run, name="preflight-embedded-api", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + self.startup_timeout
         while not self._server.started:
             if not self._thread.is_alive():
                 self.stop()
-                raise RuntimeError(
-                    "the embedded Preflight service failed to start (see the log above)"
-                )
+                raise RuntimeError("the embedded Preflight service failed to start (see the log above)")
             if time.monotonic() > deadline:
                 self.stop()
-                raise TimeoutError(
-                    f"the embedded Preflight service did not start within {self.startup_timeout} s"
-                )
+                raise TimeoutError(f"the embedded Preflight service did not start within {self.startup_timeout} s")
             time.sleep(0.02)
         port = self._server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"

@@ -32,8 +32,6 @@ def live_server(
     >>> with live_server(Settings(database_url="sqlite:///" + path)) as url:  # doctest: +SKIP
     ...     httpx.get(url + "/healthz")
     """
-    service = EmbeddedService(
-        settings, embedded_worker=embedded_worker, migrate=migrate, startup_timeout=timeout
-    )
+    service = EmbeddedService(settings, embedded_worker=embedded_worker, migrate=migrate, startup_timeout=timeout)
     with service:
         yield service.url

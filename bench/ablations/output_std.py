@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     for cid, name, loss in imap_spawned(_task, tasks):
         losses[cid][name] = loss
     train_ids = set(load()["train_ids"])
-    return finish_extra(out, "output_std", {"losses": losses, "spec": spec, "summary": summarize(losses, spec, train_ids)})
+    return finish_extra(
+        out, "output_std", {"losses": losses, "spec": spec, "summary": summarize(losses, spec, train_ids)}
+    )
 
 
 if __name__ == "__main__":

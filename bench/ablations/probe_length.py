@@ -49,14 +49,18 @@ def _task(args: tuple[str, dict[str, float]]) -> tuple[str, dict[str, list[float
     x, y = data.batch(BATCH)
     opts = ConditionOptions()
     result = run_probe(
-        _model(candidate, scales), x, y, steps=MAX_STEPS, lrs=RATE_SETS[0], momentum=opts.probe_momentum, seed=opts.seed + 5
-    )  # fmt: skip
+        _model(candidate, scales),
+        x,
+        y,
+        steps=MAX_STEPS,
+        lrs=RATE_SETS[0],
+        momentum=opts.probe_momentum,
+        seed=opts.seed + 5,
+    )
     return cid, result.curves, float(result.reference or math.nan)
 
 
-def probe_at(
-    curves: dict[str, list[float | None]], reference: float, steps: int, rates: tuple[float, ...]
-) -> float:
+def probe_at(curves: dict[str, list[float | None]], reference: float, steps: int, rates: tuple[float, ...]) -> float:
     """The probe figure a ``steps``-step probe at ``rates`` gives, from longer curves: the
     lowest loss at step ``steps`` over the rates, normalized and capped as the engine does."""
     from worker.engine.probe import CAP
@@ -84,17 +88,13 @@ def summarize(
             }
             for half, keep in (("train", True), ("held-out", False)):
                 ids = [c for c in runs if c in truth and (c in train_ids) == keep]
-                figure = [
-                    probe_at(runs[c]["curves"], runs[c]["reference"], steps, rates) for c in ids
-                ]
+                figure = [probe_at(runs[c]["curves"], runs[c]["reference"], steps, rates) for c in ids]
                 bad = [truth[c][1] for c in ids]
                 precision, recall = metrics.precision_recall_curve(-np.asarray(figure), bad)
                 ok = recall >= 0.8
                 row[half] = {
                     "n": len(ids),
-                    "best_precision_at_recall_0.8": float(precision[ok].max())
-                    if ok.any()
-                    else math.nan,
+                    "best_precision_at_recall_0.8": float(precision[ok].max()) if ok.any() else math.nan,
                     "spearman": metrics.spearman([-f for f in figure], [-truth[c][0] for c in ids]),
                 }
             table.append(row)

@@ -34,9 +34,7 @@ def _x(shape: list[int], n: int, seed: int = 0) -> torch.Tensor:
 
 
 def prop3() -> None:
-    print(
-        "## Prop. 3: log spread (max log - min log) of gamma across layers, MLP 128-512-64-256-10"
-    )
+    print("## Prop. 3: log spread (max log - min log) of gamma across layers, MLP 128-512-64-256-10")
     print("| scheme | gamma intrinsic | gamma extrinsic | nu | hidden layers only (nu) |")
     print("|---|---|---|---|---|")
     for scheme in ("fan_in", "fan_out", "arithmetic", "geometric"):
@@ -51,18 +49,13 @@ def prop3() -> None:
 
 
 def forms() -> None:
-    print(
-        "\n## Appendix C / Prop. 3: gamma_intrinsic / gamma_extrinsic and nu / gamma_extrinsic per layer"
-    )
+    print("\n## Appendix C / Prop. 3: gamma_intrinsic / gamma_extrinsic and nu / gamma_extrinsic per layer")
     for name, spec in (("mlp geometric", _mlp("geometric")), ("strided cnn", STRIDED_CNN)):
-        f = measure_scaling(
-            build_model(spec, seed=0), _x(spec["input_shape"], 256), generator=_g(1)
-        )
+        f = measure_scaling(build_model(spec, seed=0), _x(spec["input_shape"], 256), generator=_g(1))
         print(
             f"- {name}: "
             + ", ".join(
-                f"{v.name} {v.gamma_intrinsic / v.gamma_extrinsic:.2f} / {v.nu / v.gamma_extrinsic:.2f}"
-                for v in f
+                f"{v.name} {v.gamma_intrinsic / v.gamma_extrinsic:.2f} / {v.nu / v.gamma_extrinsic:.2f}" for v in f
             )
         )
 
@@ -81,16 +74,14 @@ def fig1() -> None:
     for name, v in pairs.items():
         ratios = [a / c for a, c in v]
         print(
-            f"- {name}: ratio of means {sum(a for a, _ in v) / sum(c for _, c in v):.2f}, median ratio {statistics.median(ratios):.2f}"
+            f"- {name}: ratio of means {sum(a for a, _ in v) / sum(c for _, c in v):.2f}, median ratio "
+            f"{statistics.median(ratios):.2f}"
         )
 
 
 def _msv(net: torch.nn.Module, x: torch.Tensor, per_sample: bool) -> list[float]:
     if not per_sample:
-        return [
-            h.mean_sq_singular_value
-            for h in hessian_figures(net, x, iterations=1, probes=4, generator=_g(1))
-        ]
+        return [h.mean_sq_singular_value for h in hessian_figures(net, x, iterations=1, probes=4, generator=_g(1))]
     sums: dict[str, float] = defaultdict(float)
     for b in range(x.shape[0]):
         for h in hessian_figures(net, x[b : b + 1], iterations=1, probes=4, generator=_g(b)):
@@ -99,23 +90,17 @@ def _msv(net: torch.nn.Module, x: torch.Tensor, per_sample: bool) -> list[float]
 
 
 def fig2() -> None:
-    print(
-        "\n## Fig. 2: log spread of the Hessian blocks' mean squared singular values, MLP 128-512-64-256-10"
-    )
+    print("\n## Fig. 2: log spread of the Hessian blocks' mean squared singular values, MLP 128-512-64-256-10")
     print("| scheme | batch 1 (mean over 16 samples) | batch 32 (mean loss) |")
     print("|---|---|---|")
     x = _x([128], 32)
     for scheme in ("fan_in", "fan_out", "arithmetic", "geometric"):
         net = build_model(_mlp(scheme), seed=0)
-        print(
-            f"| {scheme} | {spread(_msv(net, x[:16], True)):.2f} | {spread(_msv(net, x, False)):.2f} |"
-        )
+        print(f"| {scheme} | {spread(_msv(net, x[:16], True)):.2f} | {spread(_msv(net, x, False)):.2f} |")
 
 
 def balancing() -> None:
-    print(
-        "\n## Balancing: log spread of gamma before -> after, output std before -> after, seconds"
-    )
+    print("\n## Balancing: log spread of gamma before -> after, output std before -> after, seconds")
     cases: list[tuple[str, dict[str, Any], list[int]]] = [
         ("mlp fan_in 64-512-64-256-10", _mlp("fan_in", d_in=64), [64]),
         ("cnn maxpool + GAP", CNN_POOLING, [3, 16, 16]),
@@ -135,8 +120,12 @@ def balancing() -> None:
             else [spread(_msv(m, x[:16], True)) for m in (model, rebuilt)]
         )  # BatchNorm has no batch of 1
         msv32 = [spread(_msv(m, x[:32], False)) for m in (model, rebuilt)]
-        print(f"- {name}: gamma {b.gamma_log_spread_before:.2f} -> {b.gamma_log_spread_after:.4f}; std {b.output_std_before:.3f} -> {b.output_std_after:.4f}; "
-              f"Hessian mean-sq-singular spread batch 1: {msv[0]:.2f} -> {msv[1]:.2f}, batch 32: {msv32[0]:.2f} -> {msv32[1]:.2f}; {b.passes} forward-backward passes; converged {b.converged}; {seconds:.1f} s")  # fmt: skip
+        print(
+            f"- {name}: gamma {b.gamma_log_spread_before:.2f} -> {b.gamma_log_spread_after:.4f}; std "
+            f"{b.output_std_before:.3f} -> {b.output_std_after:.4f}; "
+            f"Hessian mean-sq-singular spread batch 1: {msv[0]:.2f} -> {msv[1]:.2f}, batch 32: {msv32[0]:.2f} -> "
+            f"{msv32[1]:.2f}; {b.passes} forward-backward passes; converged {b.converged}; {seconds:.1f} s"
+        )
     print("\n## Balancing with target='hessian' (8 fixed probes, batch 32): same nets")
     for name, spec, shape in cases:
         model, x = build_model(spec, seed=3), _x(shape, 128)
@@ -145,8 +134,12 @@ def balancing() -> None:
         seconds = time.perf_counter() - t
         rebuilt = build_model(spec, scales=b.scales, seed=3)
         b1 = math.nan if "batchnorm" in str(spec) else spread(_msv(rebuilt, x[:16], True))
-        print(f"- {name}: converged {b.converged}; gamma spread {b.gamma_log_spread_after:.2f}; Hessian spread batch 1 {b1:.2f}, "
-              f"batch 32 {spread(_msv(rebuilt, x[:32], False)):.2f}; std {b.output_std_after:.4f}; {b.passes} passes (HVPs counted); {seconds:.1f} s")  # fmt: skip
+        print(
+            f"- {name}: converged {b.converged}; gamma spread {b.gamma_log_spread_after:.2f}; Hessian spread batch 1 "
+            f"{b1:.2f}, "
+            f"batch 32 {spread(_msv(rebuilt, x[:32], False)):.2f}; std {b.output_std_after:.4f}; {b.passes} passes "
+            f"(HVPs counted); {seconds:.1f} s"
+        )
 
 
 def remark5() -> None:
@@ -166,16 +159,11 @@ def remark5() -> None:
                 {"layers": [{"type": "linear", "out": 3}]},
             ],
         }
-        net = build_model(
-            spec, scales={"blocks.0.0.weight": scale, "blocks.0.2.weight": scale}, seed=1
-        ).double()
+        net = build_model(spec, scales={"blocks.0.0.weight": scale, "blocks.0.2.weight": scale}, seed=1).double()
         f = hessian_figures(net, _x([6], 16, 1).double(), iterations=100, probes=1, generator=_g(2))
         print(
             f"- {act} (weights x{scale:g}): "
-            + ", ".join(
-                f"{abs(v.top_eigenvalue - v.chain_rule_estimate) / abs(v.top_eigenvalue):.1e}"
-                for v in f
-            )
+            + ", ".join(f"{abs(v.top_eigenvalue - v.chain_rule_estimate) / abs(v.top_eigenvalue):.1e}" for v in f)
         )
 
 
@@ -184,11 +172,7 @@ def bnp() -> None:
     x = (_x([20], 256) + 1.0) * torch.logspace(-2, 0.5, 20)
     y = torch.randint(0, 10, (256,), generator=_g(1))
     for hidden in (None, 8, 16, 64):
-        layers = (
-            []
-            if hidden is None
-            else [{"layers": [{"type": "linear", "out": hidden}, {"type": "relu"}]}]
-        )
+        layers = [] if hidden is None else [{"layers": [{"type": "linear", "out": hidden}, {"type": "relu"}]}]
         spec = {
             "input_shape": [20],
             "blocks": [*layers, {"layers": [{"type": "linear", "out": 10}]}],
@@ -202,12 +186,12 @@ def bnp() -> None:
                     out.append((c.kappa_d, math.log(c.improvement) / math.log(c.kappa_d**2)))
             exps = [e for _, e in out]
             print(
-                f"- hidden {hidden}, layer {layer}: kappa(D) {min(k for k, _ in out):.1f}-{max(k for k, _ in out):.1f}, exponent {min(exps):.2f} to {max(exps):.2f}"
+                f"- hidden {hidden}, layer {layer}: kappa(D) "
+                f"{min(k for k, _ in out):.1f}-{max(k for k, _ in out):.1f}, "
+                f"exponent {min(exps):.2f} to {max(exps):.2f}"
             )
     print("\n## BNP vs SGD: cross-entropy after 100 full-batch steps (initial value first)")
-    target = (x[:, -5:].sum(1) > x[:, -5:].sum(1).median()).long() + 2 * (
-        x[:, 0] > x[:, 0].median()
-    ).long()
+    target = (x[:, -5:].sum(1) > x[:, -5:].sum(1).median()).long() + 2 * (x[:, 0] > x[:, 0].median()).long()
     spec = {
         "input_shape": [20],
         "blocks": [

@@ -118,10 +118,7 @@ def scaling_table(
         per_dataset[name] = {}
         for method, (spec, method_scales) in methods.items():
             medians = {
-                lr: statistics.median(
-                    train_once(data, spec, lr, s, method_scales) for s in range(seeds)
-                )
-                for lr in lrs
+                lr: statistics.median(train_once(data, spec, lr, s, method_scales) for s in range(seeds)) for lr in lrs
             }
             best_lr = min(medians, key=lambda lr: medians[lr])
             per_dataset[name][method] = {"loss": medians[best_lr], "lr": best_lr}

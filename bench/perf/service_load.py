@@ -104,8 +104,13 @@ class Connection:
 
 
 def spec(width: int) -> dict[str, object]:
-    return {"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": width}, {"type": "relu"}]},
-                                            {"layers": [{"type": "linear", "out": 10}]}]}  # fmt: skip
+    return {
+        "input_shape": [16],
+        "blocks": [
+            {"layers": [{"type": "linear", "out": width}, {"type": "relu"}]},
+            {"layers": [{"type": "linear", "out": 10}]},
+        ],
+    }
 
 
 async def drive(
@@ -245,35 +250,59 @@ def run_phases(
         return "GET", f"/v1/candidates/{random.choice(done)}", b"", 1
 
     size = len(json.dumps(report.model_dump(mode="json"))) // 1024
-    phases = [("GET /healthz (trivial)", health, 200), ("POST /v1/candidates (1 spec)", submit_one, 202),
-              ("POST /v1/candidates (32 specs)", submit_batch, 202), ("GET /v1/candidates/{id} (queued)", read, 200),
-              (f"GET /v1/candidates/{{id}} (done, {size} KB report)", read_done, 200)]  # fmt: skip
+    phases = [
+        ("GET /healthz (trivial)", health, 200),
+        ("POST /v1/candidates (1 spec)", submit_one, 202),
+        ("POST /v1/candidates (32 specs)", submit_batch, 202),
+        ("GET /v1/candidates/{id} (queued)", read, 200),
+        (f"GET /v1/candidates/{{id}} (done, {size} KB report)", read_done, 200),
+    ]
     for name, make, expect in phases:
         if make is read:
             done.extend(_complete_queued(url, 500, report))
             ids.extend(_queued_ids(url, 500))
         asyncio.run(drive(port, warmup, make, expect))
         cpu = _tree_cpu_seconds(pid)
-        latencies, requests, items, errors, elapsed = asyncio.run(
-            drive(port, seconds, make, expect)
-        )
+        latencies, requests, items, errors, elapsed = asyncio.run(drive(port, seconds, make, expect))
         cpu = _tree_cpu_seconds(pid) - cpu
-        result = Result(backend, name, requests, items, elapsed, errors, percentile(latencies, 0.5),
-                        percentile(latencies, 0.99), 1000 * cpu / max(requests, 1))  # fmt: skip
+        result = Result(
+            backend,
+            name,
+            requests,
+            items,
+            elapsed,
+            errors,
+            percentile(latencies, 0.5),
+            percentile(latencies, 0.99),
+            1000 * cpu / max(requests, 1),
+        )
         results.append(result)
-        print(f"  {backend:10s} {name:40s} {result.per_second:8.0f} req/s {result.items_per_second:8.0f} items/s "
-              f"p50 {result.p50_ms:6.1f} ms  p99 {result.p99_ms:6.1f} ms  API CPU {result.server_cpu_ms:5.2f} ms/req  "
-              f"errors {errors}", flush=True)  # fmt: skip
+        print(
+            f"  {backend:10s} {name:40s} {result.per_second:8.0f} req/s {result.items_per_second:8.0f} items/s "
+            f"p50 {result.p50_ms:6.1f} ms  p99 {result.p99_ms:6.1f} ms  API CPU {result.server_cpu_ms:5.2f} ms/req  "
+            f"errors {errors}",
+            flush=True,
+        )
     return results
 
 
 def serve(url: str, port: int, workers: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PREFLIGHT_DATABASE_URL": url}
     process = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--workers", str(workers),
-         "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+        ],
         env=env,
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -310,17 +339,11 @@ def bench_backend(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.perf.service_load", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.service_load", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per phase")
     parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument(
-        "--api-workers", type=int, default=1, help="uvicorn processes on PostgreSQL (default 1)"
-    )
-    parser.add_argument(
-        "--sqlite-api-workers", type=int, default=1, help="uvicorn processes on SQLite (default 1)"
-    )
+    parser.add_argument("--api-workers", type=int, default=1, help="uvicorn processes on PostgreSQL (default 1)")
+    parser.add_argument("--sqlite-api-workers", type=int, default=1, help="uvicorn processes on SQLite (default 1)")
     parser.add_argument(
         "--postgres-url",
         default=os.environ.get("PREFLIGHT_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL),
@@ -330,9 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     load = os.getloadavg()[0]
-    print(f"service load: {CLIENTS} clients, {args.seconds:g} s per phase, API processes: SQLite "
-          f"{args.sqlite_api_workers}, PostgreSQL {args.api_workers}; {os.cpu_count()} CPU(s), load average "
-          f"{load:.1f} at start, Python {platform.python_version()}", flush=True)  # fmt: skip
+    print(
+        f"service load: {CLIENTS} clients, {args.seconds:g} s per phase, API processes: SQLite "
+        f"{args.sqlite_api_workers}, PostgreSQL {args.api_workers}; {os.cpu_count()} CPU(s), load average "
+        f"{load:.1f} at start, Python {platform.python_version()}",
+        flush=True,
+    )
     results: list[Result] = []
     report = _report_of_a_real_run()
     with tempfile.TemporaryDirectory() as folder:
@@ -345,29 +371,19 @@ def main(argv: list[str] | None = None) -> int:
             report,
         )
     if not args.skip_postgres:
-        admin_url = (
-            make_url(args.postgres_url)
-            .set(database="postgres")
-            .render_as_string(hide_password=False)
-        )
+        admin_url = make_url(args.postgres_url).set(database="postgres").render_as_string(hide_password=False)
         name = f"preflight_bench_{uuid.uuid4().hex[:8]}"
         admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
         with admin.connect() as connection:
             connection.execute(text(f'CREATE DATABASE "{name}"'))
         try:
-            url = (
-                make_url(args.postgres_url).set(database=name).render_as_string(hide_password=False)
-            )
-            results += bench_backend(
-                "postgresql", url, args.seconds, args.warmup, args.api_workers, report
-            )
+            url = make_url(args.postgres_url).set(database=name).render_as_string(hide_password=False)
+            results += bench_backend("postgresql", url, args.seconds, args.warmup, args.api_workers, report)
         finally:
             with admin.connect() as connection:
                 connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             admin.dispose()
-    print(
-        "\n| backend | phase | requests/s | candidates/s | p50 ms | p99 ms | API CPU ms / request | errors |"
-    )
+    print("\n| backend | phase | requests/s | candidates/s | p50 ms | p99 ms | API CPU ms / request | errors |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         items = f"{r.items_per_second:.0f}" if r.phase.startswith("POST") else ""
@@ -376,9 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r.server_cpu_ms:.2f} | {r.errors} |"
         )
     if args.json:
-        args.json.write_text(
-            json.dumps([asdict(r) | {"per_second": r.per_second} for r in results], indent=2)
-        )
+        args.json.write_text(json.dumps([asdict(r) | {"per_second": r.per_second} for r in results], indent=2))
     return 0
 
 

@@ -69,8 +69,13 @@ def resnet_spec() -> dict[str, Any]:
     for stage, c in enumerate((64, 128, 256)):
         for i in range(2):
             stride = 2 if stage > 0 and i == 0 else 1
-            body = [{"type": "conv2d", "out": c, "kernel": 3, "stride": stride}, {"type": "batchnorm"}, {"type": "relu"},
-                    {"type": "conv2d", "out": c, "kernel": 3}, {"type": "batchnorm"}]  # fmt: skip
+            body = [
+                {"type": "conv2d", "out": c, "kernel": 3, "stride": stride},
+                {"type": "batchnorm"},
+                {"type": "relu"},
+                {"type": "conv2d", "out": c, "kernel": 3},
+                {"type": "batchnorm"},
+            ]
             shortcut = (
                 []
                 if stride == 1 and c == width
@@ -108,9 +113,7 @@ def _setup(name: str, batch: int, device: torch.device) -> tuple[Any, torch.Tens
     return model, x, y
 
 
-def _steps(
-    model: Any, x: torch.Tensor, y: torch.Tensor, device: torch.device
-) -> dict[str, Callable[[], None]]:
+def _steps(model: Any, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> dict[str, Callable[[], None]]:
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     gains = [t for unit in analyse(model) for gain in unit.gains for t in gain.tensors]
     base = dict(model.named_parameters()) | dict(model.named_buffers())
@@ -124,9 +127,7 @@ def _steps(
 
     def tune() -> None:
         with conditioning_mode(model), torch.no_grad():
-            params = {
-                n: base[n] * 1.0 for n in gains
-            }  # the twin's a * theta, as the tuner builds it
+            params = {n: base[n] * 1.0 for n in gains}  # the twin's a * theta, as the tuner builds it
             block_jacobians(model, x, 2, generator, params)
 
     return {"train": train, "tune": tune}
@@ -181,8 +182,10 @@ def peak_memory_child(name: str, kind: str, batch: int, device_name: str) -> int
 def peak_memory(name: str, kind: str, batch: int, device: torch.device) -> int:
     out = subprocess.run(
         [sys.executable, "-m", "bench.perf.tuning_cost", "--child", name, kind, str(batch), str(device)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return int(out.stdout.strip().splitlines()[-1])
 
 
@@ -197,9 +200,11 @@ def whole_conditioning(
     report = condition(SPECS[name](), options={"batch_size": batch, "device": str(device)})
     _sync(device)
     budget = dict(report.tuning.budget) | {
-        "hessian_measured": report.tuning.hessian_measured, "layers": len(report.layers),
-        "balancing_mode": report.tuning.balancing_mode, "autoinit_status": report.tuning.status,
-    }  # fmt: skip
+        "hessian_measured": report.tuning.hessian_measured,
+        "layers": len(report.layers),
+        "balancing_mode": report.tuning.balancing_mode,
+        "autoinit_status": report.tuning.status,
+    }
     return time.perf_counter() - start, report.tuning.timings, report.tuning.steps, budget
 
 
@@ -216,28 +221,41 @@ def run(device: torch.device, batch: int, repeats: int, names: list[str]) -> dic
         )
         t_condition, stages, tuning_steps, budget = whole_conditioning(name, batch, device)
         sys.stderr.write(f"{name}: whole conditioning {t_condition:.1f} s\n")
-        rows.append({
-            "model": SPECS[name]()["name"], "parameters": sum(p.numel() for p in model.parameters()), "batch": batch,
-            "train_step_s": t_train, "tune_step_s": t_tune, "time_ratio": t_tune / t_train,
-            "train_peak_mib": m_train / 2**20, "tune_peak_mib": m_tune / 2**20,
-            "memory_ratio": m_tune / m_train if m_train > 0 else math.nan,
-            "condition_s": t_condition, "condition_in_train_steps": t_condition / t_train,
-            "autoinit_steps": tuning_steps, "stages_in_train_steps": {k: v / t_train for k, v in stages.items()},
-            "stages_in_own_steps": {k: v / stages["step"] for k, v in stages.items()} if stages.get("step") else {},
-            "budget": budget,
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": SPECS[name]()["name"],
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "batch": batch,
+                "train_step_s": t_train,
+                "tune_step_s": t_tune,
+                "time_ratio": t_tune / t_train,
+                "train_peak_mib": m_train / 2**20,
+                "tune_peak_mib": m_tune / 2**20,
+                "memory_ratio": m_tune / m_train if m_train > 0 else math.nan,
+                "condition_s": t_condition,
+                "condition_in_train_steps": t_condition / t_train,
+                "autoinit_steps": tuning_steps,
+                "stages_in_train_steps": {k: v / t_train for k, v in stages.items()},
+                "stages_in_own_steps": {k: v / stages["step"] for k, v in stages.items()} if stages.get("step") else {},
+                "budget": budget,
+            }
+        )
     return {
         "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
-        "targets": {"time_ratio": 4.0, "memory_ratio": 3.0, "condition_in_train_steps": 20.0}, "rows": rows,
-    }  # fmt: skip
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "targets": {"time_ratio": 4.0, "memory_ratio": 3.0, "condition_in_train_steps": 20.0},
+        "rows": rows,
+    }
 
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"Device: {result['device']} (torch {result['torch']}, {result['threads']} threads).",
         "",
-        "| model | params | batch | train step | tuning step | time ratio | train peak | tuning peak | memory ratio | whole conditioning | of which AutoInit |",
+        "| model | params | batch | train step | tuning step | time ratio | train peak | tuning peak | memory ratio | "
+        "whole conditioning | of which AutoInit |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
@@ -245,10 +263,16 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['model']} | {r['parameters'] / 1e6:.2f} M | {r['batch']} | {r['train_step_s'] * 1e3:.0f} ms | "
             f"{r['tune_step_s'] * 1e3:.0f} ms | {r['time_ratio']:.2f}x | {r['train_peak_mib']:.0f} MiB | "
             f"{r['tune_peak_mib']:.0f} MiB | {r['memory_ratio']:.2f}x | {r['condition_s']:.1f} s = "
-            f"{r['condition_in_train_steps']:.1f} steps | {r['stages_in_train_steps'].get('autoinit', math.nan):.1f} steps "
+            f"{r['condition_in_train_steps']:.1f} steps | {r['stages_in_train_steps'].get('autoinit', math.nan):.1f} "
+            "steps "
             f"({r['autoinit_steps']} tuning steps) |"
         )
-    lines += ["", "Stages of the whole conditioning, in training steps (bench median step; in the report's own timed step; counted):", ""]
+    lines += [
+        "",
+        "Stages of the whole conditioning, in training steps (bench median step; in the report's own timed step; "
+        "counted):",
+        "",
+    ]
     for r in result["rows"]:
         own, b = r.get("stages_in_own_steps", {}), r.get("budget", {})
         stages = ", ".join(
@@ -257,26 +281,21 @@ def markdown(result: dict[str, Any]) -> str:
         )
         lines.append(
             f"- {r['model']}: {stages}; total counted {b.get('counted_steps', math.nan):.1f}, timed (own step) "
-            f"{b.get('timed_steps', math.nan):.1f}; Hessian layers {'all' if b.get('hessian_measured') is None else b['hessian_measured']} of {b.get('layers')}; "
+            f"{b.get('timed_steps', math.nan):.1f}; Hessian layers "
+            f"{'all' if b.get('hessian_measured') is None else b['hessian_measured']} of {b.get('layers')}; "
             f"balancing {b.get('balancing_mode')}; AutoInit {r['autoinit_steps']} steps, {b.get('autoinit_status')}"
         )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.perf.tuning_cost", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.tuning_cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto")
-    parser.add_argument(
-        "--batch", type=int, default=None, help="default 128 on CUDA, 32 on the CPU"
-    )
+    parser.add_argument("--batch", type=int, default=None, help="default 128 on CUDA, 32 on the CPU")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--models", default="mlp,vgg,resnet")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (1 on a loaded machine)")
-    parser.add_argument(
-        "--child", nargs=4, metavar=("MODEL", "KIND", "BATCH", "DEVICE"), help=argparse.SUPPRESS
-    )
+    parser.add_argument("--child", nargs=4, metavar=("MODEL", "KIND", "BATCH", "DEVICE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         name, kind, batch, device_name = args.child

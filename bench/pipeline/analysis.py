@@ -22,9 +22,14 @@ __all__ = ["analyze", "shipped_scores_"]
 # The engine's score before the calibration (hand-set weights, quadratic penalties, a missing
 # component free, prune below -3), kept as a reference method: what the calibration changed.
 HANDSET_WEIGHTS = {
-    "jacobian_log": 1.0, "kernel_log_range": 0.5, "output_log_ratio": 1.0, "gamma_log_spread": 0.25,
-    "hessian_log_spread": 0.25, "kappa_d_log": 0.25, "non_finite": 100.0,
-}  # fmt: skip
+    "jacobian_log": 1.0,
+    "kernel_log_range": 0.5,
+    "output_log_ratio": 1.0,
+    "gamma_log_spread": 0.25,
+    "hessian_log_spread": 0.25,
+    "kappa_d_log": 0.25,
+    "non_finite": 100.0,
+}
 HANDSET_CUT = -3.0
 
 
@@ -53,9 +58,12 @@ def shipped_scores_(rows: list[dict[str, Any]]) -> None:
         r["cached_score"], r["cached_verdict"] = r["preflight"], r["verdict"]
         r["preflight_handset"] = _handset(r["components"], r["component_thresholds"])
         r["handset_verdict"] = (
-            None if not r["components"]
-            else "prune" if r["preflight_handset"] < HANDSET_CUT or (r["components"].get("non_finite") or 0) else "keep"
-        )  # fmt: skip
+            None
+            if not r["components"]
+            else "prune"
+            if r["preflight_handset"] < HANDSET_CUT or (r["components"].get("non_finite") or 0)
+            else "keep"
+        )
         if not r["components"]:
             continue
         result = score(r["components"], defaults)
@@ -89,9 +97,7 @@ def _costs(rows: list[dict[str, Any]], method: str) -> tuple[float, float]:
     )
 
 
-def ranking_table(
-    rows: list[dict[str, Any]], target: str = "spec"
-) -> dict[str, dict[str, float]]:
+def ranking_table(rows: list[dict[str, Any]], target: str = "spec") -> dict[str, dict[str, float]]:
     """Per method: correlations with -loss and accuracy, pruning figures, cost. ``target``:
     the ground truth from the spec's initialization (``"spec"``) or from Preflight's tuned
     one (``"tuned"``, candidates without a tuned run left out)."""
@@ -136,20 +142,14 @@ def _calibrate(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def _tuning(
-    rows: list[dict[str, Any]], held: set[str] | None = None
-) -> dict[str, dict[str, dict[str, float]]]:
+def _tuning(rows: list[dict[str, Any]], held: set[str] | None = None) -> dict[str, dict[str, dict[str, float]]]:
     groups = {
         "all": [r for r in rows if not math.isnan(r["tuned_loss"])],
-        "survivors": [
-            r for r in rows if not math.isnan(r["tuned_loss"]) and r["verdict"] == "keep"
-        ],
+        "survivors": [r for r in rows if not math.isnan(r["tuned_loss"]) and r["verdict"] == "keep"],
     }
     for family in sorted({r["family"] for r in rows}):
         groups[f"survivors, {family}"] = [r for r in groups["survivors"] if r["family"] == family]
-    groups["survivors trainable from the spec init (A)"] = [
-        r for r in groups["survivors"] if not r["untrainable"]
-    ]
+    groups["survivors trainable from the spec init (A)"] = [r for r in groups["survivors"] if not r["untrainable"]]
     if held:
         groups["survivors, held-out half"] = [r for r in groups["survivors"] if r["id"] in held]
     out: dict[str, dict[str, dict[str, float]]] = {}
@@ -167,9 +167,10 @@ def _misses(rows: list[dict[str, Any]]) -> dict[str, Any]:
     how many, how many were near-ties (tuned loss within 25 % of spec's), how many already
     trained from the spec's initialization (A), by family."""
     misses = [
-        r for r in rows
+        r
+        for r in rows
         if r["verdict"] == "keep" and not math.isnan(r["tuned_loss"]) and not r["tuned_loss"] < r["loss"]
-    ]  # fmt: skip
+    ]
     return {
         "n": len(misses),
         "near_ties": sum(r["tuned_loss"] <= 1.25 * r["loss"] for r in misses),
@@ -190,16 +191,11 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "n": len(rows),
         "untrainable": int(sum(bad)),
-        "families": {
-            f: sum(r["family"] == f for r in rows) for f in sorted({r["family"] for r in rows})
-        },
+        "families": {f: sum(r["family"] == f for r in rows) for f in sorted({r["family"] for r in rows})},
         "untrainable_by_family": {
-            f: sum(r["untrainable"] for r in rows if r["family"] == f)
-            for f in sorted({r["family"] for r in rows})
+            f: sum(r["untrainable"] for r in rows if r["family"] == f) for f in sorted({r["family"] for r in rows})
         },
-        "preflight_errors": [
-            f"{r['id']}: {r['preflight_error']}" for r in rows if r["preflight_error"]
-        ],
+        "preflight_errors": [f"{r['id']}: {r['preflight_error']}" for r in rows if r["preflight_error"]],
         "ranking_all": ranking_table(rows),
         "verdict_all": _verdict(rows, "untrainable", "verdict"),
         "ranking_all_tuned": ranking_table(rows, "tuned"),
@@ -209,28 +205,25 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
         "tuning": _tuning(rows, held_ids),
         "tuning_misses": _misses(rows),
         "tuning_losses": {
-            r["id"]: {"family": r["family"], "spec": r["loss"], "tuned": r["tuned_loss"],
-                      "verdict": r["verdict"], "name": r["name"]}
+            r["id"]: {
+                "family": r["family"],
+                "spec": r["loss"],
+                "tuned": r["tuned_loss"],
+                "verdict": r["verdict"],
+                "name": r["name"],
+            }
             for r in rows
-        },  # fmt: skip
+        },
         "calibration": calibration,
-        "cached_score_agrees": all(
-            r["cached_verdict"] == r["verdict"] for r in rows if r["components"]
-        ),
-        "train_seconds_median": statistics.median(r["train_seconds"] for r in rows)
-        if rows
-        else math.nan,
-        "train_step_equivalents": protocol.epochs
-        * len(protocol.lrs)
-        * _steps_per_epoch(rows, protocol),
+        "cached_score_agrees": all(r["cached_verdict"] == r["verdict"] for r in rows if r["components"]),
+        "train_seconds_median": statistics.median(r["train_seconds"] for r in rows) if rows else math.nan,
+        "train_step_equivalents": protocol.epochs * len(protocol.lrs) * _steps_per_epoch(rows, protocol),
     }
     if held:
         figures["heldout_n"] = len(held)
         figures["heldout_untrainable"] = int(sum(r["untrainable"] for r in held))
         figures["heldout_untrainable_tuned"] = int(sum(bool(r["tuned_untrainable"]) for r in held))
-        figures["heldout_rescued"] = int(
-            sum(r["untrainable"] and r["tuned_untrainable"] is False for r in held)
-        )
+        figures["heldout_rescued"] = int(sum(r["untrainable"] and r["tuned_untrainable"] is False for r in held))
         figures["median_pruner_heldout"] = median_pruner_reference(
             [r["curve"] for r in held], [r["untrainable"] for r in held], protocol.epochs
         )
@@ -245,13 +238,9 @@ def analyze(rows: list[dict[str, Any]], protocol: Protocol) -> dict[str, Any]:
 def _verdict(rows: list[dict[str, Any]], truth: str, verdict: str) -> dict[str, float]:
     """Precision / recall of a ``prune`` verdict against a ground truth (rows lacking it left out)."""
     kept = [r for r in rows if r.get(truth) is not None]
-    return metrics.flags_figures(
-        [r.get(verdict) == "prune" for r in kept], [bool(r[truth]) for r in kept]
-    ).__dict__
+    return metrics.flags_figures([r.get(verdict) == "prune" for r in kept], [bool(r[truth]) for r in kept]).__dict__
 
 
 def _steps_per_epoch(rows: list[dict[str, Any]], protocol: Protocol) -> float:
     sizes = [len(load_key(d).x_train) for d in {r["dataset"] for r in rows}]
-    return (
-        float(np.median([math.ceil(s / protocol.batch_size) for s in sizes])) if sizes else math.nan
-    )
+    return float(np.median([math.ceil(s / protocol.batch_size) for s in sizes])) if sizes else math.nan

@@ -90,9 +90,7 @@ def split(ids_by_family: dict[str, list[str]]) -> tuple[list[str], list[str]]:
     return train, held
 
 
-def features(
-    components: dict[str, float | None], thresholds: dict[str, float], names: Sequence[str]
-) -> np.ndarray:
+def features(components: dict[str, float | None], thresholds: dict[str, float], names: Sequence[str]) -> np.ndarray:
     """``log1p(|c| / t_c)`` per component name; nan where the component was not measured
     (``None``; ``fit`` fills it), 50 where it is non-finite (capped)."""
     row = []
@@ -142,9 +140,7 @@ def fit(
         "train_rmse": float(residual / math.sqrt(len(y))),
         "recall_target": RECALL_TARGET,
     }
-    model["prune_below"] = _threshold(
-        np.array([apply(model, r, names) for r in rows]), untrainable, cut_rule
-    )
+    model["prune_below"] = _threshold(np.array([apply(model, r, names) for r in rows]), untrainable, cut_rule)
     return model
 
 
@@ -216,9 +212,7 @@ def _usable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _finite(r: dict[str, Any]) -> bool:
     """No hard failure: the rule prunes the others, the regression leaves them out."""
     comps = r["components"]
-    return not (comps.get("non_finite") or 0) and all(
-        v is None or math.isfinite(v) for v in comps.values()
-    )
+    return not (comps.get("non_finite") or 0) and all(v is None or math.isfinite(v) for v in comps.values())
 
 
 def _truth(r: dict[str, Any], truth: str) -> tuple[float, bool]:
@@ -254,9 +248,13 @@ def fit_rows(
     fitted = [r for r in _usable(rows) if r["id"] in train and _finite(r)]
     feats = [features(r["components"], r["component_thresholds"], names) for r in fitted]
     model = fit(
-        feats, [_truth(r, truth)[0] for r in fitted], [_truth(r, truth)[1] for r in fitted],
-        names, fill, cut_rule,
-    )  # fmt: skip
+        feats,
+        [_truth(r, truth)[0] for r in fitted],
+        [_truth(r, truth)[1] for r in fitted],
+        names,
+        fill,
+        cut_rule,
+    )
     left_out = [n for n in COMPONENTS if n not in names]
     model["weights"] |= dict.fromkeys(left_out, 0.0)
     model["fill"] |= dict.fromkeys(left_out, 0.0)
@@ -300,11 +298,28 @@ def compare(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     trainability probe) on the held-out half: Spearman with -loss under A and B, and its
     verdict's precision / recall under A and B."""
     out = {}
-    choices = [(t, f, COMPONENTS, "logistic", f"{t}, fill {f}") for t in TRUTHS for f in ("mean", "zero") if f == "mean" or t == SHIPPED_TRUTH]
+    choices = [
+        (t, f, COMPONENTS, "logistic", f"{t}, fill {f}")
+        for t in TRUTHS
+        for f in ("mean", "zero")
+        if f == "mean" or t == SHIPPED_TRUTH
+    ]
     choices += [
-        (SHIPPED_TRUTH, "mean", COMPONENTS, "recall", f"{SHIPPED_TRUTH}, fill mean, cut at the best precision at recall >= {RECALL_TARGET:g}"),
+        (
+            SHIPPED_TRUTH,
+            "mean",
+            COMPONENTS,
+            "recall",
+            f"{SHIPPED_TRUTH}, fill mean, cut at the best precision at recall >= {RECALL_TARGET:g}",
+        ),
         (SHIPPED_TRUTH, "mean", WITHOUT_PROBE, "logistic", f"{SHIPPED_TRUTH}, fill mean, without the probe"),
-        (SHIPPED_TRUTH, "mean", WITHOUT_PROBE, "recall", f"{SHIPPED_TRUTH}, fill mean, without the probe, cut at recall >= {RECALL_TARGET:g}"),
+        (
+            SHIPPED_TRUTH,
+            "mean",
+            WITHOUT_PROBE,
+            "recall",
+            f"{SHIPPED_TRUTH}, fill mean, without the probe, cut at recall >= {RECALL_TARGET:g}",
+        ),
     ]
     for truth, fill, names, rule, label in choices:
         model = fit_rows(rows, truth, fill, names, rule)
@@ -324,8 +339,21 @@ def compare(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def shipped_file(model: dict[str, Any], alone: dict[str, Any], engine: str) -> dict[str, Any]:
     """What ``worker/engine/score_weights.json`` holds: the fit with the probe (``model``) at the top
     level, the fit without it (``alone``) under ``without_probe``, and provenance."""
-    keep = ("form", "truth", "fill_policy", "cut_rule", "weights", "fill", "thresholds", "prune_below",
-            "recall_target", "intercept", "train_rmse", "train_n", "train_ids")  # fmt: skip
+    keep = (
+        "form",
+        "truth",
+        "fill_policy",
+        "cut_rule",
+        "weights",
+        "fill",
+        "thresholds",
+        "prune_below",
+        "recall_target",
+        "intercept",
+        "train_rmse",
+        "train_n",
+        "train_ids",
+    )
     return (
         {
             "regenerate": "python -m bench.pipeline.calibrate  (from the cache of `make bench`, bench/out/full)",
@@ -402,8 +430,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.weights}: {'matches' if ok else 'differs from'} a fresh fit on {args.out}")
         return 0 if ok else 1
     written = write_engine_weights(fresh, args.weights)
-    print(f"wrote {written}: weights {fresh['weights']}, prune below {fresh['prune_below']:.4g}; "
-          f"without the probe {fresh['without_probe']['weights']}, prune below {fresh['without_probe']['prune_below']:.4g}")
+    print(
+        f"wrote {written}: weights {fresh['weights']}, prune below {fresh['prune_below']:.4g}; "
+        f"without the probe {fresh['without_probe']['weights']}, prune below "
+        f"{fresh['without_probe']['prune_below']:.4g}"
+    )
     return 0
 
 

@@ -31,9 +31,12 @@ SCHEMES = ("fan_in", "fan_out", "arithmetic", "geometric", "torch_default", "nor
 # Share of each family in a sample of n candidates.
 FAMILIES = {"plain_mlp": 0.25, "bn_mlp": 0.15, "res_mlp": 0.15, "cnn": 0.32, "mlp_bc": 0.13}
 DATASET_OF = {
-    "plain_mlp": "digits", "bn_mlp": "digits", "res_mlp": "digits", "cnn": "digits_image",
+    "plain_mlp": "digits",
+    "bn_mlp": "digits",
+    "res_mlp": "digits",
+    "cnn": "digits_image",
     "mlp_bc": "breast_cancer",
-}  # fmt: skip
+}
 CLASSES = {"digits": 10, "digits_image": 10, "breast_cancer": 2}
 INPUT = {"digits": [64], "digits_image": [1, 8, 8], "breast_cancer": [30]}
 
@@ -71,8 +74,7 @@ def _plain_mlp(rng: np.random.Generator, classes: int, input_shape: list[int]) -
     bottleneck = int(rng.integers(0, depth)) if rng.random() < 0.3 else -1
     narrow = int(rng.choice([2, 4, 8]))
     blocks = [
-        {"layers": [{"type": "linear", "out": narrow if i == bottleneck else width}, _act(act)]}
-        for i in range(depth)
+        {"layers": [{"type": "linear", "out": narrow if i == bottleneck else width}, _act(act)]} for i in range(depth)
     ]
     blocks.append({"layers": [{"type": "linear", "out": classes}]})
     name = f"mlp d={depth} w={width} {act}" + (f" bottleneck={narrow}" if bottleneck >= 0 else "")
@@ -116,11 +118,7 @@ def _cnn(rng: np.random.Generator, classes: int, input_shape: list[int]) -> dict
     size, blocks, downs = 8, [], 0
     for i in range(n_conv):
         kernel = int(rng.choice([1, 3, 3, 5]))
-        down = (
-            str(rng.choice(["none", "none", "maxpool", "avgpool", "stride"]))
-            if size > 2
-            else "none"
-        )
+        down = str(rng.choice(["none", "none", "maxpool", "avgpool", "stride"])) if size > 2 else "none"
         conv: dict[str, Any] = {
             "type": "conv2d",
             "out": channels * (2 if downs else 1),
@@ -141,9 +139,12 @@ def _cnn(rng: np.random.Generator, classes: int, input_shape: list[int]) -> dict
 
 
 _SAMPLERS = {
-    "plain_mlp": _plain_mlp, "bn_mlp": _bn_mlp, "res_mlp": _res_mlp, "cnn": _cnn,
+    "plain_mlp": _plain_mlp,
+    "bn_mlp": _bn_mlp,
+    "res_mlp": _res_mlp,
+    "cnn": _cnn,
     "mlp_bc": lambda rng, c, s: (_plain_mlp if rng.random() < 0.6 else _res_mlp)(rng, c, s),
-}  # fmt: skip
+}
 
 
 def sample_candidates(n: int, seed: int = 0) -> list[Candidate]:

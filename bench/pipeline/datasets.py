@@ -89,9 +89,7 @@ def load(name: str, image: bool = False) -> Dataset:
     if image and name != "digits":
         raise ValueError(f"image=True needs the digits dataset, got {name!r}")
     x, y = _raw(name)
-    x_tr, x_te, y_tr, y_te = train_test_split(
-        x, y, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=y
-    )
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=y)
     if name == "digits":  # one global scale keeps the image's structure
         mean, std = x_tr.mean(), x_tr.std()
     else:

@@ -110,11 +110,9 @@ def summarize_seed(results: dict[str, Any]) -> dict[str, Any]:
             "compute_to_ungated_best": spent,
             "ratio_to_ungated": spent / base if base > 0 else math.nan,
             "epochs_to_ungated_best": epochs_to_reach(trials, best),
-            "epochs_ratio_to_ungated": epochs_to_reach(trials, best)
-            / epochs_to_reach(ungated, best),
+            "epochs_ratio_to_ungated": epochs_to_reach(trials, best) / epochs_to_reach(ungated, best),
             "total_compute": sum(
-                float(t.get("train_seconds") or 0) + float(t.get("condition_seconds") or 0)
-                for t in trials
+                float(t.get("train_seconds") or 0) + float(t.get("condition_seconds") or 0) for t in trials
             ),
             "conditioning_seconds": sum(float(t.get("condition_seconds") or 0) for t in trials),
             "training_seconds": sum(float(t.get("train_seconds") or 0) for t in trials),
@@ -160,15 +158,33 @@ def e2e(
             results.exists()
             and {k: json.loads(results.read_text())["args"].get(k) for k in ("trials", "epochs")}
             == {"trials": trials, "epochs": epochs}
-            and engine.exists() and engine.read_text().strip() == engine_version()
-        )  # fmt: skip
+            and engine.exists()
+            and engine.read_text().strip() == engine_version()
+        )
         if not cached:
             log(f"e2e: demo seed {seed} ({trials} trials, {epochs} epochs) ...")
             done = subprocess.run(
-                [sys.executable, "-m", "service.cli", "demo", "--trials", str(trials), "--epochs", str(epochs),
-                 "--seed", str(seed), "--out", str(folder), "--no-plots", "--no-progress", "--device", "cpu"],
-                capture_output=True, text=True,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "service.cli",
+                    "demo",
+                    "--trials",
+                    str(trials),
+                    "--epochs",
+                    str(epochs),
+                    "--seed",
+                    str(seed),
+                    "--out",
+                    str(folder),
+                    "--no-plots",
+                    "--no-progress",
+                    "--device",
+                    "cpu",
+                ],
+                capture_output=True,
+                text=True,
+            )
             if done.returncode != 0:
                 failures[seed] = (done.stdout + done.stderr)[-800:]
                 continue
@@ -185,9 +201,7 @@ def e2e(
         }
     first = next(iter(per_seed.values()))
     names = [n for n in first if isinstance(first[n], dict)]
-    median = {
-        n: statistics.median(f[n]["ratio_to_ungated"] for f in per_seed.values()) for n in names
-    }
+    median = {n: statistics.median(f[n]["ratio_to_ungated"] for f in per_seed.values()) for n in names}
     return {
         "seeds": per_seed,
         "median_ratio": median,

@@ -59,9 +59,7 @@ def xavier_(model: nn.Module, x: Tensor, y: Tensor) -> nn.Module:
 
 
 @torch.no_grad()
-def lsuv_(
-    model: nn.Module, x: Tensor, y: Tensor, tolerance: float = 0.1, rounds: int = 10
-) -> nn.Module:
+def lsuv_(model: nn.Module, x: Tensor, y: Tensor, tolerance: float = 0.1, rounds: int = 10) -> nn.Module:
     """LSUV (Mishkin & Matas 2016, Algorithm 1) on the batch ``x``."""
     layers = _weighted(model)
     for m in layers:

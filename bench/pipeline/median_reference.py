@@ -17,9 +17,7 @@ import numpy as np
 __all__ = ["median_pruner_reference"]
 
 
-def _replay(
-    curves: list[list[float]], order: np.ndarray, startup: int
-) -> tuple[list[bool], list[int]]:
+def _replay(curves: list[list[float]], order: np.ndarray, startup: int) -> tuple[list[bool], list[int]]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

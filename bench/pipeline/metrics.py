@@ -70,9 +70,7 @@ def _figures(flag: np.ndarray, bad: np.ndarray) -> PruneFigures:
     return PruneFigures(int(flag.sum()), float(precision), float(recall))
 
 
-def prune_fraction(
-    scores: Sequence[float], untrainable: Sequence[bool], fraction: float = 0.25
-) -> PruneFigures:
+def prune_fraction(scores: Sequence[float], untrainable: Sequence[bool], fraction: float = 0.25) -> PruneFigures:
     """Flag the worst ``fraction`` of candidates by score (ties broken by position)."""
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], but got {fraction=}.")
@@ -88,9 +86,7 @@ def flags_figures(flags: Sequence[bool], untrainable: Sequence[bool]) -> PruneFi
     return _figures(np.asarray(flags, dtype=bool), np.asarray(untrainable, dtype=bool))
 
 
-def precision_recall_curve(
-    scores: Sequence[float], untrainable: Sequence[bool]
-) -> tuple[np.ndarray, np.ndarray]:
+def precision_recall_curve(scores: Sequence[float], untrainable: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
     """Precision and recall when pruning the worst k candidates, k = 1..n."""
     s = _scores(scores)
     bad = np.asarray(untrainable, dtype=bool)[np.argsort(s, kind="stable")]
@@ -100,9 +96,7 @@ def precision_recall_curve(
     return hits / k, recall
 
 
-def precision_at_recall(
-    scores: Sequence[float], untrainable: Sequence[bool], recall: float = 0.8
-) -> float:
+def precision_at_recall(scores: Sequence[float], untrainable: Sequence[bool], recall: float = 0.8) -> float:
     """The best precision any pruning threshold reaches with at least ``recall``."""
     p, r = precision_recall_curve(scores, untrainable)
     ok = r >= recall

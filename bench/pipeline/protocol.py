@@ -86,9 +86,7 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float
     return (loss if math.isfinite(loss) else math.inf), accuracy
 
 
-def _train_one(
-    model: nn.Module, data: Dataset, lr: float, protocol: Protocol
-) -> tuple[list[float], bool]:
+def _train_one(model: nn.Module, data: Dataset, lr: float, protocol: Protocol) -> tuple[list[float], bool]:
     """Train in place; returns the per-epoch mean mini-batch losses and whether it diverged."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=protocol.momentum)
     generator = torch.Generator().manual_seed(protocol.seed)
@@ -116,9 +114,7 @@ def _train_one(
     return curve, False
 
 
-def train(
-    make_model: Callable[[], nn.Module], data: Dataset, protocol: Protocol = FULL
-) -> RunResult:
+def train(make_model: Callable[[], nn.Module], data: Dataset, protocol: Protocol = FULL) -> RunResult:
     """Train fresh copies of ``make_model()`` (the same weights each call) at every rate."""
     start = time.perf_counter()
     initial_loss, _ = _evaluate(make_model(), data.x_train, data.y_train)

@@ -45,9 +45,7 @@ def _activation_codes(model: nn.Module, x: Tensor) -> Tensor:
     def hook(_m: nn.Module, inputs: tuple[Tensor, ...], _out: Tensor) -> None:
         codes.append((inputs[0].detach() > 0).flatten(1))
 
-    handles = [
-        m.register_forward_hook(hook) for m in model.modules() if isinstance(m, _ACTIVATIONS)
-    ]
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, _ACTIVATIONS)]
     try:
         with torch.no_grad():
             model(x)
@@ -131,10 +129,7 @@ def zico(model: nn.Module, x: Tensor, y: Tensor, batches: int = 4) -> float:
     for xb, yb in zip(x.chunk(batches), y.chunk(batches), strict=True):
         grads = torch.autograd.grad(F.cross_entropy(net(xb), yb), weights, allow_unused=True)
         per_batch.append(
-            [
-                torch.zeros_like(w) if g is None else g.double()
-                for w, g in zip(weights, grads, strict=True)
-            ]
+            [torch.zeros_like(w) if g is None else g.double() for w, g in zip(weights, grads, strict=True)]
         )
     score = 0.0
     for layer in zip(*per_batch, strict=True):
@@ -265,9 +260,7 @@ PROXIES: dict[str, Proxy] = {
             "log R-saliency sum, higher",
             "Tanaka et al. 2020; Abdelfattah et al. 2021",
         ),
-        Proxy(
-            "snip", snip, 64, "log saliency sum, higher", "Lee et al. 2019; Abdelfattah et al. 2021"
-        ),
+        Proxy("snip", snip, 64, "log saliency sum, higher", "Lee et al. 2019; Abdelfattah et al. 2021"),
         Proxy(
             "grad_norm",
             grad_norm,
@@ -298,9 +291,7 @@ PROXIES: dict[str, Proxy] = {
             "-log(mean(sigma+1/sigma)/2), higher",
             "Lee & Ham 2024",
         ),
-        Proxy(
-            "ntk_cond", ntk_condition, 32, "-log kappa(NTK), higher", "Chen et al. 2021 (TE-NAS)"
-        ),
+        Proxy("ntk_cond", ntk_condition, 32, "-log kappa(NTK), higher", "Chen et al. 2021 (TE-NAS)"),
         Proxy("params", params, 0, "log count, higher", "baseline"),
         Proxy("flops", flops, 0, "log MACs, higher", "baseline"),
     )

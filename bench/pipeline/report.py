@@ -64,17 +64,20 @@ def _scaling_md(table: dict[str, Any] | None) -> list[str]:
     lines += ["| dataset | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
     for d in datasets:
         row = table["datasets"][d]
-        cells = [
-            f"{_f(row[m]['loss'], 3)} ({row[m]['lr']:g})" if m in row else "n/a" for m in methods
-        ]
+        cells = [f"{_f(row[m]['loss'], 3)} ({row[m]['lr']:g})" if m in row else "n/a" for m in methods]
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
     for key, title in (
         ("summary", "The paper's four schemes"),
         ("summary_with_preflight", "With Preflight"),
     ):
-        lines += ["", f"{title} (normalized by each dataset's worst; paper: arithmetic 0.90, fan-in 0.84, "
-                  "fan-out 0.88, geometric 0.81):", "",
-                  "| method | average normalized loss | worst in # | best in # |", "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            f"{title} (normalized by each dataset's worst; paper: arithmetic 0.90, fan-in 0.84, "
+            "fan-out 0.88, geometric 0.81):",
+            "",
+            "| method | average normalized loss | worst in # | best in # |",
+            "|---|---|---|---|",
+        ]
         for m, s in sorted(table[key].items(), key=lambda kv: kv[1]["normalized_loss"]):
             lines.append(f"| {m} | {_f(s['normalized_loss'])} | {s['worst_in']} | {s['best_in']} |")
     return lines
@@ -89,7 +92,8 @@ def _gaussian_path_md(summary: dict[str, Any] | None) -> list[str]:
         "every option at its default), its score and verdict against ground truth B, next to the "
         "same engine on the labelled batch above.",
         "",
-        "| path | held-out: Spearman | held-out: verdict precision / recall (flagged) | all: Spearman | all: verdict precision / recall (flagged) |",
+        "| path | held-out: Spearman | held-out: verdict precision / recall (flagged) | all: Spearman | all: verdict "
+        "precision / recall (flagged) |",
         "|---|---|---|---|---|",
     ]
     for path in ("real batch", "gaussian"):
@@ -116,8 +120,7 @@ def _probe_length_md(summary: list[dict[str, Any]] | None) -> list[str]:
     ]
     for row in summary:
         cells = [
-            f"{_f(row[h]['best_precision_at_recall_0.8'])} / {_f(row[h]['spearman'])}"
-            for h in ("train", "held-out")
+            f"{_f(row[h]['best_precision_at_recall_0.8'])} / {_f(row[h]['spearman'])}" for h in ("train", "held-out")
         ]
         rates = ", ".join(f"{r:g}" for r in row["rates"])
         lines.append(f"| {row['steps']} | {rates} | {_f(row['cost'], 0)} | " + " | ".join(cells) + " |")
@@ -233,10 +236,7 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
         "",
         "| proxy | batch | direction | source |",
         "|---|---|---|---|",
-        *[
-            f"| {p.name} | {p.batch_size or 'n/a'} | {p.direction} | {p.citation} |"
-            for p in PROXIES.values()
-        ],
+        *[f"| {p.name} | {p.batch_size or 'n/a'} | {p.direction} | {p.citation} |" for p in PROXIES.values()],
         "",
         "## Ranking trainability",
         "",
@@ -267,7 +267,8 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
             "",
             *_ranking_md(held),
             "",
-            f"Verdicts against A: shipped {_pr(fig['verdict_heldout'])}; without the probe {_pr(fig['no_probe_verdict_heldout'])}; "
+            f"Verdicts against A: shipped {_pr(fig['verdict_heldout'])}; without the probe "
+            f"{_pr(fig['no_probe_verdict_heldout'])}; "
             f"hand-set {_pr(fig['handset_verdict_heldout'])}. "
             f"Optuna MedianPruner on the training curves: precision {_f(fig['median_pruner_heldout']['precision'])}, "
             f"recall {_f(fig['median_pruner_heldout']['recall'])}.",
@@ -309,7 +310,12 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
     if cal:
         lines += ["", *_calibration_md(cal, fig)]
     lines += ["", "### The trainability probe: length and rates", "", *_probe_length_md(context.get("probe_length"))]
-    lines += ["", "### The service's default path: a Gaussian batch", "", *_gaussian_path_md(context.get("gaussian_path"))]
+    lines += [
+        "",
+        "### The service's default path: a Gaussian batch",
+        "",
+        *_gaussian_path_md(context.get("gaussian_path")),
+    ]
     lines += ["", "## Tuning: trained loss from Preflight's tuned initialization vs the others", ""]
     for group in ("all", "survivors"):
         lines += [f"**{group}**", "", *_tuning_md(fig["tuning"][group]), ""]
@@ -365,18 +371,14 @@ def plots(rows: list[dict[str, Any]], directory: Path, heldout: set[str] | None 
     loss = np.minimum([r["norm_loss"] for r in rows], 1.2)
     bad = np.array([r["untrainable"] for r in rows])
     cols = 4
-    fig, axes = plt.subplots(
-        math.ceil(len(methods) / cols), cols, figsize=(16, 3.2 * math.ceil(len(methods) / cols))
-    )
+    fig, axes = plt.subplots(math.ceil(len(methods) / cols), cols, figsize=(16, 3.2 * math.ceil(len(methods) / cols)))
     for ax, m in zip(axes.flat, methods, strict=False):
         s = np.asarray(scores[m], dtype=float)
         keep = ~np.isnan(s) if m.startswith("preflight") else np.ones(len(s), dtype=bool)
         ax.scatter(s[~bad & keep], loss[~bad & keep], s=8, c="tab:blue", label="trainable")
         ax.scatter(s[bad & keep], loss[bad & keep], s=8, c="tab:red", label="untrainable")
         rho = metrics.spearman(s[keep], -loss[keep])
-        ax.set_title(
-            f"{m}{' (held-out)' if m.startswith('preflight') and heldout else ''}  rho={rho:.2f}", fontsize=9
-        )
+        ax.set_title(f"{m}{' (held-out)' if m.startswith('preflight') and heldout else ''}  rho={rho:.2f}", fontsize=9)
         finite = s[np.isfinite(s)]
         if finite.size and np.ptp(finite) > 1e3:  # scores spread over orders of magnitude
             ax.set_xscale("symlog", linthresh=1.0)
@@ -408,10 +410,14 @@ def plots(rows: list[dict[str, Any]], directory: Path, heldout: set[str] | None 
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 5))
     tuned = np.array([r["tuned_loss"] for r in rows], dtype=float)
-    for ax, (label, other) in zip(axes, (
-        ("spec initialization", [r["loss"] for r in rows]),
-        ("PyTorch default initialization", [r["peers"].get("torch_default", math.nan) for r in rows]),
-    ), strict=True):  # fmt: skip
+    for ax, (label, other) in zip(
+        axes,
+        (
+            ("spec initialization", [r["loss"] for r in rows]),
+            ("PyTorch default initialization", [r["peers"].get("torch_default", math.nan) for r in rows]),
+        ),
+        strict=True,
+    ):
         o = np.minimum(np.asarray(other, dtype=float), 10.0)
         t = np.minimum(tuned, 10.0)
         ax.scatter(o, t, s=10, c=np.where(bad, "tab:red", "tab:blue"))

@@ -130,11 +130,7 @@ def _preflight(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str,
 
 def _spec(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any]:
     """Ground truth A: the protocol from the spec's own initialization."""
-    return {
-        "spec": asdict(
-            train(lambda: _model(candidate), data=load_key(candidate.dataset), protocol=protocol)
-        )
-    }
+    return {"spec": asdict(train(lambda: _model(candidate), data=load_key(candidate.dataset), protocol=protocol))}
 
 
 def _peers(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any]:

@@ -33,8 +33,7 @@ def _ranking(table: dict[str, dict[str, float]], method: str, where: str, why: s
     gap = mine - theirs
     return (
         f"- Ranking ({where}): {method} Spearman {_fmt(mine)} vs best peer {peer} {_fmt(theirs)}: "
-        f"**{'met' if met else 'missed'}** (margin {gap:+.2f})."
-        + (f" Why: {why}" if why and not met else "")
+        f"**{'met' if met else 'missed'}** (margin {gap:+.2f})." + (f" Why: {why}" if why and not met else "")
     )
 
 
@@ -69,9 +68,10 @@ def _held_tuning(figures: dict[str, Any]) -> str:
 
 def _tuning_why(tuning: dict[str, Any], misses: dict[str, Any] | None) -> str:
     families = {
-        g.split(", ", 1)[1]: t["spec"] for g, t in tuning.items()
+        g.split(", ", 1)[1]: t["spec"]
+        for g, t in tuning.items()
         if g.startswith("survivors, ") and g != "survivors, held-out half" and t["spec"].get("n")
-    }  # fmt: skip
+    }
     if not families:
         return ""
     per = ", ".join(f"{f} {_fmt(100 * t['better'])} % of {t['n']}" for f, t in families.items())
@@ -85,7 +85,7 @@ def _tuning_why(tuning: dict[str, Any], misses: dict[str, Any] | None) -> str:
             "spec's initialization already trains, the tuned one is a different starting point more "
             "than a better one (the output-std ablation below shows how much the head's multiplier "
             "moves this fraction; leaving such units at the spec's scale was tried and gained "
-            "nothing net: docs/conditioning.md section 4, \"do no harm\")."
+            'nothing net: docs/conditioning.md section 4, "do no harm").'
         )
     return why
 
@@ -97,27 +97,30 @@ def target_lines(figures: dict[str, Any], e2e: dict[str, Any] | None = None) -> 
     if "ranking_heldout" in figures:
         lines += [
             _ranking(
-                figures["ranking_heldout"], "preflight", "A, held-out, shipped score",
+                figures["ranking_heldout"],
+                "preflight",
+                "A, held-out, shipped score",
                 f"the score is measured after conditioning and fitted on B; {figures.get('heldout_rescued', 'n/a')} "
                 f"of the {figures.get('heldout_untrainable', 'n/a')} held-out candidates untrainable from the spec's "
                 "initialization train from the tuned one, and the score (rightly, for a gated search) does "
                 "not count them against the candidate.",
-            ),  # fmt: skip
+            ),
             _ranking(figures["ranking_heldout_tuned"], "preflight", "B, held-out, shipped score"),
         ]
     else:
         lines.append("- Ranking: no held-out split (too few candidates with a report); not measured.")
     lines += [
         _flagging(
-            figures, "verdict_heldout", "A, held-out, shipped verdict", "ranking_heldout",
+            figures,
+            "verdict_heldout",
+            "A, held-out, shipped verdict",
+            "ranking_heldout",
             f"Under A, {figures.get('heldout_rescued', 'n/a')} of the {figures.get('heldout_untrainable', 'n/a')} "
             "held-out untrainable candidates train from the tuned initialization: the verdict is fitted on B "
             "(what a gated search trains, from the tuned init) and keeps them on purpose; B's line below is "
             "the verdict's target.",
-        ),  # fmt: skip
-        _flagging(
-            figures, "verdict_heldout_tuned", "B, held-out, shipped verdict", "ranking_heldout_tuned"
         ),
+        _flagging(figures, "verdict_heldout_tuned", "B, held-out, shipped verdict", "ranking_heldout_tuned"),
     ]
     survivors = figures["tuning"].get("survivors", {}).get("spec", {})
     better = survivors.get("better", math.nan)
@@ -134,9 +137,7 @@ def target_lines(figures: dict[str, Any], e2e: dict[str, Any] | None = None) -> 
     else:
         lines.append("- Tuning: no survivors trained from the tuned initialization; not measured.")
     if not e2e or not e2e.get("median_ratio"):
-        lines.append(
-            "- Gated search at half the compute: **not measured** (see the end-to-end section)."
-        )
+        lines.append("- Gated search at half the compute: **not measured** (see the end-to-end section).")
         return lines
     ratio = e2e["median_ratio"].get("preflight gate", math.nan)
     met = ratio <= 0.5
@@ -161,13 +162,11 @@ def _e2e_why(e2e: dict[str, Any]) -> str:
         else:
             reach = f"reached it at {gated['ratio_to_ungated']:.2f} x the ungated compute"
         cond = gated.get("conditioning_seconds")
-        share = (
-            f", conditioning {cond:.1f} s of its {gated['total_compute']:.1f} s"
-            if cond is not None else ""
-        )  # fmt: skip
+        share = f", conditioning {cond:.1f} s of its {gated['total_compute']:.1f} s" if cond is not None else ""
         parts.append(
             f"seed {seed}: the ungated search reached {best:.3f} after {ungated['compute_to_ungated_best']:.1f} s; "
-            f"the gated one {reach}, {gated['pruned_before']} trial{'s' if gated['pruned_before'] != 1 else ''} pruned{share}"
+            f"the gated one {reach}, {gated['pruned_before']} trial{'s' if gated['pruned_before'] != 1 else ''} "
+            f"pruned{share}"
         )
     gated = [f["preflight gate"] for f in e2e["seeds"].values() if isinstance(f.get("preflight gate"), dict)]
     epochs = statistics.median(g["epochs_ratio_to_ungated"] for g in gated) if gated else math.nan
@@ -175,11 +174,14 @@ def _e2e_why(e2e: dict[str, Any]) -> str:
     halved = sum(g["epochs_ratio_to_ungated"] <= 0.5 for g in gated)
     share = (
         statistics.median(g["conditioning_seconds"] / g["total_compute"] for g in gated if g["total_compute"] > 0)
-        if gated else math.nan
-    )  # fmt: skip
+        if gated
+        else math.nan
+    )
     ungated = [f["no gate"] for f in e2e["seeds"].values() if isinstance(f.get("no gate"), dict)]
     trials, epochs_per_trial = e2e.get("trials") or math.nan, e2e.get("epochs") or math.nan
-    found_at = statistics.median(u["epochs_to_ungated_best"] / epochs_per_trial for u in ungated) if ungated else math.nan
+    found_at = (
+        statistics.median(u["epochs_to_ungated_best"] / epochs_per_trial for u in ungated) if ungated else math.nan
+    )
     train_s = statistics.median(u["training_seconds"] / trials for u in ungated) if ungated else math.nan
     cond_s = statistics.median(g["conditioning_seconds"] / trials for g in gated) if gated else math.nan
     return (
@@ -189,8 +191,7 @@ def _e2e_why(e2e: dict[str, Any]) -> str:
         f"trial {found_at:.0f} of {trials} (median), and that best is one trial's luck on 450 "
         "validation digits (one digit = 0.002), so there is little training for the gate to save. "
         f"Conditioning is a median {_fmt(share)} of the gated search's compute: {cond_s:.2f} s per "
-        f"candidate, against {train_s:.2f} s to train one for {epochs_per_trial} epochs (medians)."
-        + _oracle_why(e2e)
+        f"candidate, against {train_s:.2f} s to train one for {epochs_per_trial} epochs (medians)." + _oracle_why(e2e)
     )
 
 

@@ -86,9 +86,7 @@ class ConditioningPruner(BasePruner):
         timeout: float | None = 600.0,
     ) -> None:
         if threshold is not None and percentile is not None:
-            raise ValueError(
-                f"Give threshold or percentile, not both, but got {threshold=} and {percentile=}."
-            )
+            raise ValueError(f"Give threshold or percentile, not both, but got {threshold=} and {percentile=}.")
         if threshold is not None and not math.isfinite(threshold):
             raise ValueError(f"threshold must be a finite number, but got {threshold=}.")
         if percentile is not None and not 0.0 <= percentile <= 100.0:

@@ -80,15 +80,19 @@ async def require_token(request: Request) -> None:
     challenge = {"WWW-Authenticate": 'Bearer realm="preflight"'}
     if scheme.lower() != "bearer" or not token.strip():
         raise ProblemError(
-            401, "missing bearer token; send 'Authorization: Bearer <token>' (see `preflight token create`)",
-            kind="unauthorized", headers=challenge,
-        )  # fmt: skip
+            401,
+            "missing bearer token; send 'Authorization: Bearer <token>' (see `preflight token create`)",
+            kind="unauthorized",
+            headers=challenge,
+        )
     tokens: TokenCache = request.app.state.tokens
     if not await run_in_threadpool(tokens.is_valid, token.strip()):
         raise ProblemError(
-            401, "invalid or revoked token", kind="unauthorized",
+            401,
+            "invalid or revoked token",
+            kind="unauthorized",
             headers={"WWW-Authenticate": 'Bearer realm="preflight", error="invalid_token"'},
-        )  # fmt: skip
+        )
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -46,9 +46,7 @@ class _QueueCollector(Collector):
         total, seconds, cumulative = row
         buckets = [(str(bound), int(count)) for bound, count in zip(TUNING_BUCKETS, cumulative, strict=True)]
         buckets.append(("+Inf", int(total)))
-        tuning = HistogramMetricFamily(
-            "preflight_tuning_seconds", "Engine tuning time of done candidates (seconds)."
-        )
+        tuning = HistogramMetricFamily("preflight_tuning_seconds", "Engine tuning time of done candidates (seconds).")
         tuning.add_metric([], buckets, float(seconds or 0.0))
         yield tuning
 
@@ -94,6 +92,4 @@ class RequestLatencyMiddleware:
             metrics = self.get_metrics()
             if metrics is not None:
                 route = getattr(scope.get("route"), "path", "unmatched")
-                metrics.request_seconds.labels(scope["method"], route, str(status)).observe(
-                    time.perf_counter() - start
-                )
+                metrics.request_seconds.labels(scope["method"], route, str(status)).observe(time.perf_counter() - start)

@@ -99,9 +99,11 @@ class ProblemError(Exception):
     def from_invalid_batch(cls, exc: InvalidBatch) -> ProblemError:
         """The store's :class:`InvalidBatch` as a 422 naming the JSON path at fault."""
         return cls(
-            422, f"{exc.path}: {exc.message}", kind="invalid-request",
+            422,
+            f"{exc.path}: {exc.message}",
+            kind="invalid-request",
             errors=[ProblemIssue(path=exc.path, message=exc.message)],
-        )  # fmt: skip
+        )
 
 
 def problem_response(
@@ -141,9 +143,7 @@ def _location(loc: tuple[Any, ...]) -> str:
 
 async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ProblemError)
-    return problem_response(
-        request, exc.status, exc.detail, kind=exc.kind, errors=exc.errors, headers=exc.headers
-    )
+    return problem_response(request, exc.status, exc.detail, kind=exc.kind, errors=exc.errors, headers=exc.headers)
 
 
 async def _on_http(request: Request, exc: Exception) -> JSONResponse:
@@ -178,16 +178,17 @@ async def _on_invalid_batch(request: Request, exc: Exception) -> JSONResponse:
 async def _on_database_down(request: Request, exc: Exception) -> JSONResponse:
     log.warning("database unavailable on %s %s: %s", request.method, request.url.path, str(exc).splitlines()[0])
     return problem_response(
-        request, 503, "the database is unavailable; retry shortly", kind="unavailable",
+        request,
+        503,
+        "the database is unavailable; retry shortly",
+        kind="unavailable",
         headers={"Retry-After": "1"},
-    )  # fmt: skip
+    )
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return problem_response(
-        request, 500, "internal error; the server log has the details", kind="internal"
-    )
+    return problem_response(request, 500, "internal error; the server log has the details", kind="internal")
 
 
 def install_problem_handlers(app: FastAPI) -> None:

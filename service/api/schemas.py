@@ -23,6 +23,7 @@ __all__ = [
     "Timings",
 ]
 
+
 class CandidateOptions(BaseModel):
     """How to tune and schedule. ``study``, ``trial``, ``priority`` and ``device`` schedule
     the job; every other key is a tuning option of the engine (``loss``, ``steps``,
@@ -97,9 +98,7 @@ class CandidatePublic(BaseModel):
     report: dict[str, Any] | None = None
 
     @classmethod
-    def of(
-        cls, row: Candidate | Row[Any], *, with_report: bool = True, cached: bool | None = None
-    ) -> CandidatePublic:
+    def of(cls, row: Candidate | Row[Any], *, with_report: bool = True, cached: bool | None = None) -> CandidatePublic:
         """From an ORM row or a Core row of the candidates table (same attribute names)."""
         started, finished = row.started_at, row.finished_at
         end = finished if finished is not None else None

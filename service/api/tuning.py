@@ -22,9 +22,11 @@ def canonical_tuning_options(options: dict[str, Any], *, field: str = "options")
     data = options.pop(DATA, None)
     if data is not None and not _is_batch_id(data):
         raise ProblemError(
-            422, f"{field}.{DATA}: expected the id of an uploaded data batch (POST /v1/batches), got {data!r}",
-            kind="invalid-request", errors=[ProblemIssue(path=f"{field}.{DATA}", message="not a data batch id")],
-        )  # fmt: skip
+            422,
+            f"{field}.{DATA}: expected the id of an uploaded data batch (POST /v1/batches), got {data!r}",
+            kind="invalid-request",
+            errors=[ProblemIssue(path=f"{field}.{DATA}", message="not a data batch id")],
+        )
     unknown = sorted(set(options) - set(model.model_fields) - _NOT_IN_KEY)
     if unknown:
         known = ", ".join(sorted((set(model.model_fields) - _NOT_IN_KEY) | {DATA}))

@@ -8,8 +8,12 @@ from typing import Any
 
 __all__ = ["write_plots"]
 
-COLORS = {"no gate": "tab:gray", "median pruner": "tab:orange", "preflight gate": "tab:blue",
-          "gate + median pruner": "tab:purple"}
+COLORS = {
+    "no gate": "tab:gray",
+    "median pruner": "tab:orange",
+    "preflight gate": "tab:blue",
+    "gate + median pruner": "tab:purple",
+}
 
 
 def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
@@ -20,8 +24,11 @@ def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
-    for name, draw in (("apjn_per_block.png", _apjn), ("score_vs_accuracy.png", _score_vs_accuracy),
-                       ("accuracy_vs_compute.png", _accuracy_vs_compute)):  # fmt: skip
+    for name, draw in (
+        ("apjn_per_block.png", _apjn),
+        ("score_vs_accuracy.png", _score_vs_accuracy),
+        ("accuracy_vs_compute.png", _accuracy_vs_compute),
+    ):
         fig = draw(plt, results)
         path = out / name
         fig.savefig(path, dpi=120, bbox_inches="tight")
@@ -46,12 +53,18 @@ def _apjn(plt: Any, results: dict[str, Any]) -> Any:
             continue
         blocks = profile["blocks"]
         index = [b.get("index", i) for i, b in enumerate(blocks)]
-        ax.semilogy(index, _positive([b.get("apjn_before") for b in blocks]), "o-", color="tab:red", label="before tuning")
-        ax.semilogy(index, _positive([b.get("apjn_after") for b in blocks]), "s-", color="tab:green", label="after tuning")
+        ax.semilogy(
+            index, _positive([b.get("apjn_before") for b in blocks]), "o-", color="tab:red", label="before tuning"
+        )
+        ax.semilogy(
+            index, _positive([b.get("apjn_after") for b in blocks]), "s-", color="tab:green", label="after tuning"
+        )
         score = profile.get("score")
         label = "best trained" if role == "best" else "pruned before training"
         extra = f", val. acc. {profile['accuracy']:.3f}" if profile.get("accuracy") is not None else ""
-        ax.set_title(f"{label}: {profile['name']}\nscore {score:.2f}{extra}" if score is not None else label, fontsize=9)
+        ax.set_title(
+            f"{label}: {profile['name']}\nscore {score:.2f}{extra}" if score is not None else label, fontsize=9
+        )
         ax.legend(fontsize=8)
     axes[0].set_ylabel("APJN J^{l,l+1}")
     fig.suptitle("Average partial Jacobian norm per block, before and after Preflight's tuning", y=1.06)
@@ -63,13 +76,23 @@ def _score_vs_accuracy(plt: Any, results: dict[str, Any]) -> Any:
     points = [p for p in results.get("score_vs_accuracy") or [] if p.get("score") is not None]
     for verdict, color in (("keep", "tab:blue"), ("prune", "tab:red")):
         chosen = [p for p in points if p.get("verdict") == verdict]
-        ax.scatter([p["score"] for p in chosen], [p["accuracy"] for p in chosen], color=color, alpha=0.75,
-                   label=f"verdict {verdict}: trained from plain init ({len(chosen)})")  # fmt: skip
+        ax.scatter(
+            [p["score"] for p in chosen],
+            [p["accuracy"] for p in chosen],
+            color=color,
+            alpha=0.75,
+            label=f"verdict {verdict}: trained from plain init ({len(chosen)})",
+        )
     gated = next((s for s in results["searches"] if s.name == "preflight gate"), None)
     if gated is not None:
         kept = [t for t in gated.trials if t.score is not None and t.accuracy is not None and t.state == "complete"]
-        ax.scatter([t.score for t in kept], [t.accuracy for t in kept], marker="x", color="tab:green",
-                   label=f"gated search: trained from tuned init ({len(kept)})")  # fmt: skip
+        ax.scatter(
+            [t.score for t in kept],
+            [t.accuracy for t in kept],
+            marker="x",
+            color="tab:green",
+            label=f"gated search: trained from tuned init ({len(kept)})",
+        )
     ax.set_xscale("symlog")  # scores of hopeless candidates reach -1e5; kept ones sit near 0
     ax.set_xlabel("conditioning score (higher is better conditioned; symmetric log scale)")
     ax.set_ylabel("validation accuracy after training")

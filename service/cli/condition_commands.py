@@ -20,11 +20,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and print the conditioning report as JSON.",
     )
     cmd.add_argument("spec", help="spec JSON file, or - for standard input")
-    cmd.add_argument("--data", help=".npz file with an array 'x' [N, *input_shape] (and optional 'y'); "
-                     "default: a Gaussian batch")  # fmt: skip
+    cmd.add_argument(
+        "--data", help=".npz file with an array 'x' [N, *input_shape] (and optional 'y'); default: a Gaussian batch"
+    )
     cmd.add_argument("--steps", type=int, help="AutoInit steps (default: the engine's)")
     cmd.add_argument("--device", help="auto, cpu, cuda or cuda:N (default auto)")
-    cmd.add_argument("--options", help="JSON object of further ConditionOptions, e.g. '{\"loss\": \"kernel\"}'")
+    cmd.add_argument("--options", help='JSON object of further ConditionOptions, e.g. \'{"loss": "kernel"}\'')
     cmd.set_defaults(handler=_condition)
 
 

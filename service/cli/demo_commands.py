@@ -48,10 +48,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo.add_argument("--steps", type=int, default=None, help="tuning steps per candidate (default: the engine's)")
     demo.add_argument("--bnp", action="store_true", help="train gated survivors with the BNP preconditioner")
     demo.add_argument(
-        "--gaussian", action="store_true",
+        "--gaussian",
+        action="store_true",
         help="condition on a Gaussian batch with random probe labels (the service's default) instead of "
         "uploading a labelled batch of the training split",
-    )  # fmt: skip
+    )
     demo.add_argument("--url", help="use a running service at this URL instead of the embedded one")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.add_argument("--no-plots", action="store_true", help="skip the figures")
@@ -139,14 +140,24 @@ def _demo(args: argparse.Namespace) -> int:
                 results = _run_all(args, service.url, out)
     print()
     print(_table(results))
-    print(f"\ncompute = training seconds + the worker's conditioning seconds; "
-          f"total wall time {time.perf_counter() - started:.0f} s")  # fmt: skip
-    (out / "results.json").write_text(json.dumps(
-        {"args": {k: v for k, v in vars(args).items() if k != "handler"},
-         "searches": [{"name": r.name, "wall_seconds": r.wall_seconds,
-                       "trials": [asdict(t) for t in r.trials]} for r in results["searches"]],
-         "score_vs_accuracy": results["score_vs_accuracy"], "apjn": results["apjn"]},
-        indent=2))  # fmt: skip
+    print(
+        f"\ncompute = training seconds + the worker's conditioning seconds; "
+        f"total wall time {time.perf_counter() - started:.0f} s"
+    )
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "args": {k: v for k, v in vars(args).items() if k != "handler"},
+                "searches": [
+                    {"name": r.name, "wall_seconds": r.wall_seconds, "trials": [asdict(t) for t in r.trials]}
+                    for r in results["searches"]
+                ],
+                "score_vs_accuracy": results["score_vs_accuracy"],
+                "apjn": results["apjn"],
+            },
+            indent=2,
+        )
+    )
     if not args.no_plots:
         from service.cli._demo_plots import write_plots
 
@@ -163,10 +174,13 @@ def search_space(n_classes: int = 10) -> Any:
     from nas.space import MLPSpace, ResidualSpace
 
     common: dict[str, Any] = {
-        "input_shape": [64], "n_classes": n_classes, "gain": (0.25, 4.0),
-        "activations": ("relu", "gelu", "tanh", "sigmoid"), "norms": ("none", "layernorm"),
+        "input_shape": [64],
+        "n_classes": n_classes,
+        "gain": (0.25, 4.0),
+        "activations": ("relu", "gelu", "tanh", "sigmoid"),
+        "norms": ("none", "layernorm"),
         "init_schemes": ("fan_in", "arithmetic", "geometric", "torch_default"),
-    }  # fmt: skip
+    }
     mlp = MLPSpace(depth=(2, 14), width=(32, 128), prefix="mlp_", **common)
     residual = ResidualSpace(depth=(2, 10), width=(32, 128), body_layers=(1, 2), prefix="res_", **common)
 
@@ -223,10 +237,14 @@ def _apjn_profiles(client: Any, gated: SearchResult) -> dict[str, Any]:
     out = {}
     for role, record in chosen.items():
         report = client.get(str(record.candidate_id)).report
-        out[role] = {"name": record.name, "score": record.score, "verdict": record.verdict,
-                     "accuracy": record.accuracy if role == "best" else None,
-                     "blocks": [b.model_dump(mode="json") for b in report.blocks] if report else [],
-                     "reasons": list(report.reasons) if report else []}  # fmt: skip
+        out[role] = {
+            "name": record.name,
+            "score": record.score,
+            "verdict": record.verdict,
+            "accuracy": record.accuracy if role == "best" else None,
+            "blocks": [b.model_dump(mode="json") for b in report.blocks] if report else [],
+            "reasons": list(report.reasons) if report else [],
+        }
     return out
 
 
@@ -253,12 +271,17 @@ class _Run:
         self.bar.close()
         if self.args.no_progress:
             result, best = self.result, self.result.best
-            print(f"{result.name}: {len(result.trials)} trials, pruned {result.pruned_before} before + "
-                  f"{result.pruned_during} during training, compute {result.compute:.0f} s, best accuracy "
-                  f"{f'{best.accuracy:.4f}' if best and best.accuracy is not None else '-'}", flush=True)  # fmt: skip
+            print(
+                f"{result.name}: {len(result.trials)} trials, pruned {result.pruned_before} before + "
+                f"{result.pruned_during} during training, compute {result.compute:.0f} s, best accuracy "
+                f"{f'{best.accuracy:.4f}' if best and best.accuracy is not None else '-'}",
+                flush=True,
+            )
 
 
-def _search(name: str, position: int, args: argparse.Namespace, data: Any, client: Any, options: dict[str, Any]) -> _Run:
+def _search(
+    name: str, position: int, args: argparse.Namespace, data: Any, client: Any, options: dict[str, Any]
+) -> _Run:
     import optuna
     import torch
 
@@ -306,8 +329,9 @@ def _search(name: str, position: int, args: argparse.Namespace, data: Any, clien
         # The conditioning seed (options["seed"]): the tuned scales belong to those weights,
         # and every search trains the same weights for the same spec.
         model = nas.build_model(spec, scales=scales, seed=args.seed)
-        trainer = Trainer(model, data, optimizer=optimizer,
-                          generator=torch.Generator().manual_seed(args.seed + trial.number))  # fmt: skip
+        trainer = Trainer(
+            model, data, optimizer=optimizer, generator=torch.Generator().manual_seed(args.seed + trial.number)
+        )
         accuracy = 0.0
         for epoch in range(args.epochs):
             accuracy = trainer.epoch()
@@ -321,7 +345,9 @@ def _search(name: str, position: int, args: argparse.Namespace, data: Any, clien
     return _Run(study, objective, result, _progress(args, name, position), args)
 
 
-def _fill_conditioning(record: TrialRecord, client: Any, candidate_id: Any, report: ConditioningReport | None = None) -> None:
+def _fill_conditioning(
+    record: TrialRecord, client: Any, candidate_id: Any, report: ConditioningReport | None = None
+) -> None:
     """Copy the score, verdict and the worker's seconds of a candidate into the record."""
     if candidate_id is None:
         return
@@ -343,16 +369,25 @@ def _score_ungated(searches: list[SearchResult]) -> list[dict[str, Any]]:
     conditioned."""
     scored = {
         json.dumps(t.params, sort_keys=True): t
-        for s in searches if s.name in ("preflight gate", "gate + median pruner")
-        for t in s.trials if t.candidate_id is not None
-    }  # fmt: skip
+        for s in searches
+        if s.name in ("preflight gate", "gate + median pruner")
+        for t in s.trials
+        if t.candidate_id is not None
+    }
     points = []
     for trial in searches[0].trials:
         twin = scored.get(json.dumps(trial.params, sort_keys=True))
         if twin is None or trial.accuracy is None:
             continue
-        points.append({"number": trial.number, "name": trial.name, "accuracy": trial.accuracy,
-                       "score": twin.score, "verdict": twin.verdict})  # fmt: skip
+        points.append(
+            {
+                "number": trial.number,
+                "name": trial.name,
+                "accuracy": trial.accuracy,
+                "score": twin.score,
+                "verdict": twin.verdict,
+            }
+        )
     return points
 
 
@@ -384,15 +419,32 @@ def _progress(args: argparse.Namespace, name: str, position: int) -> Any:
 
 
 def _table(results: dict[str, Any]) -> str:
-    rows = [("search", "trials", "pruned before training", "pruned during", "epochs trained",
-             "compute (s)", "best val. accuracy", "best candidate")]  # fmt: skip
+    rows = [
+        (
+            "search",
+            "trials",
+            "pruned before training",
+            "pruned during",
+            "epochs trained",
+            "compute (s)",
+            "best val. accuracy",
+            "best candidate",
+        )
+    ]
     for r in results["searches"]:
         best = r.best
-        rows.append((
-            r.name, str(len(r.trials)), str(r.pruned_before), str(r.pruned_during), str(r.epochs),
-            f"{r.compute:.1f}", f"{best.accuracy:.4f}" if best and best.accuracy is not None else "-",
-            best.name if best else "-",
-        ))  # fmt: skip
+        rows.append(
+            (
+                r.name,
+                str(len(r.trials)),
+                str(r.pruned_before),
+                str(r.pruned_during),
+                str(r.epochs),
+                f"{r.compute:.1f}",
+                f"{best.accuracy:.4f}" if best and best.accuracy is not None else "-",
+                best.name if best else "-",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -15,8 +15,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve = subparsers.add_parser("serve", help="run the REST API (optionally with a worker)")
     serve.add_argument("--host", help="listen address (default 127.0.0.1; beyond localhost tokens are required)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
-    serve.add_argument("--embedded-worker", action="store_true",
-                       help="also run a job runner in this process (the one-machine default)")
+    serve.add_argument(
+        "--embedded-worker", action="store_true", help="also run a job runner in this process (the one-machine default)"
+    )
     serve.add_argument("--device", default="auto", help="device of the embedded worker (default auto)")
     serve.add_argument("--migrate", action="store_true", help="apply pending migrations first")
     serve.add_argument("--workers", type=int, default=1, help="API processes (default 1)")
@@ -26,8 +27,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker = subparsers.add_parser("worker", help="claim and condition queued candidates")
     where = worker.add_mutually_exclusive_group()
     where.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
-    where.add_argument("--devices", choices=["all"],
-                       help="one child process per visible GPU (one CPU worker when there is none)")
+    where.add_argument(
+        "--devices", choices=["all"], help="one child process per visible GPU (one CPU worker when there is none)"
+    )
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     worker.add_argument("--max-jobs", type=int, help="exit after this many jobs")
     worker.add_argument("--name", help="worker name stored with its jobs (default host:pid)")
@@ -92,16 +94,25 @@ def _serve(args: argparse.Namespace) -> int:
     if not _check_schema(settings):
         return 2
     if settings.auth_required and not _any_token(settings):
-        print("preflight: bearer tokens are required here and none exists yet; "
-              "create one with `preflight token create NAME`", file=sys.stderr)  # fmt: skip
+        print(
+            "preflight: bearer tokens are required here and none exists yet; "
+            "create one with `preflight token create NAME`",
+            file=sys.stderr,
+        )
     if args.workers > 1:
         if args.embedded_worker:
             print("preflight: --embedded-worker runs in one process; drop --workers", file=sys.stderr)
             return 2
         os.environ["PREFLIGHT_HOST"] = settings.host
         os.environ["PREFLIGHT_PORT"] = str(settings.port)
-        uvicorn.run("service.main:app", host=settings.host, port=settings.port, workers=args.workers,
-                    log_level=args.log_level, access_log=False)  # fmt: skip
+        uvicorn.run(
+            "service.main:app",
+            host=settings.host,
+            port=settings.port,
+            workers=args.workers,
+            log_level=args.log_level,
+            access_log=False,
+        )
         return 0
     background = None
     if args.embedded_worker:

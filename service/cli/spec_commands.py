@@ -82,6 +82,8 @@ def _describe(args: argparse.Namespace) -> int:
         print(json.dumps({"hash": spec_hash(spec), "summary": summary.model_dump()}, indent=2))
         return 0
     print(summary.to_text())
-    print(f"canonical hash {spec_hash(spec)}; forward on a batch of 2 gives {list(out.shape)}, "
-          f"output std {out.std().item():.3f}")
+    print(
+        f"canonical hash {spec_hash(spec)}; forward on a batch of 2 gives {list(out.shape)}, "
+        f"output std {out.std().item():.3f}"
+    )
     return 0

@@ -156,7 +156,11 @@ def check_fits(shape: BatchShape, spec: ArchitectureSpec, field: str) -> None:
     and its labels fit the network's output (class labels below the number of logits, float
     targets as many per sample as outputs)."""
     if list(shape["x"][1:]) != list(spec.input_shape):
-        raise _invalid(f"{field}.input_shape", f"the data batch's samples have shape {shape['x'][1:]}, but the spec's input_shape is {list(spec.input_shape)}")
+        raise _invalid(
+            f"{field}.input_shape",
+            f"the data batch's samples have shape {shape['x'][1:]}, but the spec's input_shape is "
+            f"{list(spec.input_shape)}",
+        )
     if shape.get("labels") is None:
         return
     if shape["labels"] == "float" and "y" not in shape:

@@ -72,9 +72,7 @@ class GroupCommitter:
         if self._closing:
             raise RuntimeError("the group commit is closed (the API is shutting down)")
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), name="preflight-group-commit"
-            )
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="preflight-group-commit")
             self._task.add_done_callback(self._ended)
         future: asyncio.Future[list[Submitted]] = asyncio.get_running_loop().create_future()
         self._waiting.append(_Waiting(candidates, future))
@@ -126,8 +124,9 @@ class GroupCommitter:
                         continue
                     # Retry each request alone, so that only one that caused it fails (and
                     # each gets its own error; in an outage each fails at once).
-                    log.warning("a group commit of %d requests failed (%s); retrying one by one",
-                                len(group), type(exc).__name__)  # fmt: skip
+                    log.warning(
+                        "a group commit of %d requests failed (%s); retrying one by one", len(group), type(exc).__name__
+                    )
                     for index, waiting in enumerate(group):
                         try:
                             await self._commit([waiting])
@@ -166,18 +165,13 @@ class GroupCommitter:
         for attempt in range(_DEADLOCK_RETRIES + 1):
             try:
                 with session_scope(self._sessions, write=True) as session:
-                    enqueued = jobs.submit(
-                        session, candidates=everything, max_attempts=self._max_attempts
-                    )
+                    enqueued = jobs.submit(session, candidates=everything, max_attempts=self._max_attempts)
                     ids = sorted({e.id for e in enqueued})
                     found = session.scalars(select(Candidate).where(Candidate.id.in_(ids)))
                     rows = {row.id: row for row in found}
                 break
             except DBAPIError as exc:
-                if (
-                    attempt == _DEADLOCK_RETRIES
-                    or getattr(exc.orig, "sqlstate", None) not in _RETRYABLE_SQLSTATES
-                ):
+                if attempt == _DEADLOCK_RETRIES or getattr(exc.orig, "sqlstate", None) not in _RETRYABLE_SQLSTATES:
                     raise
                 log.info("group commit: %s; running the transaction again", type(exc.orig).__name__)
         answers, start = [], 0

@@ -61,9 +61,15 @@ __all__ = [
 DEVICE_KINDS: dict[str, tuple[str, ...]] = {"cpu": ("any", "cpu"), "cuda": ("any", "cuda")}
 
 _LAYER_FIELDS = (
-    "fan_in", "fan_out", "gamma", "nu", "hessian_top_eigenvalue", "hessian_chain_rule",
-    "hessian_mean_sq_singular", "kappa_d",
-)  # fmt: skip
+    "fan_in",
+    "fan_out",
+    "gamma",
+    "nu",
+    "hessian_top_eigenvalue",
+    "hessian_chain_rule",
+    "hessian_mean_sq_singular",
+    "kappa_d",
+)
 
 
 @dataclass(frozen=True)
@@ -126,13 +132,21 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
         by_key.setdefault(candidate.cache_key, candidate)
     rows = [
         {
-            "cache_key": key, "spec_hash": c.spec_hash, "spec": c.spec, "options": c.options,
-            "study": c.study, "trial": c.trial, "device": c.device, "priority": c.priority,
-            "status": Status.QUEUED.value, "attempts": 0, "max_attempts": max_attempts,
+            "cache_key": key,
+            "spec_hash": c.spec_hash,
+            "spec": c.spec,
+            "options": c.options,
+            "study": c.study,
+            "trial": c.trial,
+            "device": c.device,
+            "priority": c.priority,
+            "status": Status.QUEUED.value,
+            "attempts": 0,
+            "max_attempts": max_attempts,
             "created_at": now,
         }
         for key, c in by_key.items()
-    ]  # fmt: skip
+    ]
     created_ids = {
         key: id_
         for id_, key in session.execute(
@@ -153,10 +167,7 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
         )
     session.execute(
         insert(Submission),
-        [
-            {"candidate_id": ids[c.cache_key], "study": c.study, "trial": c.trial, "created_at": now}
-            for c in candidates
-        ],
+        [{"candidate_id": ids[c.cache_key], "study": c.study, "trial": c.trial, "created_at": now} for c in candidates],
     )
     out, seen = [], set()
     for c in candidates:  # a key repeated within the call is created once
@@ -201,16 +212,27 @@ def claim(session: Session, *, worker: str, device_kind: str, lease_seconds: flo
             started_at=func.coalesce(Candidate.started_at, now),
         )
         .returning(
-            Candidate.id, Candidate.spec, Candidate.options, Candidate.device,
-            Candidate.attempts, Candidate.max_attempts, Candidate.leased_until,
-        )  # fmt: skip
+            Candidate.id,
+            Candidate.spec,
+            Candidate.options,
+            Candidate.device,
+            Candidate.attempts,
+            Candidate.max_attempts,
+            Candidate.leased_until,
+        )
     ).one_or_none()
     if row is None:
         return None
     return Job(
-        id=row.id, spec=row.spec, options=row.options, device=row.device, attempts=row.attempts,
-        max_attempts=row.max_attempts, lease_token=token, leased_until=row.leased_until,
-    )  # fmt: skip
+        id=row.id,
+        spec=row.spec,
+        options=row.options,
+        device=row.device,
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        lease_token=token,
+        leased_until=row.leased_until,
+    )
 
 
 def _held(job_id: int, token: str) -> Iterable[Any]:
@@ -220,9 +242,7 @@ def _held(job_id: int, token: str) -> Iterable[Any]:
 def heartbeat(session: Session, *, job_id: int, token: str, lease_seconds: float) -> bool:
     """Extend the lease; False when the job is no longer this worker's (cancelled or lost)."""
     result = session.execute(
-        update(Candidate)
-        .where(*_held(job_id, token))
-        .values(leased_until=utcnow() + timedelta(seconds=lease_seconds))
+        update(Candidate).where(*_held(job_id, token)).values(leased_until=utcnow() + timedelta(seconds=lease_seconds))
     )
     return _rowcount(result) == 1
 
@@ -252,10 +272,15 @@ def complete(session: Session, *, job_id: int, token: str, report: ConditioningR
     for model in (BlockFigure, LayerFigure, ScaleFactor):
         session.execute(delete(model).where(model.candidate_id == job_id))
     blocks = [
-        {"candidate_id": job_id, "block_index": block.index,
-         **{key: finite_or_none(getattr(block, key)) for key in ("apjn_before", "apjn_after", "k_before", "k_after")}}
+        {
+            "candidate_id": job_id,
+            "block_index": block.index,
+            **{
+                key: finite_or_none(getattr(block, key)) for key in ("apjn_before", "apjn_after", "k_before", "k_after")
+            },
+        }
         for block in report.blocks
-    ]  # fmt: skip
+    ]
     layers = [
         {"candidate_id": job_id, "name": layer.name, **{key: getattr(layer, key) for key in _LAYER_FIELDS}}
         for layer in report.layers

@@ -193,4 +193,3 @@ class DataBatch(Base):
     x: Mapped[dict[str, Any]]  # {"values": nested lists}
     y: Mapped[dict[str, Any] | None]  # {"values": list} or null
     created_at: Mapped[datetime] = mapped_column(DateTime)
-

@@ -76,9 +76,7 @@ class StudyFigures:
 def study_figures(session: Session, *, study: str) -> StudyFigures:
     members = select(Submission.candidate_id).where(Submission.study == study).distinct().subquery()
     in_study = Candidate.id.in_(select(members.c.candidate_id))
-    counts = session.execute(
-        select(Candidate.status, func.count()).where(in_study).group_by(Candidate.status)
-    ).all()
+    counts = session.execute(select(Candidate.status, func.count()).where(in_study).group_by(Candidate.status)).all()
     verdicts = session.execute(
         select(Candidate.verdict, func.count())
         .where(in_study, Candidate.status == Status.DONE, Candidate.verdict.is_not(None))
@@ -99,7 +97,8 @@ def tuning_histogram(session: Session, *, bounds: Sequence[float]) -> tuple[int,
     took at most each of ``bounds`` seconds (cumulative, as Prometheus buckets are)."""
     columns = [func.count().filter(Candidate.tuning_seconds <= bound) for bound in bounds]
     total, seconds, *cumulative = session.execute(
-        select(func.count(Candidate.tuning_seconds), func.sum(Candidate.tuning_seconds), *columns)
-        .where(Candidate.status == Status.DONE)
+        select(func.count(Candidate.tuning_seconds), func.sum(Candidate.tuning_seconds), *columns).where(
+            Candidate.status == Status.DONE
+        )
     ).one()
     return int(total), seconds, [int(count) for count in cumulative]

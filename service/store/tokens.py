@@ -63,8 +63,9 @@ def revoke_token(session: Session, *, token_id: int | None = None, name: str | N
 
 def list_tokens(session: Session) -> list[tuple[int, str, str, datetime, datetime | None]]:
     rows = session.execute(
-        select(ApiToken.id, ApiToken.name, ApiToken.prefix, ApiToken.created_at, ApiToken.revoked_at)
-        .order_by(ApiToken.id)
+        select(ApiToken.id, ApiToken.name, ApiToken.prefix, ApiToken.created_at, ApiToken.revoked_at).order_by(
+            ApiToken.id
+        )
     )
     return [tuple(row) for row in rows]  # type: ignore[misc]
 

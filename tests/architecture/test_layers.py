@@ -76,7 +76,10 @@ def test_a_module_imports_only_what_its_layer_allows(module: str) -> None:
 
 def test_no_import_circle_anywhere() -> None:
     modules = _modules()
-    graph = {name: sorted({imp for imp in _imports(name, path) if imp in modules and imp != name}) for name, path in modules.items()}
+    graph = {
+        name: sorted({imp for imp in _imports(name, path) if imp in modules and imp != name})
+        for name, path in modules.items()
+    }
     # A package's __init__ re-exporting its own submodules is not a circle of meaning.
     graph = {name: [dep for dep in deps if not _matches(name, dep) or dep == name] for name, deps in graph.items()}
     state: dict[str, int] = {}

@@ -10,16 +10,27 @@ import pytest
 from service.cli import build_parser, main
 
 
-def test_the_demo_runs_four_searches_and_writes_its_table_and_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_demo_runs_four_searches_and_writes_its_table_and_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "demo"
     assert main(["demo", "--trials", "3", "--epochs", "1", "--steps", "2", "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     for row in ("no gate", "median pruner", "preflight gate", "gate + median pruner", "pruned before training"):
         assert row in printed
     assert {p.name for p in out.iterdir()} == {
-        "apjn_per_block.png", "score_vs_accuracy.png", "accuracy_vs_compute.png", "results.json"}  # fmt: skip
+        "apjn_per_block.png",
+        "score_vs_accuracy.png",
+        "accuracy_vs_compute.png",
+        "results.json",
+    }
     results = json.loads((out / "results.json").read_text())
-    assert [s["name"] for s in results["searches"]] == ["no gate", "median pruner", "preflight gate", "gate + median pruner"]
+    assert [s["name"] for s in results["searches"]] == [
+        "no gate",
+        "median pruner",
+        "preflight gate",
+        "gate + median pruner",
+    ]
     gated = results["searches"][2]["trials"] + results["searches"][3]["trials"]
     assert all(t["candidate_id"] is not None and t["verdict"] in ("keep", "prune") for t in gated)
     assert all(t["state"] == "pruned-before" for t in gated if t["verdict"] == "prune")

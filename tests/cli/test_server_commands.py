@@ -20,9 +20,12 @@ TINY = {"steps": 1, "n_vectors": 1, "batch_size": 8, "diagnostics": False, "hess
 
 def preflight(db: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args], capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "service.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "PREFLIGHT_DATABASE_URL": f"sqlite:///{db}", **env},
-    )  # fmt: skip
+    )
 
 
 def test_db_current_and_upgrade(tmp_path: Path) -> None:
@@ -57,12 +60,19 @@ def test_serve_with_embedded_worker_end_to_end(tmp_path: Path) -> None:
     db, port = tmp_path / "p.db", free_port()
     preflight(db, "db", "upgrade")
     token = preflight(db, "token", "create", "e2e").stdout.strip()
-    env = {**os.environ, "PREFLIGHT_DATABASE_URL": f"sqlite:///{db}", "PREFLIGHT_REQUIRE_AUTH": "true",
-           "PREFLIGHT_POLL_SECONDS": "0.05"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PREFLIGHT_DATABASE_URL": f"sqlite:///{db}",
+        "PREFLIGHT_REQUIRE_AUTH": "true",
+        "PREFLIGHT_POLL_SECONDS": "0.05",
+    }
     server = subprocess.Popen(
         [sys.executable, "-m", "service.cli", "serve", "--embedded-worker", "--device", "cpu", "--port", str(port)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -78,8 +88,9 @@ def test_serve_with_embedded_worker_end_to_end(tmp_path: Path) -> None:
         assert httpx.post(url + "/v1/candidates", json={"spec": spec}).status_code == 401
         auth = {"authorization": f"Bearer {token}"}
         submitted = httpx.post(url + "/v1/candidates", json={"spec": spec, "options": TINY}, headers=auth).json()
-        done = httpx.get(f"{url}/v1/candidates/{submitted['id']}/wait", params={"timeout": 60}, headers=auth,
-                         timeout=90).json()  # fmt: skip
+        done = httpx.get(
+            f"{url}/v1/candidates/{submitted['id']}/wait", params={"timeout": 60}, headers=auth, timeout=90
+        ).json()
         assert done["status"] == "done" and done["report"]["scales"]
     finally:
         server.send_signal(signal.SIGTERM)

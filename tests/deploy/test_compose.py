@@ -48,7 +48,7 @@ def test_every_service_command_is_a_real_preflight_command(name: str) -> None:
 
 def test_the_dockerfile_default_command_is_a_real_preflight_command() -> None:
     cmd = next(line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("CMD "))
-    command = json.loads(cmd[len("CMD "):])
+    command = json.loads(cmd[len("CMD ") :])
     assert command[0] == "preflight"
     assert callable(build_parser().parse_args(command[1:]).handler)
 
@@ -94,8 +94,10 @@ def test_everything_uses_one_database_and_optuna_keeps_its_own() -> None:
 
 def test_the_api_listens_beyond_localhost_only_with_tokens() -> None:
     api = SERVICES["api"]
-    settings = Settings(host=build_parser().parse_args(api["command"][1:]).host,
-                        require_auth=interpolate(api["environment"]["PREFLIGHT_REQUIRE_AUTH"]))  # fmt: skip
+    settings = Settings(
+        host=build_parser().parse_args(api["command"][1:]).host,
+        require_auth=interpolate(api["environment"]["PREFLIGHT_REQUIRE_AUTH"]),
+    )
     assert settings.auth_required
 
 

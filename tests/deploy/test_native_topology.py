@@ -53,8 +53,10 @@ def database() -> Iterator[str]:
         with admin.connect() as connection:
             connection.execute(text("SELECT 1"))
     except Exception as exc:
-        message = (f"PostgreSQL not reachable at {given.render_as_string()} ({type(exc).__name__}); "
-                   "set PREFLIGHT_TEST_POSTGRES_URL, or PREFLIGHT_TEST_REQUIRE_POSTGRES=1 to fail here")  # fmt: skip
+        message = (
+            f"PostgreSQL not reachable at {given.render_as_string()} ({type(exc).__name__}); "
+            "set PREFLIGHT_TEST_POSTGRES_URL, or PREFLIGHT_TEST_REQUIRE_POSTGRES=1 to fail here"
+        )
         if os.environ.get("PREFLIGHT_TEST_REQUIRE_POSTGRES") == "1":
             pytest.fail(message)
         pytest.skip(message)
@@ -97,18 +99,32 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def topology(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     logs = tmp_path_factory.mktemp("topology")
-    run = subprocess.run(compose_command("migrate"), env=compose_environment("migrate", database),
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        compose_command("migrate"),
+        env=compose_environment("migrate", database),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
-    token = subprocess.run(PREFLIGHT + ["token", "create", "topology-test"], env=compose_environment("api", database),
-                           cwd=ROOT, capture_output=True, text=True, timeout=120, check=True).stdout.strip()  # fmt: skip
+    token = subprocess.run(
+        PREFLIGHT + ["token", "create", "topology-test"],
+        env=compose_environment("api", database),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.strip()
     port = free_port()
     processes: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(name: str, service: str, command: list[str]) -> None:
         with (logs / f"{name}.log").open("wb") as log:  # the child keeps its own handle
-            processes[name] = subprocess.Popen(command, env=compose_environment(service, database), cwd=ROOT,
-                                               stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+            processes[name] = subprocess.Popen(
+                command, env=compose_environment(service, database), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+            )
 
     start("api", "api", compose_command("api", **{"--host": "127.0.0.1", "--port": str(port)}))
     start("worker-1", "worker", compose_command("worker"))

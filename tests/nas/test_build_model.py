@@ -35,6 +35,7 @@ EXPECTED_VARIANCE = {  # spec-format.md's table, written out independently of th
     "normal": lambda i, o: 0.05**2,
 }
 
+
 # The sample variance of n iid weights has relative standard error sqrt(2 / n) for a
 # Gaussian (smaller for a uniform); we allow 5 standard errors.
 def _tolerance(n: int) -> float:
@@ -51,7 +52,9 @@ def _tolerance(n: int) -> float:
     ],
     ids=["linear", "conv2d", "grouped-conv2d"],
 )
-def test_weight_variance_matches_the_init_table(init: dict[str, Any], input_shape: list[int], layer: dict[str, Any], fans: tuple[int, int]) -> None:
+def test_weight_variance_matches_the_init_table(
+    init: dict[str, Any], input_shape: list[int], layer: dict[str, Any], fans: tuple[int, int]
+) -> None:
     """Measured weight variance equals the table's variance times gain^2 within 5 standard
     errors of the sample variance; biases are zero except under torch_default."""
     spec = {"input_shape": input_shape, "blocks": [{"layers": [{**layer, "init": init}]}]}
@@ -74,8 +77,13 @@ def test_init_variance_function_follows_the_table() -> None:
 
 
 def test_layer_init_overrides_the_spec_default() -> None:
-    spec = {"input_shape": [500], "init": {"scheme": "normal", "std": 1.0},
-            "blocks": [{"layers": [{"type": "linear", "out": 500}, {"type": "linear", "out": 500, "init": {"scheme": "fan_in"}}]}]}  # fmt: skip
+    spec = {
+        "input_shape": [500],
+        "init": {"scheme": "normal", "std": 1.0},
+        "blocks": [
+            {"layers": [{"type": "linear", "out": 500}, {"type": "linear", "out": 500, "init": {"scheme": "fan_in"}}]}
+        ],
+    }
     model = build_model(spec, seed=0)
     assert model.blocks[0][0].weight.std().item() == pytest.approx(1.0, rel=0.02)
     assert model.blocks[0][1].weight.std().item() == pytest.approx(math.sqrt(2 / 500), rel=0.02)
@@ -84,21 +92,48 @@ def test_layer_init_overrides_the_spec_default() -> None:
 ALL_LAYERS_SPEC: dict[str, Any] = {
     "input_shape": [4, 9, 9],
     "blocks": [
-        {"layers": [{"type": "conv2d", "out": 8, "kernel": 3, "stride": 2, "groups": 2, "bias": False},
-                    {"type": "batchnorm"}, {"type": "relu"}, {"type": "groupnorm", "groups": 4},
-                    {"type": "conv2d", "out": 8, "kernel": 2}, {"type": "gelu"}]},
-        {"layers": [{"type": "residual", "alpha": 0.5, "beta": 0.25,
-                     "body": [{"type": "conv2d", "out": 6, "kernel": 3}, {"type": "silu"}],
-                     "shortcut": [{"type": "conv2d", "out": 6, "kernel": 1}]},
-                    {"type": "maxpool", "kernel": 2}, {"type": "avgpool", "kernel": 2, "stride": 1},
-                    {"type": "layernorm"}]},
-        {"layers": [{"type": "conv2d", "out": 5, "kernel": 1, "padding": 0}, {"type": "global_avgpool"},
-                    {"type": "tanh"}, {"type": "dropout", "p": 0.1}, {"type": "flatten"},
-                    {"type": "linear", "out": 6}, {"type": "batchnorm"}, {"type": "sigmoid"},
-                    {"type": "leaky_relu", "slope": 0.2}, {"type": "scale", "factor": 2.0},
-                    {"type": "identity"}, {"type": "linear", "out": 3, "bias": False}]},
+        {
+            "layers": [
+                {"type": "conv2d", "out": 8, "kernel": 3, "stride": 2, "groups": 2, "bias": False},
+                {"type": "batchnorm"},
+                {"type": "relu"},
+                {"type": "groupnorm", "groups": 4},
+                {"type": "conv2d", "out": 8, "kernel": 2},
+                {"type": "gelu"},
+            ]
+        },
+        {
+            "layers": [
+                {
+                    "type": "residual",
+                    "alpha": 0.5,
+                    "beta": 0.25,
+                    "body": [{"type": "conv2d", "out": 6, "kernel": 3}, {"type": "silu"}],
+                    "shortcut": [{"type": "conv2d", "out": 6, "kernel": 1}],
+                },
+                {"type": "maxpool", "kernel": 2},
+                {"type": "avgpool", "kernel": 2, "stride": 1},
+                {"type": "layernorm"},
+            ]
+        },
+        {
+            "layers": [
+                {"type": "conv2d", "out": 5, "kernel": 1, "padding": 0},
+                {"type": "global_avgpool"},
+                {"type": "tanh"},
+                {"type": "dropout", "p": 0.1},
+                {"type": "flatten"},
+                {"type": "linear", "out": 6},
+                {"type": "batchnorm"},
+                {"type": "sigmoid"},
+                {"type": "leaky_relu", "slope": 0.2},
+                {"type": "scale", "factor": 2.0},
+                {"type": "identity"},
+                {"type": "linear", "out": 3, "bias": False},
+            ]
+        },
     ],
-}  # fmt: skip
+}
 
 
 def test_every_layer_builds_with_the_inferred_shapes() -> None:
@@ -183,5 +218,12 @@ def test_summary_counts_parameters_fans_and_macs() -> None:
 def test_weighted_layers_lists_linear_and_conv_in_forward_order() -> None:
     model = build_model(ALL_LAYERS_SPEC)
     names = [info.module for info, _ in model.weighted_layers()]
-    assert names == ["blocks.0.0", "blocks.0.4", "blocks.1.0.body.0", "blocks.1.0.shortcut.0",
-                     "blocks.2.0", "blocks.2.5", "blocks.2.11"]  # fmt: skip
+    assert names == [
+        "blocks.0.0",
+        "blocks.0.4",
+        "blocks.1.0.body.0",
+        "blocks.1.0.shortcut.0",
+        "blocks.2.0",
+        "blocks.2.5",
+        "blocks.2.11",
+    ]

@@ -66,7 +66,9 @@ def test_bad_retry_policies_are_refused_and_quoted(kwargs: dict[str, Any], messa
         RetryPolicy(**kwargs)
 
 
-@pytest.mark.parametrize(("status", "retried"), [(500, True), (502, True), (503, True), (429, True), (404, False), (422, False)])
+@pytest.mark.parametrize(
+    ("status", "retried"), [(500, True), (502, True), (503, True), (429, True), (404, False), (422, False)]
+)
 def test_5xx_and_429_are_retried_4xx_are_not(status: int, retried: bool) -> None:
     assert RetryPolicy().retries_status(status) is retried
 
@@ -76,7 +78,9 @@ Handler = Callable[[httpx.Request], httpx.Response]
 
 
 def run_sync(handler: Handler, call: Callable[[Any], Any], **kwargs: Any) -> Any:
-    with PreflightClient("http://preflight.test", transport=httpx.MockTransport(handler), retry=FAST, **kwargs) as client:
+    with PreflightClient(
+        "http://preflight.test", transport=httpx.MockTransport(handler), retry=FAST, **kwargs
+    ) as client:
         return call(client)
 
 
@@ -125,8 +129,11 @@ def test_connection_errors_are_retried_then_raised_as_preflight_connection_error
 @pytest.mark.parametrize("run", RUNNERS)
 def test_a_persistent_5xx_ends_as_server_error_with_the_problem(run: Any) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(500, json={"title": "Internal Server Error", "detail": "boom"},
-                              headers={"content-type": "application/problem+json"})
+        return httpx.Response(
+            500,
+            json={"title": "Internal Server Error", "detail": "boom"},
+            headers={"content-type": "application/problem+json"},
+        )
 
     with pytest.raises(ServerError) as caught:
         run(handler, lambda c: c.get("1"))

@@ -39,8 +39,13 @@ def test_each_status_maps_to_its_class_under_one_root(status: int, kind: type, f
 
 
 def test_the_problem_document_is_carried_and_quoted() -> None:
-    problem = {"type": "about:blank", "title": "Invalid spec", "status": 422,
-               "detail": "blocks[0].layers[0] (linear).out: required", "errors": [{"path": "x"}]}
+    problem = {
+        "type": "about:blank",
+        "title": "Invalid spec",
+        "status": 422,
+        "detail": "blocks[0].layers[0] (linear).out: required",
+        "errors": [{"path": "x"}],
+    }
     error = error_for_status(422, problem)
     assert error.status == 422
     assert error.problem == problem

@@ -51,7 +51,9 @@ def arch_space(trial: optuna.Trial) -> dict[str, Any]:
     return SPECS[trial.suggest_categorical("arch", ["well", "ill"])]
 
 
-def test_an_ill_conditioned_candidate_is_pruned_and_a_well_conditioned_one_kept_end_to_end(client: PreflightClient) -> None:
+def test_an_ill_conditioned_candidate_is_pruned_and_a_well_conditioned_one_kept_end_to_end(
+    client: PreflightClient,
+) -> None:
     data = load_digits()
     gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
 
@@ -108,8 +110,12 @@ def test_parallel_trials_n_jobs_2(client: PreflightClient, storage_kind: str, tm
     threads (optuna/optuna#4002), a race of the storage, not of the gate."""
     # Two threads write one SQLite file: wait for its lock (sqlite3's default gives up
     # after 5 s, which a loaded machine exceeds) rather than fail the trial.
-    storage = None if storage_kind == "inmemory" else optuna.storages.RDBStorage(
-        f"sqlite:///{tmp_path / 'optuna.db'}", engine_kwargs={"connect_args": {"timeout": 60}}
+    storage = (
+        None
+        if storage_kind == "inmemory"
+        else optuna.storages.RDBStorage(
+            f"sqlite:///{tmp_path / 'optuna.db'}", engine_kwargs={"connect_args": {"timeout": 60}}
+        )
     )
     gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
     study = optuna.create_study(direction="maximize", storage=storage)
@@ -133,8 +139,9 @@ def test_parallel_trials_n_jobs_2(client: PreflightClient, storage_kind: str, tm
 def test_the_pruner_decides_at_the_first_check_and_median_pruner_later(client: PreflightClient, tmp_path: Path) -> None:
     gate = ConditioningGate(client, options=TINY_OPTIONS, prune=False, timeout=300)  # records only
     pruner = ConditioningPruner(wrapped=optuna.pruners.MedianPruner(n_startup_trials=1))
-    study = enqueued_study(["ill", "well", "well"], direction="maximize", pruner=pruner,
-                           storage=f"sqlite:///{tmp_path / 'optuna.db'}")  # fmt: skip
+    study = enqueued_study(
+        ["ill", "well", "well"], direction="maximize", pruner=pruner, storage=f"sqlite:///{tmp_path / 'optuna.db'}"
+    )
     checked = []
 
     def objective(trial: optuna.Trial) -> float:
@@ -157,8 +164,7 @@ def test_the_pruner_decides_at_the_first_check_and_median_pruner_later(client: P
 
 def test_the_pruner_waits_for_a_candidate_only_submitted(client: PreflightClient) -> None:
     gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
-    study = enqueued_study(["ill", "well"], direction="maximize",
-                           pruner=ConditioningPruner(client=client, timeout=300))  # fmt: skip
+    study = enqueued_study(["ill", "well"], direction="maximize", pruner=ConditioningPruner(client=client, timeout=300))
 
     def objective(trial: optuna.Trial) -> float:
         gate.submit(trial, arch_space(trial))  # no wait: the pruner waits at should_prune

@@ -48,8 +48,14 @@ def test_the_same_parameters_give_the_same_spec(space: Any) -> None:
 
 
 def test_mlp_space_searches_depth_width_activation_norm_and_init() -> None:
-    params = {"depth": 3, "width": 32, "activation": "tanh", "norm": "layernorm",
-              "init_scheme": "geometric", "init_gain": 1.5}
+    params = {
+        "depth": 3,
+        "width": 32,
+        "activation": "tanh",
+        "norm": "layernorm",
+        "init_scheme": "geometric",
+        "init_gain": 1.5,
+    }
     spec = MLPSpace([64], 10)(optuna.trial.FixedTrial(params))
     assert spec["init"] == {"scheme": "geometric", "gain": 1.5}
     assert len(spec["blocks"]) == 4
@@ -57,8 +63,17 @@ def test_mlp_space_searches_depth_width_activation_norm_and_init() -> None:
 
 
 def test_cnn_space_downsamples_by_stride_or_pooling_between_stages() -> None:
-    base = {"stages": 2, "convs_per_stage": 1, "channels": 8, "kernel": 3, "head": "global_avgpool",
-            "activation": "relu", "norm": "none", "init_scheme": "fan_in", "init_gain": 1.0}
+    base = {
+        "stages": 2,
+        "convs_per_stage": 1,
+        "channels": 8,
+        "kernel": 3,
+        "head": "global_avgpool",
+        "activation": "relu",
+        "norm": "none",
+        "init_scheme": "fan_in",
+        "init_gain": 1.0,
+    }
     strided = CNNSpace([1, 8, 8], 10)(optuna.trial.FixedTrial(base | {"pooling": "stride"}))
     pooled = CNNSpace([1, 8, 8], 10)(optuna.trial.FixedTrial(base | {"pooling": "maxpool"}))
     assert strided["blocks"][1]["layers"][0] == {"type": "conv2d", "out": 16, "kernel": 3, "stride": 2, "padding": 1}
@@ -67,8 +82,16 @@ def test_cnn_space_downsamples_by_stride_or_pooling_between_stages() -> None:
 
 
 def test_residual_space_searches_the_residual_scaling() -> None:
-    params = {"depth": 2, "width": 16, "body_layers": 1, "beta": 0.25, "activation": "relu",
-              "norm": "none", "init_scheme": "fan_in", "init_gain": 1.0}
+    params = {
+        "depth": 2,
+        "width": 16,
+        "body_layers": 1,
+        "beta": 0.25,
+        "activation": "relu",
+        "norm": "none",
+        "init_scheme": "fan_in",
+        "init_gain": 1.0,
+    }
     spec = ResidualSpace([64], 10)(optuna.trial.FixedTrial(params))
     residual = spec["blocks"][1]["layers"][0]
     assert residual["type"] == "residual" and residual["beta"] == 0.25 and residual["alpha"] == 1.0
@@ -82,8 +105,9 @@ def test_a_custom_space_composes_the_helpers() -> None:
         hidden = [{"layers": [{"type": "linear", "out": width}, act]} for _ in range(trial.suggest_int("depth", 1, 4))]
         return {"input_shape": [64], "init": suggest_init(trial), "blocks": [*hidden, head_block(10)]}
 
-    trial = optuna.trial.FixedTrial({"activation": "relu", "width": 40, "depth": 2,
-                                     "init_scheme": "fan_in", "init_gain": 1.0})
+    trial = optuna.trial.FixedTrial(
+        {"activation": "relu", "width": 40, "depth": 2, "init_scheme": "fan_in", "init_gain": 1.0}
+    )
     assert nas.summarize(my_space(trial)).output_shape == [10]
 
 

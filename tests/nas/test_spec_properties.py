@@ -40,14 +40,20 @@ def _vector_layers(draw: st.DrawFn, width: int, count: int) -> tuple[list[dict[s
             layer = {"type": "scale", "factor": draw(st.floats(-3, 3))}
         else:
             body, _ = draw(_vector_layers(width, draw(st.integers(0, 2))))
-            layer = {"type": "residual", "body": body + [{"type": "linear", "out": width}],
-                     "alpha": draw(st.floats(0, 2)), "beta": draw(st.floats(0, 2))}  # fmt: skip
+            layer = {
+                "type": "residual",
+                "body": body + [{"type": "linear", "out": width}],
+                "alpha": draw(st.floats(0, 2)),
+                "beta": draw(st.floats(0, 2)),
+            }
         layers.append(layer)
     return layers, width
 
 
 @st.composite
-def _image_layers(draw: st.DrawFn, shape: tuple[int, int, int], count: int) -> tuple[list[dict[str, Any]], tuple[int, int, int]]:
+def _image_layers(
+    draw: st.DrawFn, shape: tuple[int, int, int], count: int
+) -> tuple[list[dict[str, Any]], tuple[int, int, int]]:
     c, h, w = shape
     layers: list[dict[str, Any]] = []
     for _ in range(count):
@@ -65,15 +71,20 @@ def _image_layers(draw: st.DrawFn, shape: tuple[int, int, int], count: int) -> t
         elif kind == "act":
             layer = {"type": draw(st.sampled_from(ACTIVATIONS))}
         elif kind == "norm":
-            layer = draw(st.sampled_from([{"type": "batchnorm"}, {"type": "layernorm"}, {"type": "groupnorm", "groups": 1}]))
+            layer = draw(
+                st.sampled_from([{"type": "batchnorm"}, {"type": "layernorm"}, {"type": "groupnorm", "groups": 1}])
+            )
         elif kind == "pool":
             kernel = draw(st.integers(1, min(h, w)))
             stride = draw(st.integers(1, kernel))
             layer = {"type": draw(st.sampled_from(["maxpool", "avgpool"])), "kernel": kernel, "stride": stride}
             h, w = (h - kernel) // stride + 1, (w - kernel) // stride + 1
         else:
-            layer = {"type": "residual", "body": [{"type": "conv2d", "out": c, "kernel": 3}, {"type": "relu"}],
-                     "beta": draw(st.floats(0, 1))}  # fmt: skip
+            layer = {
+                "type": "residual",
+                "body": [{"type": "conv2d", "out": c, "kernel": 3}, {"type": "relu"}],
+                "beta": draw(st.floats(0, 1)),
+            }
         layers.append(layer)
     return layers, (c, h, w)
 
@@ -115,8 +126,12 @@ def _with_explicit_defaults(spec: dict[str, Any]) -> dict[str, Any]:
     """Write out the defaults a spec omitted, and push the spec-wide init onto each layer."""
     spec = copy.deepcopy(spec)
     default_init = spec.pop("init", {"scheme": "fan_in"})
-    defaults = {"linear": {"bias": True}, "conv2d": {"stride": 1, "padding": "same", "groups": 1, "bias": True},
-                "leaky_relu": {"slope": 0.01}, "residual": {"shortcut": [], "alpha": 1.0, "beta": 1.0}}  # fmt: skip
+    defaults = {
+        "linear": {"bias": True},
+        "conv2d": {"stride": 1, "padding": "same", "groups": 1, "bias": True},
+        "leaky_relu": {"slope": 0.01},
+        "residual": {"shortcut": [], "alpha": 1.0, "beta": 1.0},
+    }
 
     def fill(layer: dict[str, Any]) -> None:
         for key, value in defaults.get(layer["type"], {}).items():
@@ -169,7 +184,12 @@ def test_a_change_of_meaning_changes_the_hash() -> None:
 
 def test_same_padding_and_its_integer_equal_hash_the_same() -> None:
     def conv(padding: Any) -> dict[str, Any]:
-        return {"input_shape": [2, 6, 6], "blocks": [{"layers": [{"type": "conv2d", "out": 2, "kernel": 3, "padding": padding}, {"type": "flatten"}]}]}
+        return {
+            "input_shape": [2, 6, 6],
+            "blocks": [
+                {"layers": [{"type": "conv2d", "out": 2, "kernel": 3, "padding": padding}, {"type": "flatten"}]}
+            ],
+        }
 
     assert spec_hash(parse_spec(conv("same"))) == spec_hash(parse_spec(conv(1)))
     assert spec_hash(parse_spec(conv("same"))) != spec_hash(parse_spec(conv(0)))

@@ -33,37 +33,147 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
     ("unknown top-level field", {**_mlp(LINEAR), "optimizer": "adam"}, "optimizer", "unknown field"),
     ("unknown layer type", _mlp({"type": "attention"}), "blocks[0].layers[0]", "unknown layer type 'attention'"),
     ("layer without type", _mlp({"out": 3}), "blocks[0].layers[0]", 'no "type"'),
-    ("unknown layer field", _mlp({"type": "relu", "inplace": True}), "blocks[0].layers[0] (relu).inplace", "unknown field"),
+    (
+        "unknown layer field",
+        _mlp({"type": "relu", "inplace": True}),
+        "blocks[0].layers[0] (relu).inplace",
+        "unknown field",
+    ),
     ("non-positive out", _mlp({"type": "linear", "out": 0}), "blocks[0].layers[0] (linear).out", "greater than 0"),
     ("out of wrong type", _mlp({"type": "linear", "out": "wide"}), "blocks[0].layers[0] (linear).out", "integer"),
     ("fractional out", _mlp({"type": "linear", "out": 2.5}), "blocks[0].layers[0] (linear).out", "integer"),
-    ("linear on an image", _img(LINEAR), "blocks[0].layers[0] (linear)", "expects a vector input but receives [4, 8, 8]; add a flatten"),
-    ("conv on a vector", _mlp({"type": "conv2d", "out": 4, "kernel": 3}), "blocks[0].layers[0] (conv2d)", "expects an image input"),
-    ("conv kernel too large", _img({"type": "conv2d", "out": 4, "kernel": 9, "padding": 0}), "blocks[0].layers[0] (conv2d)", "does not fit"),
-    ("conv groups do not divide input", _img({"type": "conv2d", "out": 6, "kernel": 3, "groups": 3}), "blocks[0].layers[0] (conv2d)", "must divide the 4 input channels"),
-    ("conv groups do not divide out", _img({"type": "conv2d", "out": 6, "kernel": 3, "groups": 4}), "blocks[0].layers[0] (conv2d)", "must divide out=6"),
-    ("bad padding word", _img({"type": "conv2d", "out": 4, "kernel": 3, "padding": "valid"}), "blocks[0].layers[0] (conv2d).padding", ""),
-    ("groupnorm groups do not divide", _img({"type": "groupnorm", "groups": 3}), "blocks[0].layers[0] (groupnorm)", "must divide the 4 channels"),
-    ("groupnorm on a vector", _mlp({"type": "groupnorm", "groups": 2}), "blocks[0].layers[0] (groupnorm)", "expects an image input"),
-    ("pool larger than the image", _img({"type": "maxpool", "kernel": 16}), "blocks[0].layers[0] (maxpool)", "larger than the 8x8 input"),
-    ("pool on a vector", _mlp({"type": "avgpool", "kernel": 2}), "blocks[0].layers[0] (avgpool)", "expects an image input"),
-    ("global pool on a vector", _mlp({"type": "global_avgpool"}), "blocks[0].layers[0] (global_avgpool)", "expects an image input"),
+    (
+        "linear on an image",
+        _img(LINEAR),
+        "blocks[0].layers[0] (linear)",
+        "expects a vector input but receives [4, 8, 8]; add a flatten",
+    ),
+    (
+        "conv on a vector",
+        _mlp({"type": "conv2d", "out": 4, "kernel": 3}),
+        "blocks[0].layers[0] (conv2d)",
+        "expects an image input",
+    ),
+    (
+        "conv kernel too large",
+        _img({"type": "conv2d", "out": 4, "kernel": 9, "padding": 0}),
+        "blocks[0].layers[0] (conv2d)",
+        "does not fit",
+    ),
+    (
+        "conv groups do not divide input",
+        _img({"type": "conv2d", "out": 6, "kernel": 3, "groups": 3}),
+        "blocks[0].layers[0] (conv2d)",
+        "must divide the 4 input channels",
+    ),
+    (
+        "conv groups do not divide out",
+        _img({"type": "conv2d", "out": 6, "kernel": 3, "groups": 4}),
+        "blocks[0].layers[0] (conv2d)",
+        "must divide out=6",
+    ),
+    (
+        "bad padding word",
+        _img({"type": "conv2d", "out": 4, "kernel": 3, "padding": "valid"}),
+        "blocks[0].layers[0] (conv2d).padding",
+        "",
+    ),
+    (
+        "groupnorm groups do not divide",
+        _img({"type": "groupnorm", "groups": 3}),
+        "blocks[0].layers[0] (groupnorm)",
+        "must divide the 4 channels",
+    ),
+    (
+        "groupnorm on a vector",
+        _mlp({"type": "groupnorm", "groups": 2}),
+        "blocks[0].layers[0] (groupnorm)",
+        "expects an image input",
+    ),
+    (
+        "pool larger than the image",
+        _img({"type": "maxpool", "kernel": 16}),
+        "blocks[0].layers[0] (maxpool)",
+        "larger than the 8x8 input",
+    ),
+    (
+        "pool on a vector",
+        _mlp({"type": "avgpool", "kernel": 2}),
+        "blocks[0].layers[0] (avgpool)",
+        "expects an image input",
+    ),
+    (
+        "global pool on a vector",
+        _mlp({"type": "global_avgpool"}),
+        "blocks[0].layers[0] (global_avgpool)",
+        "expects an image input",
+    ),
     ("dropout p = 1", _mlp({"type": "dropout", "p": 1.0}), "blocks[0].layers[0] (dropout).p", "less than 1"),
-    ("negative dropout", _mlp({"type": "dropout", "p": -0.1}), "blocks[0].layers[0] (dropout).p", "greater than or equal to 0"),
-    ("non-finite scale", _mlp({"type": "scale", "factor": float("inf")}), "blocks[0].layers[0] (scale).factor", "finite"),
-    ("residual paths disagree", _mlp({"type": "residual", "body": [LINEAR]}), "blocks[0].layers[0] (residual)", "body gives [8] but shortcut gives [16]"),
-    ("empty residual body", _mlp({"type": "residual", "body": []}), "blocks[0].layers[0] (residual).body", "at least 1"),
-    ("nested error inside a residual", _mlp({"type": "residual", "body": [{"type": "linear", "out": -1}]}), "blocks[0].layers[0] (residual).body[0] (linear).out", "greater than 0"),
+    (
+        "negative dropout",
+        _mlp({"type": "dropout", "p": -0.1}),
+        "blocks[0].layers[0] (dropout).p",
+        "greater than or equal to 0",
+    ),
+    (
+        "non-finite scale",
+        _mlp({"type": "scale", "factor": float("inf")}),
+        "blocks[0].layers[0] (scale).factor",
+        "finite",
+    ),
+    (
+        "residual paths disagree",
+        _mlp({"type": "residual", "body": [LINEAR]}),
+        "blocks[0].layers[0] (residual)",
+        "body gives [8] but shortcut gives [16]",
+    ),
+    (
+        "empty residual body",
+        _mlp({"type": "residual", "body": []}),
+        "blocks[0].layers[0] (residual).body",
+        "at least 1",
+    ),
+    (
+        "nested error inside a residual",
+        _mlp({"type": "residual", "body": [{"type": "linear", "out": -1}]}),
+        "blocks[0].layers[0] (residual).body[0] (linear).out",
+        "greater than 0",
+    ),
     ("unknown init scheme", {**_mlp(LINEAR), "init": {"scheme": "orthogonal"}}, "init.scheme", "fan_in"),
     ("normal without std", {**_mlp(LINEAR), "init": {"scheme": "normal"}}, "init", 'needs a positive "std"'),
-    ("std on another scheme", _mlp({"type": "linear", "out": 4, "init": {"scheme": "fan_in", "std": 0.1}}), "blocks[0].layers[0] (linear).init", "only used by scheme"),
+    (
+        "std on another scheme",
+        _mlp({"type": "linear", "out": 4, "init": {"scheme": "fan_in", "std": 0.1}}),
+        "blocks[0].layers[0] (linear).init",
+        "only used by scheme",
+    ),
     ("non-positive gain", {**_mlp(LINEAR), "init": {"gain": 0}}, "init.gain", "greater than 0"),
-    ("batchnorm flag of wrong type", _mlp({"type": "linear", "out": 4, "bias": "yes please"}), "blocks[0].layers[0] (linear).bias", "boolean"),
-    ("error in a later block", {"input_shape": [4, 8, 8], "blocks": [{"layers": [{"type": "conv2d", "out": 32, "kernel": 3}]}, {"layers": [{"type": "maxpool", "kernel": 2}]}, {"layers": [{"type": "relu"}]}, {"layers": [{"type": "relu"}, LINEAR]}]}, "blocks[3].layers[1] (linear)", "receives [32, 4, 4]"),
+    (
+        "batchnorm flag of wrong type",
+        _mlp({"type": "linear", "out": 4, "bias": "yes please"}),
+        "blocks[0].layers[0] (linear).bias",
+        "boolean",
+    ),
+    (
+        "error in a later block",
+        {
+            "input_shape": [4, 8, 8],
+            "blocks": [
+                {"layers": [{"type": "conv2d", "out": 32, "kernel": 3}]},
+                {"layers": [{"type": "maxpool", "kernel": 2}]},
+                {"layers": [{"type": "relu"}]},
+                {"layers": [{"type": "relu"}, LINEAR]},
+            ],
+        },
+        "blocks[3].layers[1] (linear)",
+        "receives [32, 4, 4]",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("spec", "path", "reason"), [case[1:] for case in MALFORMED], ids=[case[0] for case in MALFORMED])
+@pytest.mark.parametrize(
+    ("spec", "path", "reason"), [case[1:] for case in MALFORMED], ids=[case[0] for case in MALFORMED]
+)
 def test_malformed_spec_is_rejected_naming_path_and_reason(spec: Any, path: str, reason: str) -> None:
     with pytest.raises(SpecError) as caught:
         parse_spec(spec)
@@ -92,19 +202,45 @@ def test_every_layer_type_of_the_format_is_accepted() -> None:
     spec = {
         "input_shape": [4, 8, 8],
         "blocks": [
-            {"layers": [{"type": "conv2d", "out": 8, "kernel": 3, "stride": 1, "padding": 1, "groups": 2, "bias": False},
-                        {"type": "batchnorm"}, {"type": "relu"}, {"type": "groupnorm", "groups": 4},
-                        {"type": "gelu"}, {"type": "maxpool", "kernel": 2}]},
-            {"layers": [{"type": "residual", "alpha": 0.5, "beta": 0.25,
-                         "body": [{"type": "conv2d", "out": 8, "kernel": 3}, {"type": "silu"}],
-                         "shortcut": [{"type": "conv2d", "out": 8, "kernel": 1}]},
-                        {"type": "avgpool", "kernel": 2, "stride": 1}, {"type": "layernorm"}]},
-            {"layers": [{"type": "global_avgpool"}, {"type": "tanh"}, {"type": "dropout", "p": 0.1},
-                        {"type": "flatten"}, {"type": "linear", "out": 6}, {"type": "sigmoid"},
-                        {"type": "leaky_relu", "slope": 0.2}, {"type": "scale", "factor": 2.0},
-                        {"type": "identity"}, {"type": "batchnorm"}]},
+            {
+                "layers": [
+                    {"type": "conv2d", "out": 8, "kernel": 3, "stride": 1, "padding": 1, "groups": 2, "bias": False},
+                    {"type": "batchnorm"},
+                    {"type": "relu"},
+                    {"type": "groupnorm", "groups": 4},
+                    {"type": "gelu"},
+                    {"type": "maxpool", "kernel": 2},
+                ]
+            },
+            {
+                "layers": [
+                    {
+                        "type": "residual",
+                        "alpha": 0.5,
+                        "beta": 0.25,
+                        "body": [{"type": "conv2d", "out": 8, "kernel": 3}, {"type": "silu"}],
+                        "shortcut": [{"type": "conv2d", "out": 8, "kernel": 1}],
+                    },
+                    {"type": "avgpool", "kernel": 2, "stride": 1},
+                    {"type": "layernorm"},
+                ]
+            },
+            {
+                "layers": [
+                    {"type": "global_avgpool"},
+                    {"type": "tanh"},
+                    {"type": "dropout", "p": 0.1},
+                    {"type": "flatten"},
+                    {"type": "linear", "out": 6},
+                    {"type": "sigmoid"},
+                    {"type": "leaky_relu", "slope": 0.2},
+                    {"type": "scale", "factor": 2.0},
+                    {"type": "identity"},
+                    {"type": "batchnorm"},
+                ]
+            },
         ],
-    }  # fmt: skip
+    }
     parse_spec(spec)
 
 

@@ -6,8 +6,13 @@ import torch
 import nas
 from nas.training import Dataset, Trainer, accuracy, load_digits
 
-SMALL = {"input_shape": [64], "blocks": [{"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
-                                         {"layers": [{"type": "linear", "out": 10}]}]}  # fmt: skip
+SMALL = {
+    "input_shape": [64],
+    "blocks": [
+        {"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
+        {"layers": [{"type": "linear", "out": 10}]},
+    ],
+}
 
 
 @pytest.fixture(scope="module")

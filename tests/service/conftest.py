@@ -1,6 +1,6 @@
-"""Shared by tests/service/api and tests/service/store: real databases for the service tests: a SQLite file per test, and one PostgreSQL database
-per test session, created under a unique name through the ``postgres`` database and dropped
-at the end.
+"""Shared by tests/service/api and tests/service/store: real databases for the service tests:
+a SQLite file per test, and one PostgreSQL database per test session, created under a unique
+name through the ``postgres`` database and dropped at the end.
 
 PostgreSQL is found at PREFLIGHT_TEST_POSTGRES_URL (default: the CI server below). When it
 cannot be reached the PostgreSQL tests are skipped, or fail if PREFLIGHT_TEST_REQUIRE_POSTGRES=1.
@@ -44,7 +44,10 @@ def postgres_server() -> str:
             connection.execute(text("SELECT 1"))
         engine.dispose()
     except Exception as exc:
-        message = f"PostgreSQL not reachable at {make_url(admin).render_as_string()} ({type(exc).__name__}); set PREFLIGHT_TEST_POSTGRES_URL"
+        message = (
+            f"PostgreSQL not reachable at {make_url(admin).render_as_string()} ({type(exc).__name__}); set "
+            "PREFLIGHT_TEST_POSTGRES_URL"
+        )
         if os.environ.get("PREFLIGHT_TEST_REQUIRE_POSTGRES") == "1":
             pytest.fail(message)
         pytest.skip(message)

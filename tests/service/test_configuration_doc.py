@@ -22,9 +22,7 @@ PAGE = ROOT / "docs" / "configuration.md"
 )
 def test_every_setting_is_documented_with_its_env_var(fields: dict[str, object], prefix: str) -> None:
     text = PAGE.read_text()
-    missing = [
-        name for name in fields if f"| `{name}` | `{prefix}{name.upper()}` |" not in text
-    ]
+    missing = [name for name in fields if f"| `{name}` | `{prefix}{name.upper()}` |" not in text]
     assert not missing, f"docs/configuration.md lacks rows for {missing}"
 
 

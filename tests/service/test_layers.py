@@ -49,9 +49,7 @@ def test_the_api_imports_nothing_of_the_worker(path: Path) -> None:
 SQL_NAMES = {"select", "update", "insert", "delete", "bindparam", "text", "exists", "func"}
 
 
-@pytest.mark.parametrize(
-    "path", sorted((SERVICE / "api" / "routes").glob("*.py")), ids=lambda p: p.name
-)
+@pytest.mark.parametrize("path", sorted((SERVICE / "api" / "routes").glob("*.py")), ids=lambda p: p.name)
 def test_routes_hold_no_sql_and_never_read_the_app_state(path: Path) -> None:
     tree = ast.parse(path.read_text(), filename=str(path))
     sql = sorted(
@@ -64,14 +62,17 @@ def test_routes_hold_no_sql_and_never_read_the_app_state(path: Path) -> None:
     calls = sorted(
         node.func.attr
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
         and node.func.attr in {"execute", "scalars", "scalar"}
-    )  # fmt: skip
+    )
     state = [
         node.lineno
         for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute) and node.attr == "state"
-        and isinstance(node.value, ast.Attribute) and node.value.attr == "app"
-    ]  # fmt: skip
+        if isinstance(node, ast.Attribute)
+        and node.attr == "state"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "app"
+    ]
     assert not sql and not calls, f"{path.name} builds or runs SQL: {sql + calls}"
     assert not state, f"{path.name} reads request.app.state at lines {state}"

@@ -31,17 +31,32 @@ from worker.jobs.runner import Runner
 TINY = {"steps": 1, "n_vectors": 1, "batch_size": 8, "diagnostics": False, "hessian_iterations": 0}
 # Conditioning for many seconds on a 2-core CPU (big batches through the Hessian figures of
 # the example MLP: use with make=heavy_spec).
-HEAVY = {"batch_size": 4096, "n_vectors": 64, "steps": 1000, "tolerance": 1e-6, "hessian_iterations": 200,
-         "hessian_batch_size": 4096}  # fmt: skip
+HEAVY = {
+    "batch_size": 4096,
+    "n_vectors": 64,
+    "steps": 1000,
+    "tolerance": 1e-6,
+    "hessian_iterations": 200,
+    "hessian_batch_size": 4096,
+}
 # A fraction of a second: a few tuning steps and the diagnostics.
 MEDIUM = {"steps": 5, "batch_size": 64}
-WORKER_ENV = {"PREFLIGHT_LEASE_SECONDS": "3", "PREFLIGHT_HEARTBEAT_SECONDS": "0.5",
-              "PREFLIGHT_POLL_SECONDS": "0.05", "OMP_NUM_THREADS": "1"}  # fmt: skip
+WORKER_ENV = {
+    "PREFLIGHT_LEASE_SECONDS": "3",
+    "PREFLIGHT_HEARTBEAT_SECONDS": "0.5",
+    "PREFLIGHT_POLL_SECONDS": "0.05",
+    "OMP_NUM_THREADS": "1",
+}
 
 
 def spec(width: int) -> dict[str, Any]:
-    return {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}, {"type": "relu"}]},
-                                           {"layers": [{"type": "linear", "out": 2}]}]}  # fmt: skip
+    return {
+        "input_shape": [4],
+        "blocks": [
+            {"layers": [{"type": "linear", "out": width}, {"type": "relu"}]},
+            {"layers": [{"type": "linear", "out": 2}]},
+        ],
+    }
 
 
 def heavy_spec(width: int) -> dict[str, Any]:
@@ -56,8 +71,11 @@ def submit_many(
     new = []
     for width in range(1, count + 1):
         parsed = parse_spec(make(width))
-        new.append(jobs.NewCandidate(spec=parsed.model_dump(mode="json", exclude_none=True),
-                                      spec_hash=spec_hash(parsed), options=options))  # fmt: skip
+        new.append(
+            jobs.NewCandidate(
+                spec=parsed.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(parsed), options=options
+            )
+        )
     engine = make_engine(url)
     with session_scope(make_sessionmaker(engine), write=True) as session:
         ids = [e.id for e in jobs.submit(session, candidates=new, max_attempts=max_attempts)]
@@ -89,7 +107,9 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
 
 
 def statuses(url: str) -> dict[str, int]:
-    return {status: count for status, count in rows(url, select(Candidate.status, func.count()).group_by(Candidate.status))}
+    return {
+        status: count for status, count in rows(url, select(Candidate.status, func.count()).group_by(Candidate.status))
+    }
 
 
 class WorkerProcess:
@@ -101,8 +121,10 @@ class WorkerProcess:
         self.handle = log.open("w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "worker", "--device", "cpu", *args],
-            env=env, stdout=self.handle, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            env=env,
+            stdout=self.handle,
+            stderr=subprocess.STDOUT,
+        )
 
     def done_ids(self) -> list[int]:
         return [int(m) for m in re.findall(r"job (\d+) done", self.log.read_text())]
@@ -136,9 +158,13 @@ def run_runner(settings: Settings, **kwargs: Any) -> Runner:
     return runner
 
 
-def test_serve_with_embedded_worker_conditions_a_candidate(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
+def test_serve_with_embedded_worker_conditions_a_candidate(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
     with live_server(make_settings(sqlite_url), embedded_worker=True) as url, httpx.Client(base_url=url) as client:
-        submitted = client.post("/v1/candidates", json={"spec": EXAMPLE_MLP, "options": {**TINY, "study": "e2e"}}).json()
+        submitted = client.post(
+            "/v1/candidates", json={"spec": EXAMPLE_MLP, "options": {**TINY, "study": "e2e"}}
+        ).json()
         done = client.get(f"/v1/candidates/{submitted['id']}/wait", params={"timeout": 60}, timeout=90).json()
     assert done["status"] == "done", done
     report = done["report"]
@@ -148,7 +174,9 @@ def test_serve_with_embedded_worker_conditions_a_candidate(sqlite_url: str, make
     assert {name for name, _ in scale_rows} == set(report["scales"])
 
 
-def test_runner_fails_a_job_past_its_timeout_and_carries_on(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
+def test_runner_fails_a_job_past_its_timeout_and_carries_on(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
     (slow,) = submit_many(sqlite_url, 1, tuning(**HEAVY), max_attempts=2, make=heavy_spec)
     fast = submit_many(sqlite_url, 2, tuning(**TINY))
     runner = run_runner(make_settings(sqlite_url, job_timeout_seconds=5.0))
@@ -180,7 +208,9 @@ def test_cancelling_a_running_job_stops_its_worker(sqlite_url: str, make_setting
     assert statuses(sqlite_url)["cancelled"] == 1
 
 
-def test_sigterm_releases_a_job_that_outlasts_the_grace_period(sqlite_url: str, spawn: Callable[..., WorkerProcess]) -> None:
+def test_sigterm_releases_a_job_that_outlasts_the_grace_period(
+    sqlite_url: str, spawn: Callable[..., WorkerProcess]
+) -> None:
     (job_id,) = submit_many(sqlite_url, 1, tuning(**HEAVY), make=heavy_spec)
     os.environ["PREFLIGHT_SHUTDOWN_GRACE_SECONDS"] = "1"
     try:
@@ -207,7 +237,9 @@ def test_sigterm_lets_a_short_job_finish(sqlite_url: str, spawn: Callable[..., W
 
 @pytest.mark.postgres
 @pytest.mark.slow
-def test_four_worker_processes_do_two_hundred_jobs_exactly_once(pg_url: str, spawn: Callable[..., WorkerProcess]) -> None:
+def test_four_worker_processes_do_two_hundred_jobs_exactly_once(
+    pg_url: str, spawn: Callable[..., WorkerProcess]
+) -> None:
     ids = submit_many(pg_url, 200, tuning(**TINY))
     workers = [spawn(pg_url, "--burst", "--name", f"w{i}") for i in range(4)]
     for worker in workers:
@@ -221,7 +253,9 @@ def test_four_worker_processes_do_two_hundred_jobs_exactly_once(pg_url: str, spa
 
 
 @pytest.mark.slow
-def test_a_job_whose_worker_is_killed_is_leased_again_and_completes(db_url: str, spawn: Callable[..., WorkerProcess]) -> None:
+def test_a_job_whose_worker_is_killed_is_leased_again_and_completes(
+    db_url: str, spawn: Callable[..., WorkerProcess]
+) -> None:
     # jobs of a few seconds (a long trainability probe), so that the victim is still inside
     # its job when the kill lands just after the check: with sub-second jobs it sometimes had
     # finished it in between
@@ -243,8 +277,12 @@ def test_a_job_whose_worker_is_killed_is_leased_again_and_completes(db_url: str,
 
 def _restart_postgres() -> None:
     version = sorted(os.listdir("/etc/postgresql"))[-1]
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.postgres
@@ -284,8 +322,12 @@ def test_supervisor_restarts_a_dead_child_and_stops_on_sigterm(sqlite_url: str) 
     log = Path(sqlite_url.removeprefix("sqlite:///")).with_name("supervisor.log")
     env = {**os.environ, **WORKER_ENV, "PREFLIGHT_DATABASE_URL": sqlite_url}
     with log.open("w") as handle:
-        process = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--devices", "all"],
-                                   env=env, stdout=handle, stderr=subprocess.STDOUT)  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "worker", "--devices", "all"],
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
     try:
         child = re.compile(r"started worker pid (\d+) on cpu")
         wait_until(lambda: len(child.findall(log.read_text())) == 1, 120, "the CPU child (no GPU here)")

@@ -123,7 +123,10 @@ def test_gap_block_is_normalised_by_what_the_pooling_does() -> None:
 
 def bn_cnn() -> dict[str, Any]:
     block = [{"type": "conv2d", "out": 16, "kernel": 3}, {"type": "batchnorm"}, {"type": "relu"}]
-    return {"input_shape": [3, 8, 8], "blocks": [{"layers": block}] * 3 + [{"layers": [{"type": "global_avgpool"}, {"type": "linear", "out": 10}]}]}
+    return {
+        "input_shape": [3, 8, 8],
+        "blocks": [{"layers": block}] * 3 + [{"layers": [{"type": "global_avgpool"}, {"type": "linear", "out": 10}]}],
+    }
 
 
 def test_weights_feeding_batchnorm_are_held_at_one_and_seeds_agree() -> None:
@@ -132,7 +135,9 @@ def test_weights_feeding_batchnorm_are_held_at_one_and_seeds_agree() -> None:
     tuned multipliers of three seeds agree within a factor 1.3 (not e^6)."""
     tuned = []
     for seed in range(3):
-        result = autoinit(build_model(bn_cnn(), seed=seed), batch([3, 8, 8], 32, seed), generator=torch.Generator().manual_seed(seed))
+        result = autoinit(
+            build_model(bn_cnn(), seed=seed), batch([3, 8, 8], 32, seed), generator=torch.Generator().manual_seed(seed)
+        )
         assert {"blocks.0.0", "blocks.1.0", "blocks.2.0"} <= set(result.invariant)
         assert all(result.scales[f"blocks.{b}.0.weight"] == 1.0 for b in range(3))
         tuned.append(torch.tensor([result.scales[f"blocks.{b}.1.weight"] for b in range(3)]))
@@ -144,7 +149,12 @@ def test_a_residual_that_cannot_reach_criticality_ends_with_a_status() -> None:
     """AutoInit section 1.2: where no critical initialization exists, J is pushed as close to 1
     as possible. With alpha = 2 the block's J >= alpha^2 = 4; the tuner stops with status
     'unreachable' or 'max_steps', finite multipliers and J within 10 % of 4."""
-    spec = {"input_shape": [32], "blocks": [{"layers": [{"type": "residual", "alpha": 2.0, "body": [{"type": "linear", "out": 32}, {"type": "relu"}]}]}]}
+    spec = {
+        "input_shape": [32],
+        "blocks": [
+            {"layers": [{"type": "residual", "alpha": 2.0, "body": [{"type": "linear", "out": 32}, {"type": "relu"}]}]}
+        ],
+    }
     result = autoinit(build_model(spec, seed=0), batch([32], 32), steps=15, generator=torch.Generator().manual_seed(0))
     assert result.status in ("unreachable", "max_steps")
     assert not result.converged
@@ -193,7 +203,14 @@ def test_kernel_term_restrains_the_forward_growth_of_deep_silu_nets() -> None:
     x = batch([64], 32)
     growth, apjn = {}, {}
     for loss, lam in (("log", 0.0), ("kernel", 2.0)):
-        result = autoinit(build_model(spec, seed=0), x, loss=loss, kernel_lambda=lam, steps=10, generator=torch.Generator().manual_seed(1))
+        result = autoinit(
+            build_model(spec, seed=0),
+            x,
+            loss=loss,
+            kernel_lambda=lam,
+            steps=10,
+            generator=torch.Generator().manual_seed(1),
+        )
         k = result.after.k
         growth[loss] = (k.max() / k[0]).item()
         apjn[loss] = result.after.apjn[:-1]

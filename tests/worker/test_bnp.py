@@ -161,9 +161,7 @@ def test_bnp_gradients_equal_p_p_transpose_times_the_gradient_for_dense_and_conv
     hidden = model[:6](x).detach()
     opt.precondition_()
     mu, var = hidden.mean(0), hidden.var(0, unbiased=False)
-    gw, gb = _reference_transform(
-        raw["6.weight"], raw["6.bias"], mu, var, max(8 / 5, 1.0), 1e-2, 1e-4
-    )
+    gw, gb = _reference_transform(raw["6.weight"], raw["6.bias"], mu, var, max(8 / 5, 1.0), 1e-2, 1e-4)
     torch.testing.assert_close(dense.weight.grad, gw, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(dense.bias.grad, gb, rtol=1e-10, atol=1e-12)
     cmu, cvar = x.mean((0, 2, 3)), x.var((0, 2, 3), unbiased=False)
@@ -175,19 +173,20 @@ def test_bnp_gradients_equal_p_p_transpose_times_the_gradient_for_dense_and_conv
         # sigma~ regularizes with max over *all* input channels, as Algorithm 3 step 3 does
         var_all = cvar + 1e-2 * cvar.max() + 1e-4
         gw_ref, gb_ref = _reference_transform(
-            raw["0.weight"][rows].reshape(6 // groups, -1), raw["0.bias"][rows],
-            cmu[chans].repeat_interleave(9), var_all[chans].repeat_interleave(9), q2, 0.0, 0.0,
-        )  # fmt: skip
-        torch.testing.assert_close(
-            conv.weight.grad[rows].reshape(6 // groups, -1), gw_ref, rtol=1e-10, atol=1e-12
+            raw["0.weight"][rows].reshape(6 // groups, -1),
+            raw["0.bias"][rows],
+            cmu[chans].repeat_interleave(9),
+            var_all[chans].repeat_interleave(9),
+            q2,
+            0.0,
+            0.0,
         )
+        torch.testing.assert_close(conv.weight.grad[rows].reshape(6 // groups, -1), gw_ref, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(conv.bias.grad[rows], gb_ref, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize(("epsilon_1", "epsilon_2"), [(0.0, 0.0), (1e-2, 1e-4)])
-def test_bnp_matches_plain_sgd_on_an_already_whitened_input(
-    epsilon_1: float, epsilon_2: float
-) -> None:
+def test_bnp_matches_plain_sgd_on_an_already_whitened_input(epsilon_1: float, epsilon_2: float) -> None:
     """With inputs of batch mean 0 and variance 1 (and N >= n, so q^2 = 1) the running
     statistics stay at their initial mu = 0, sigma = 1 and P = diag(1, 1/sigma~): BNP is SGD with
     the weights' step divided by sigma~^2 = 1 + epsilon_1 + epsilon_2 and the bias step unchanged
@@ -198,9 +197,7 @@ def test_bnp_matches_plain_sgd_on_an_already_whitened_input(
     t = torch.randn(64, 2, generator=_gen(1))
     a = nn.Linear(8, 2)
     b = copy.deepcopy(a)
-    opt_a = BNP(
-        torch.optim.SGD(a.parameters(), lr=0.05), a, epsilon_1=epsilon_1, epsilon_2=epsilon_2
-    )
+    opt_a = BNP(torch.optim.SGD(a.parameters(), lr=0.05), a, epsilon_1=epsilon_1, epsilon_2=epsilon_2)
     groups = [
         {"params": [b.weight], "lr": 0.05 / (1 + epsilon_1 + epsilon_2)},
         {"params": [b.bias], "lr": 0.05},
@@ -220,9 +217,7 @@ def test_bnp_trains_a_small_relu_net_on_badly_scaled_features() -> None:
     full-batch steps the loss is below half its initial value (measured: see docs)."""
     net = build_model(HIDDEN, seed=0)
     x = _badly_scaled()
-    y = (x[:, -5:].sum(1) > x[:, -5:].sum(1).median()).long() + 2 * (
-        x[:, 0] > x[:, 0].median()
-    ).long()
+    y = (x[:, -5:].sum(1) > x[:, -5:].sum(1).median()).long() + 2 * (x[:, 0] > x[:, 0].median()).long()
     opt = BNP(torch.optim.SGD(net.parameters(), lr=0.5), net)
     losses = []
     for _ in range(100):

@@ -25,11 +25,14 @@ def _cbr(c: int) -> list[dict[str, Any]]:
 CNN = {
     "input_shape": [3, 16, 16],
     "blocks": [
-        {"layers": _cbr(32)}, {"layers": _cbr(32)}, {"layers": [{"type": "maxpool", "kernel": 2}]},
-        {"layers": _cbr(64)}, {"layers": _cbr(64)},
+        {"layers": _cbr(32)},
+        {"layers": _cbr(32)},
+        {"layers": [{"type": "maxpool", "kernel": 2}]},
+        {"layers": _cbr(64)},
+        {"layers": _cbr(64)},
         {"layers": [{"type": "global_avgpool"}, {"type": "linear", "out": 10}]},
     ],
-}  # fmt: skip
+}
 SIGMOID_MLP = {
     "input_shape": [32],
     "blocks": [{"layers": [{"type": "linear", "out": 64}, {"type": "sigmoid"}]} for _ in range(6)]
@@ -68,9 +71,16 @@ def test_the_whole_conditioning_of_a_small_cnn_stays_within_its_budget(budget: f
     stages = {"step", "profile_before", "balance", "autoinit", "scaling", "bnp"}
     assert set(timings) >= stages
     # counted by the cost model (deterministic, what decides): within the budget exactly
-    counted = {k.removeprefix("counted_"): v for k, v in tuning.budget.items() if k.startswith("counted_") and k != "counted_steps"}
+    counted = {
+        k.removeprefix("counted_"): v
+        for k, v in tuning.budget.items()
+        if k.startswith("counted_") and k != "counted_steps"
+    }
     assert set(counted) >= stages
-    assert sum(counted.values()) == pytest.approx(tuning.budget["counted_steps"]) and tuning.budget["counted_steps"] <= budget
+    assert (
+        sum(counted.values()) == pytest.approx(tuning.budget["counted_steps"])
+        and tuning.budget["counted_steps"] <= budget
+    )
     # timed: the stages' seconds sum to at most the budget times a training step, up to timer
     # noise (the report's one timed step is a single sample; a median of 5 steers clear of spikes)
     step = max(timings["step"], _median_step(CNN, 32))
@@ -116,7 +126,9 @@ def test_autoinit_stops_at_its_counted_cost() -> None:
 def test_balancing_that_does_not_converge_is_dropped_with_a_note() -> None:
     x = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))
     assert not balance(build_model(SIGMOID_MLP, seed=0), x, rounds=4).converged  # saturating activations
-    report = condition(SIGMOID_MLP, options={"budget_steps": None, "balance_rounds": 4, "diagnostics": False, "batch_size": 64})
+    report = condition(
+        SIGMOID_MLP, options={"budget_steps": None, "balance_rounds": 4, "diagnostics": False, "batch_size": 64}
+    )
     assert report.tuning.balancing_mode == "dropped"
     assert report.tuning.balancing == {}
     assert any("balancing did not converge" in r for r in report.reasons)

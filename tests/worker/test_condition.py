@@ -40,9 +40,7 @@ def cnn_report() -> ConditioningReport:
 def test_report_keeps_the_contract_fields_and_is_plain_json(cnn_report: ConditioningReport) -> None:
     """docs/contracts.md: the top-level names the service and the NAS clients rely on; the
     JSON has no NaN (non-finite figures are null)."""
-    data = json.loads(
-        cnn_report.model_dump_json(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")
-    )
+    data = json.loads(cnn_report.model_dump_json(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert TOP_LEVEL <= set(data)
     assert data["verdict"] in ("keep", "prune")
     assert set(data["blocks"][0]) >= {"index", "apjn_before", "apjn_after", "k_before", "k_after"}
@@ -97,8 +95,13 @@ def test_float_targets_of_shape_n_give_the_report_of_shape_n_by_1_for_a_single_o
     """One float target per sample, given as [N], is the [N, 1] output's shape: every
     diagnostic and the probe score it as such (worker.engine._moments.task_loss reshapes rather than
     broadcasting to [N, N], which gave other figures without an error)."""
-    spec = {"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
-                                            {"layers": [{"type": "linear", "out": 1}]}]}  # fmt: skip
+    spec = {
+        "input_shape": [16],
+        "blocks": [
+            {"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
+            {"layers": [{"type": "linear", "out": 1}]},
+        ],
+    }
     x = torch.randn(32, 16, generator=torch.Generator().manual_seed(0))
     flat = condition(spec, data={"x": x, "y": x[:, 0] * 2.0}, options=FAST)
     column = condition(spec, data={"x": x, "y": x[:, :1] * 2.0}, options=FAST)
@@ -145,14 +148,12 @@ GAP_CNN: dict[str, Any] = {
 
 def test_block_cuts_agree_on_score_verdict_and_initialization() -> None:
     """Issue 3 pitfall 3: the same GAP-head CNN cut into blocks two ways gets scores within a
-    twelfth of the prune cut of each other (0.25 when the cut was -3), the same verdict, and equivalent tuned initializations: the two
-    rebuilt networks compute the same function within 1 % (ReLU is positively homogeneous,
-    so gains may move between layers of one path without changing it)."""
+    twelfth of the prune cut of each other (0.25 when the cut was -3), the same verdict, and
+    equivalent tuned initializations: the two rebuilt networks compute the same function within
+    1 % (ReLU is positively homogeneous, so gains may move between layers of one path without changing it)."""
     reports = [condition(_cut(GAP_CNN, c), options=FAST) for c in (0, 1)]
     tolerance = abs(reports[0].prune_below or 0) / 12
-    assert abs((reports[0].score or 0) - (reports[1].score or 0)) < tolerance, [
-        r.score for r in reports
-    ]
+    assert abs((reports[0].score or 0) - (reports[1].score or 0)) < tolerance, [r.score for r in reports]
     assert reports[0].verdict == reports[1].verdict
     x = torch.randn(16, 3, 12, 12, generator=torch.Generator().manual_seed(0))
     outs = []

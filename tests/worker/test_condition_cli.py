@@ -19,11 +19,18 @@ def spec_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_condition_prints_the_report_as_json(spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_condition_prints_the_report_as_json(
+    spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = tmp_path / "batch.npz"
     np.savez(data, x=np.random.default_rng(0).standard_normal((20, 64)).astype(np.float32))
     options = '{"diagnostics": false}'
-    assert main(["condition", str(spec_file), "--data", str(data), "--steps", "2", "--device", "cpu", "--options", options]) == 0
+    assert (
+        main(
+            ["condition", str(spec_file), "--data", str(data), "--steps", "2", "--device", "cpu", "--options", options]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["verdict"] in ("keep", "prune")
     assert report["environment"]["data"] == "given" and report["environment"]["batch_size"] == 20
@@ -40,7 +47,9 @@ def test_condition_prints_the_report_as_json(spec_file: Path, tmp_path: Path, ca
         (["--options", "{"], "not JSON"),
     ],
 )
-def test_bad_options_exit_2_with_a_message(spec_file: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_options_exit_2_with_a_message(
+    spec_file: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["condition", str(spec_file), *argv]) == 2
     assert message in capsys.readouterr().err
 

@@ -21,22 +21,33 @@ def _spec(activation: str, pool: bool = False) -> dict[str, Any]:
         return {
             "input_shape": [2, 6, 6],
             "blocks": [
-                {"layers": [{"type": "conv2d", "out": 3, "kernel": 3}, {"type": activation}, {"type": "maxpool", "kernel": 2}]},
+                {
+                    "layers": [
+                        {"type": "conv2d", "out": 3, "kernel": 3},
+                        {"type": activation},
+                        {"type": "maxpool", "kernel": 2},
+                    ]
+                },
                 {"layers": [{"type": "flatten"}, {"type": "linear", "out": 4}]},
             ],
-        }  # fmt: skip
+        }
     return {
         "input_shape": [6],
         "blocks": [
-            {"layers": [{"type": "linear", "out": 5}, {"type": activation}, {"type": "linear", "out": 4}, {"type": activation}]},
+            {
+                "layers": [
+                    {"type": "linear", "out": 5},
+                    {"type": activation},
+                    {"type": "linear", "out": 4},
+                    {"type": activation},
+                ]
+            },
             {"layers": [{"type": "linear", "out": 3}]},
         ],
-    }  # fmt: skip
+    }
 
 
-def _exact_blocks(
-    net: torch.nn.Module, x: torch.Tensor, r: torch.Tensor
-) -> dict[str, torch.Tensor]:
+def _exact_blocks(net: torch.nn.Module, x: torch.Tensor, r: torch.Tensor) -> dict[str, torch.Tensor]:
     """Each weight's diagonal Hessian block of the mean random loss y^T R y, by autograd."""
     params = {k: v.detach() for k, v in net.named_parameters()}
     blocks = {}
@@ -60,20 +71,14 @@ CASES = [
 
 
 @pytest.mark.parametrize(("activation", "pool"), CASES)
-def test_power_iteration_matches_the_exact_blocks_top_eigenvalue(
-    activation: str, pool: bool
-) -> None:
+def test_power_iteration_matches_the_exact_blocks_top_eigenvalue(activation: str, pool: bool) -> None:
     """The HVP power iteration converges to the eigenvalue of largest magnitude of the exact
     block (torch.autograd.functional.hessian, eigvalsh), float64. Tolerance: rtol 1e-6 after 300
     iterations (the eigen-gaps of these small blocks make that reachable)."""
     spec = _spec(activation, pool)
     net = build_model(spec, seed=0).double()
-    x = torch.randn(
-        16, *spec["input_shape"], generator=torch.Generator().manual_seed(0), dtype=torch.float64
-    )
-    figures = hessian_figures(
-        net, x, iterations=300, probes=1, generator=torch.Generator().manual_seed(3)
-    )
+    x = torch.randn(16, *spec["input_shape"], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    figures = hessian_figures(net, x, iterations=300, probes=1, generator=torch.Generator().manual_seed(3))
     c = net(x).shape[1]
     r = torch.randn(
         c, c, generator=torch.Generator().manual_seed(3), dtype=torch.float64
@@ -82,34 +87,24 @@ def test_power_iteration_matches_the_exact_blocks_top_eigenvalue(
     for f in figures:
         ev = torch.linalg.eigvalsh(exact[f.name])
         top = ev[ev.abs().argmax()]
-        torch.testing.assert_close(
-            torch.tensor(f.top_eigenvalue, dtype=torch.float64), top, rtol=1e-6, atol=1e-12
-        )
+        torch.testing.assert_close(torch.tensor(f.top_eigenvalue, dtype=torch.float64), top, rtol=1e-6, atol=1e-12)
 
 
 @pytest.mark.parametrize(
     ("activation", "pool", "exact"),
     [("relu", False, True), ("relu", True, True), ("tanh", False, False)],
 )
-def test_chain_rule_approximation_is_exact_for_relu_networks_only(
-    activation: str, pool: bool, exact: bool
-) -> None:
+def test_chain_rule_approximation_is_exact_for_relu_networks_only(activation: str, pool: bool, exact: bool) -> None:
     """Remark 5: for ReLU (and max-pool) networks the Gauss-Newton / chain-rule block of
     Theorem 1 equals the Hessian block, so the two power iterations, started from the same
     vector, agree to rtol 1e-8 (float64). For tanh the curvature term is not zero: the estimates
     differ by more than 1e-3 relative on at least one layer (so this test can fail)."""
     spec = _spec(activation, pool)
     net = build_model(spec, seed=1).double()
-    x = torch.randn(
-        16, *spec["input_shape"], generator=torch.Generator().manual_seed(1), dtype=torch.float64
-    )
+    x = torch.randn(16, *spec["input_shape"], generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     if not exact:
-        net = build_model(
-            spec, scales={"blocks.0.0.weight": 3.0, "blocks.0.2.weight": 3.0}, seed=1
-        ).double()
-    figures = hessian_figures(
-        net, x, iterations=100, probes=1, generator=torch.Generator().manual_seed(2)
-    )
+        net = build_model(spec, scales={"blocks.0.0.weight": 3.0, "blocks.0.2.weight": 3.0}, seed=1).double()
+    figures = hessian_figures(net, x, iterations=100, probes=1, generator=torch.Generator().manual_seed(2))
     gaps = [abs(f.top_eigenvalue - f.chain_rule_estimate) / abs(f.top_eigenvalue) for f in figures]
     if exact:
         assert max(gaps) < 1e-8, gaps
@@ -117,17 +112,13 @@ def test_chain_rule_approximation_is_exact_for_relu_networks_only(
         assert max(gaps) > 1e-3, gaps
 
 
-def test_mean_squared_singular_value_is_an_unbiased_estimate_of_the_blocks_trace_of_h_squared() -> (
-    None
-):
+def test_mean_squared_singular_value_is_an_unbiased_estimate_of_the_blocks_trace_of_h_squared() -> None:
     """tr(H^2) / P by Hutchinson's estimator: with 200 probes its relative standard error on
     these blocks is below 10%; tolerance rtol 0.3 against the exact value, float64."""
     spec = _spec("relu")
     net = build_model(spec, seed=0).double()
     x = torch.randn(16, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    figures = hessian_figures(
-        net, x, iterations=1, probes=200, generator=torch.Generator().manual_seed(3)
-    )
+    figures = hessian_figures(net, x, iterations=1, probes=200, generator=torch.Generator().manual_seed(3))
     r = torch.randn(3, 3, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     for f in figures:
         h = _exact_blocks(net, x, r)[f.name]
@@ -156,17 +147,11 @@ def test_non_finite_loss_gives_nan_figures_without_raising() -> None:
     """NaN policy: an overflowing network yields NaN figures for every layer, no exception."""
     spec = _spec("relu")
     net = build_model(spec, scales={"blocks.0.0.weight": 1e30, "blocks.0.2.weight": 1e30}, seed=0)
-    figures = hessian_figures(
-        net, torch.randn(4, 6), iterations=3, generator=torch.Generator().manual_seed(0)
-    )
-    assert all(
-        math.isnan(f.top_eigenvalue) and math.isnan(f.mean_sq_singular_value) for f in figures
-    )
+    figures = hessian_figures(net, torch.randn(4, 6), iterations=3, generator=torch.Generator().manual_seed(0))
+    assert all(math.isnan(f.top_eigenvalue) and math.isnan(f.mean_sq_singular_value) for f in figures)
 
 
-@pytest.mark.parametrize(
-    ("matrix", "expected"), [([[2.0, 0.0], [0.0, -5.0]], -5.0), ([[0.0, 0.0], [0.0, 0.0]], 0.0)]
-)
+@pytest.mark.parametrize(("matrix", "expected"), [([[2.0, 0.0], [0.0, -5.0]], -5.0), ([[0.0, 0.0], [0.0, 0.0]], 0.0)])
 def test_power_iteration_returns_the_signed_largest_magnitude_eigenvalue(
     matrix: list[list[float]], expected: float
 ) -> None:
@@ -187,9 +172,7 @@ def test_cost_bounds_layers_subset_and_no_chain_rule() -> None:
     300 iterations, float64) and ``chain_rule=False`` leaves chain_rule_estimate NaN."""
     net = build_model(_spec("relu"), seed=0).double()
     x = torch.randn(16, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    full = hessian_figures(
-        net, x, iterations=300, probes=1, generator=torch.Generator().manual_seed(3)
-    )
+    full = hessian_figures(net, x, iterations=300, probes=1, generator=torch.Generator().manual_seed(3))
     part = hessian_figures(
         net,
         x,

@@ -106,7 +106,9 @@ def test_batched_backward_equals_one_backward_per_vector() -> None:
     for m in range(3):
         inputs, outputs = run_blocks(model, x)
         grads = torch.autograd.grad(outputs, inputs, [v[m] for v in vectors])
-        loop.append(torch.stack([gr.pow(2).flatten(1).sum(-1) / o[0].numel() for gr, o in zip(grads, outputs, strict=True)], -1))
+        loop.append(
+            torch.stack([gr.pow(2).flatten(1).sum(-1) / o[0].numel() for gr, o in zip(grads, outputs, strict=True)], -1)
+        )
     torch.testing.assert_close(profile.terms, torch.stack(loop), rtol=1e-10, atol=1e-12)
 
 

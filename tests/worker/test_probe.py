@@ -35,8 +35,7 @@ def _mlp(
     return {
         "input_shape": [16],
         "init": init or {"scheme": "fan_in"},
-        "blocks": [{"layers": hidden} for _ in range(depth)]
-        + [{"layers": [{"type": "linear", "out": CLASSES}]}],
+        "blocks": [{"layers": hidden} for _ in range(depth)] + [{"layers": [{"type": "linear", "out": CLASSES}]}],
     }
 
 
@@ -48,9 +47,7 @@ def _separable(n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def _probe(
-    model: torch.nn.Module, y: torch.Tensor | None, lrs: tuple[float, ...] = (0.1, 0.03, 0.01)
-) -> Any:
+def _probe(model: torch.nn.Module, y: torch.Tensor | None, lrs: tuple[float, ...] = (0.1, 0.03, 0.01)) -> Any:
     x, labels = _separable()
     return run_probe(model, x, labels if y is None else y, steps=10, lrs=lrs, momentum=0.9, seed=0)
 
@@ -62,9 +59,7 @@ def test_the_probe_leaves_weights_statistics_gradients_and_mode_unchanged() -> N
     result = _probe(model, None)
     assert result.loss is not None
     after = model.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before), (
-        "weights or BatchNorm buffers changed"
-    )
+    assert all(torch.equal(before[k], after[k]) for k in before), "weights or BatchNorm buffers changed"
     assert all(p.grad is None for p in model.parameters())
     assert not model.training
 
@@ -95,14 +90,10 @@ def test_a_rate_that_blows_up_is_diverged_and_every_rate_diverging_is_the_cap() 
 
 def test_without_labels_the_probe_memorizes_random_classes_over_the_logits() -> None:
     x, _ = _separable()
-    result = run_probe(
-        build_model(_mlp(), seed=0), x, None, steps=5, lrs=(0.03,), momentum=0.9, seed=3
-    )
+    result = run_probe(build_model(_mlp(), seed=0), x, None, steps=5, lrs=(0.03,), momentum=0.9, seed=3)
     assert result.targets == "random"
     assert result.reference == pytest.approx(math.log(CLASSES))
-    again = run_probe(
-        build_model(_mlp(), seed=0), x, None, steps=5, lrs=(0.03,), momentum=0.9, seed=3
-    )
+    again = run_probe(build_model(_mlp(), seed=0), x, None, steps=5, lrs=(0.03,), momentum=0.9, seed=3)
     assert again.curves == result.curves
 
 
@@ -137,9 +128,7 @@ def test_condition_reports_the_probe_as_a_score_component_and_counts_its_cost() 
     assert probe is not None and probe.targets == "given"
     assert report.components["probe_loss"] == pytest.approx(probe.loss)
     assert report.score_fit == "with_probe"
-    assert set(probe.curves) == {"0.1", "0.03", "0.01"} and all(
-        len(c) == steps + 1 for c in probe.curves.values()
-    )
+    assert set(probe.curves) == {"0.1", "0.03", "0.01"} and all(len(c) == steps + 1 for c in probe.curves.values())
     assert (
         report.tuning.budget["probe_counted_steps"]
         == pytest.approx(probe_cost(steps, 3))

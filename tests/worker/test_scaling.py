@@ -20,9 +20,7 @@ from worker.engine.scaling import measure_scaling, spread
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _mlp(
-    scheme: str, widths: tuple[int, ...] = (512, 64, 256), out: int = 10, d_in: int = 128
-) -> dict[str, Any]:
+def _mlp(scheme: str, widths: tuple[int, ...] = (512, 64, 256), out: int = 10, d_in: int = 128) -> dict[str, Any]:
     layers: list[dict[str, Any]] = []
     for w in widths:
         layers += [{"type": "linear", "out": w, "bias": False}, {"type": "relu"}]
@@ -39,29 +37,48 @@ STRIDED_CNN: dict[str, Any] = {  # Fig. 1's strided LeNet, reduced; stride = ker
     "blocks": [
         {"layers": [{"type": "conv2d", "out": 16, "kernel": 2, "stride": 2, "bias": False}, {"type": "relu"}]},
         {"layers": [{"type": "conv2d", "out": 32, "kernel": 2, "stride": 2, "bias": False}, {"type": "relu"}]},
-        {"layers": [{"type": "flatten"}, {"type": "linear", "out": 64, "bias": False}, {"type": "relu"},
-                    {"type": "linear", "out": 10, "bias": False}]},
+        {
+            "layers": [
+                {"type": "flatten"},
+                {"type": "linear", "out": 64, "bias": False},
+                {"type": "relu"},
+                {"type": "linear", "out": 10, "bias": False},
+            ]
+        },
     ],
-}  # fmt: skip
+}
 
 CNN_POOLING: dict[str, Any] = {
     "input_shape": [3, 16, 16],
     "blocks": [
         {"layers": [{"type": "conv2d", "out": 16, "kernel": 3}, {"type": "relu"}, {"type": "maxpool", "kernel": 2}]},
         {"layers": [{"type": "conv2d", "out": 48, "kernel": 3, "stride": 2}, {"type": "relu"}]},
-        {"layers": [{"type": "conv2d", "out": 32, "kernel": 1}, {"type": "relu"}, {"type": "global_avgpool"},
-                    {"type": "linear", "out": 10}]},
+        {
+            "layers": [
+                {"type": "conv2d", "out": 32, "kernel": 1},
+                {"type": "relu"},
+                {"type": "global_avgpool"},
+                {"type": "linear", "out": 10},
+            ]
+        },
     ],
-}  # fmt: skip
+}
 
 BN_MLP: dict[str, Any] = {
     "input_shape": [32],
     "blocks": [
-        {"layers": [{"type": "linear", "out": 96}, {"type": "batchnorm"}, {"type": "relu"},
-                    {"type": "linear", "out": 48}, {"type": "relu"}]},
+        {
+            "layers": [
+                {"type": "linear", "out": 96},
+                {"type": "batchnorm"},
+                {"type": "relu"},
+                {"type": "linear", "out": 48},
+                {"type": "relu"},
+            ]
+        },
         {"layers": [{"type": "linear", "out": 10}]},
     ],
-}  # fmt: skip
+}
 
 RESIDUAL_MLP: dict[str, Any] = {
     "input_shape": [64],
@@ -71,19 +88,31 @@ RESIDUAL_MLP: dict[str, Any] = {
         {"layers": [{"type": "residual", "beta": 0.5, "body": [{"type": "linear", "out": 128}, {"type": "relu"}]}]},
         {"layers": [{"type": "linear", "out": 10}]},
     ],
-}  # fmt: skip
+}
 
 NORMED_RESNET: dict[str, Any] = {
     "input_shape": [3, 16, 16],
     "init": {"scheme": "torch_default"},
     "blocks": [
         {"layers": [{"type": "conv2d", "out": 16, "kernel": 3}, {"type": "relu"}, {"type": "maxpool", "kernel": 2}]},
-        {"layers": [{"type": "residual", "alpha": 0.8, "beta": 0.6, "body": [
-            {"type": "conv2d", "out": 16, "kernel": 3}, {"type": "groupnorm", "groups": 4}, {"type": "relu"},
-            {"type": "conv2d", "out": 16, "kernel": 1}]}]},
+        {
+            "layers": [
+                {
+                    "type": "residual",
+                    "alpha": 0.8,
+                    "beta": 0.6,
+                    "body": [
+                        {"type": "conv2d", "out": 16, "kernel": 3},
+                        {"type": "groupnorm", "groups": 4},
+                        {"type": "relu"},
+                        {"type": "conv2d", "out": 16, "kernel": 1},
+                    ],
+                }
+            ]
+        },
         {"layers": [{"type": "layernorm"}, {"type": "global_avgpool"}, {"type": "linear", "out": 10}]},
     ],
-}  # fmt: skip
+}
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -221,13 +250,9 @@ def test_balance_equalizes_gamma_and_sets_the_output_std_and_build_model_reprodu
         atol=0,
     )
     rebuilt = build_model(spec, scales=b.scales, seed=3)
-    gammas = torch.tensor(
-        [f.gamma for f in measure_scaling(rebuilt, x, generator=_gen(5))], dtype=torch.float64
-    )
+    gammas = torch.tensor([f.gamma for f in measure_scaling(rebuilt, x, generator=_gen(5))], dtype=torch.float64)
     # the same R: balance draws it first from a generator seeded like this one
-    torch.testing.assert_close(
-        gammas, torch.tensor([f.gamma for f in b.after], dtype=torch.float64), rtol=1e-4, atol=0
-    )
+    torch.testing.assert_close(gammas, torch.tensor([f.gamma for f in b.after], dtype=torch.float64), rtol=1e-4, atol=0)
     with torch.no_grad():
         assert abs(float(rebuilt(x).std()) / 0.05 - 1) < 1e-3
 
@@ -236,12 +261,21 @@ SATURATING: dict[str, Any] = {
     "input_shape": [12],
     "init": {"scheme": "arithmetic"},
     "blocks": [
-        {"layers": [{"type": "linear", "out": 16}, {"type": "leaky_relu", "slope": 0.1}, {"type": "linear", "out": 16},
-                    {"type": "sigmoid"}, {"type": "linear", "out": 16}, {"type": "silu"}, {"type": "linear", "out": 8},
-                    {"type": "tanh"}]},
+        {
+            "layers": [
+                {"type": "linear", "out": 16},
+                {"type": "leaky_relu", "slope": 0.1},
+                {"type": "linear", "out": 16},
+                {"type": "sigmoid"},
+                {"type": "linear", "out": 16},
+                {"type": "silu"},
+                {"type": "linear", "out": 8},
+                {"type": "tanh"},
+            ]
+        },
         {"layers": [{"type": "linear", "out": 4, "bias": False}]},
     ],
-}  # fmt: skip
+}
 
 
 def test_balance_reports_that_it_did_not_converge_on_a_saturating_net() -> None:
@@ -272,9 +306,7 @@ def test_measurement_leaves_batchnorm_running_statistics_and_weights_unchanged()
 def test_task_losses_give_finite_positive_figures(targets: torch.Tensor) -> None:
     """With targets, the loss is cross-entropy (integer) or half squared error (float); every
     figure is finite and positive on a healthy net."""
-    figures = measure_scaling(
-        build_model(_mlp("geometric", d_in=16), seed=0), _x([16], 32), targets=targets
-    )
+    figures = measure_scaling(build_model(_mlp("geometric", d_in=16), seed=0), _x([16], 32), targets=targets)
     for f in figures:
         for value in (
             f.activation_scaling,
@@ -319,9 +351,7 @@ def test_hessian_target_balances_the_hessian_blocks_better_than_gamma_on_a_max_p
         return spread(
             [
                 h.mean_sq_singular_value
-                for h in hessian_figures(
-                    net, x[:32], iterations=1, probes=16, generator=_gen(11), chain_rule=False
-                )
+                for h in hessian_figures(net, x[:32], iterations=1, probes=16, generator=_gen(11), chain_rule=False)
             ]
         )
 
@@ -342,10 +372,7 @@ def _residual_mlp(depth: int, alpha: float, beta: float, width: int = 256) -> di
     return {
         "input_shape": [64],
         "blocks": [{"layers": [{"type": "linear", "out": width}]}]
-        + [
-            {"layers": [{"type": "residual", "alpha": alpha, "beta": beta, "body": body}]}
-            for _ in range(depth)
-        ]
+        + [{"layers": [{"type": "residual", "alpha": alpha, "beta": beta, "body": body}]} for _ in range(depth)]
         + [{"layers": [{"type": "linear", "out": 10}]}],
     }
 
@@ -355,9 +382,7 @@ def _stream_growth(spec: dict[str, Any], scales: dict[str, float], x: torch.Tens
     model = build_model(spec, scales=scales, seed=0)
     seen: list[float] = []
     hooks = [
-        model.blocks[i].register_forward_hook(
-            lambda _m, _i, out: seen.append(float(out.double().pow(2).mean()))
-        )
+        model.blocks[i].register_forward_hook(lambda _m, _i, out: seen.append(float(out.double().pow(2).mean())))
         for i in (0, len(model.blocks) - 2)
     ]
     with torch.no_grad():
@@ -394,9 +419,7 @@ def test_unweighted_residual_bodies_add_one_over_l_of_the_stream_and_weighted_on
 
 
 @pytest.mark.parametrize(("alpha", "beta"), [(0.8, 0.6), (1.0, 12**-0.5), (1.0, 0.5), (1.0, 0.1)])
-def test_weighted_residual_blocks_and_small_branches_get_no_residual_share(
-    alpha: float, beta: float
-) -> None:
+def test_weighted_residual_blocks_and_small_branches_get_no_residual_share(alpha: float, beta: float) -> None:
     """Section 11's weighted blocks (alpha^2 + beta^2 = 1) are left to its own factors, and a
     branch already within 1/L (L beta^2 <= 1) is not scaled up."""
     result = balance(build_model(_residual_mlp(12, alpha, beta), seed=0), _x([64], 64), rounds=0)

@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from worker.engine import _calibration
 from nas.options import Thresholds
+from worker.engine import _calibration
 from worker.engine.score import CUTS, FILLS, FIT_FILLS, FIT_WEIGHTS, NON_FINITE_PENALTY, WEIGHTS, score
 
 T = Thresholds()
@@ -99,7 +99,9 @@ def test_without_the_probe_the_fit_of_the_other_components_scores_with_its_own_c
     assert result.penalties[name] == pytest.approx(FIT_WEIGHTS["without_probe"][name] * math.log(2.0), rel=1e-12)
     assert result.penalties["probe_loss"] == 0.0
     skipped = score({**alone, name: None}, T)
-    assert skipped.penalties[name] == pytest.approx(FIT_WEIGHTS["without_probe"][name] * FIT_FILLS["without_probe"][name])
+    assert skipped.penalties[name] == pytest.approx(
+        FIT_WEIGHTS["without_probe"][name] * FIT_FILLS["without_probe"][name]
+    )
     assert score({**alone, name: THRESHOLD[name]}, Thresholds(score=0.0)).cut == 0.0  # a set cut overrides both
 
 
@@ -154,7 +156,10 @@ def _file(**changes: object) -> str:
         (_file(prune_below=None), "prune_below"),
         (_file(without_probe=None), "without_probe"),
         (
-            _file(without_probe=_calibration.load()["without_probe"] | {"weights": dict.fromkeys(_calibration.COMPONENTS, 0.5)}),
+            _file(
+                without_probe=_calibration.load()["without_probe"]
+                | {"weights": dict.fromkeys(_calibration.COMPONENTS, 0.5)}
+            ),
             "without_probe.weights.probe_loss' must be 0",
         ),
     ],

@@ -47,9 +47,7 @@ def log_deviations(gammas: list[float]) -> list[float | None]:
     return [None if v is None else v - ref for v in logs]
 
 
-def output_sensitivities(
-    model: PreflightNet, x: Tensor, weights: list[str], biases: list[str | None]
-) -> list[float]:
+def output_sensitivities(model: PreflightNet, x: Tensor, weights: list[str], biases: list[str | None]) -> list[float]:
     """``d log std(out) / d log s_l = <W_l, grad_W_l log std> + <b_l, grad_b_l log std>`` (the bias
     term where the layer's bias moves with it, ``biases[l]`` not None): Euler's identity."""
     params = dict(model.named_parameters())
@@ -63,10 +61,7 @@ def output_sensitivities(
         k: 0.0 if g is None else float((params[k].detach().double() * g.double()).sum())
         for k, g in zip(names, grads, strict=True)
     }
-    return [
-        euler[w] + (euler[b] if b is not None else 0.0)
-        for w, b in zip(weights, biases, strict=True)
-    ]
+    return [euler[w] + (euler[b] if b is not None else 0.0) for w, b in zip(weights, biases, strict=True)]
 
 
 def log_std_error(model: PreflightNet, x: Tensor, target: float) -> float:
@@ -123,9 +118,7 @@ def common_factor(model: PreflightNet, x: Tensor, weights: list[str], target: fl
             factor.residual(u0)
             break
         if f1 != f0:
-            slope = min(
-                MAX_SLOPE_RATIO * slope0, max(MIN_SLOPE_RATIO * slope0, (f1 - f0) / (u1 - u0))
-            )
+            slope = min(MAX_SLOPE_RATIO * slope0, max(MIN_SLOPE_RATIO * slope0, (f1 - f0) / (u1 - u0)))
     return math.exp(factor.total)
 
 
@@ -138,17 +131,13 @@ def residual_factor(model: PreflightNet, module_name: str) -> tuple[float, str]:
             factor = abs(parent.beta if parts[i] == "body" else parent.alpha)
             if factor > 0:
                 c *= factor
-                path.append(
-                    f"{'beta' if parts[i] == 'body' else 'alpha'}={factor:g} at {'.'.join(parts[:i])}"
-                )
+                path.append(f"{'beta' if parts[i] == 'body' else 'alpha'}={factor:g} at {'.'.join(parts[:i])}")
     return c, ", ".join(path)
 
 
 def is_in_residual(model: PreflightNet, module_name: str) -> bool:
     parts = module_name.split(".")
-    return any(
-        isinstance(model.get_submodule(".".join(parts[:i])), Residual) for i in range(1, len(parts))
-    )
+    return any(isinstance(model.get_submodule(".".join(parts[:i])), Residual) for i in range(1, len(parts)))
 
 
 def residual_undo(model: PreflightNet) -> list[tuple[str, float, str]]:
@@ -156,18 +145,15 @@ def residual_undo(model: PreflightNet) -> list[tuple[str, float, str]]:
     out = []
     for name, module in model.named_modules():
         if isinstance(module, Residual) and module.beta not in (0.0, 1.0, -1.0):
-            m = sum(
-                1
-                for sub in module.body.modules()
-                if isinstance(sub, torch.nn.Linear | torch.nn.Conv2d)
-            )
+            m = sum(1 for sub in module.body.modules() if isinstance(sub, torch.nn.Linear | torch.nn.Conv2d))
             if m:
                 value = abs(module.beta) ** (-m / 2)
                 out.append(
                     (
                         f"{name}.body",
                         value,
-                        f"restores E[F(x)^2] after {m} weighted layers scaled by beta={module.beta:g} (sec 11); fixed forward multiplier, not an init scale",
+                        f"restores E[F(x)^2] after {m} weighted layers scaled by beta={module.beta:g} (sec 11); fixed "
+                        "forward multiplier, not an init scale",
                     )
                 )
     return out
@@ -203,9 +189,7 @@ def unweighted_branch_share(model: PreflightNet, module_name: str) -> tuple[floa
         alpha, beta = abs(parent.alpha), abs(parent.beta)
         if alpha < 1.0 or any(isinstance(sub, _NORMS) for sub in parent.body.modules()):
             return 1.0, ""  # weighted, or the body's scale is its norm's (AutoInit tunes that)
-        m = sum(
-            1 for sub in parent.body.modules() if isinstance(sub, torch.nn.Linear | torch.nn.Conv2d)
-        )
+        m = sum(1 for sub in parent.body.modules() if isinstance(sub, torch.nn.Linear | torch.nn.Conv2d))
         excess = residuals * beta**2 * beta**m / alpha**2  # L s^2 / alpha^2
         if excess <= MAX_BRANCH_EXCESS:
             return 1.0, ""

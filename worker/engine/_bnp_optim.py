@@ -71,10 +71,7 @@ def _per_weight(stat: Tensor, weight: Tensor, groups: int) -> Tensor:
     """Broadcast a per-input-channel statistic to the weight layout [out, in/groups, (k, k)]."""
     out_ch, in_per_group = weight.shape[0], weight.shape[1]
     group_of_out = torch.arange(out_ch, device=weight.device) // (out_ch // groups)
-    index = (
-        group_of_out[:, None] * in_per_group
-        + torch.arange(in_per_group, device=weight.device)[None, :]
-    )
+    index = group_of_out[:, None] * in_per_group + torch.arange(in_per_group, device=weight.device)[None, :]
     per = stat.to(weight.dtype)[index]  # [out, in/groups]
     return per.reshape(out_ch, in_per_group, *([1] * (weight.dim() - 2)))
 
@@ -123,11 +120,7 @@ class BNP:
                     w.dtype,
                 )
                 self._layers[name] = (module, stats)
-                self._handles.append(
-                    module.register_forward_pre_hook(
-                        self._make_hook(stats, module.bias is not None)
-                    )
-                )
+                self._handles.append(module.register_forward_pre_hook(self._make_hook(stats, module.bias is not None)))
 
     def _make_hook(self, stats: _LayerStats, centred: bool):  # type: ignore[no-untyped-def]
         def hook(module: nn.Module, args: tuple[Tensor, ...]) -> None:
@@ -200,10 +193,7 @@ class BNP:
         return self.optimizer.state
 
     def state_dict(self) -> dict[str, Any]:
-        stats = {
-            name: {"mu": s.mu.clone(), "var": s.var.clone()}
-            for name, (_, s) in self._layers.items()
-        }
+        stats = {name: {"mu": s.mu.clone(), "var": s.var.clone()} for name, (_, s) in self._layers.items()}
         return {"optimizer": self.optimizer.state_dict(), "bnp": stats}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

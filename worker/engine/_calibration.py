@@ -42,7 +42,10 @@ def load(text: str | None = None) -> dict[str, Any]:
     _check_fit(data, "")
     alone = data.get("without_probe")
     if not isinstance(alone, dict):
-        raise ValueError(f"{FILE}: 'without_probe' must hold the fit without the probe; regenerate it with python -m bench.pipeline.calibrate")
+        raise ValueError(
+            f"{FILE}: 'without_probe' must hold the fit without the probe; regenerate it with python -m "
+            "bench.pipeline.calibrate"
+        )
     _check_fit(alone, "without_probe.")
     if alone["weights"][PROBE] != 0:
         raise ValueError(f"{FILE}: 'without_probe.weights.{PROBE}' must be 0, but got {alone['weights'][PROBE]!r}")
@@ -59,7 +62,10 @@ def _check_fit(data: dict[str, Any], where: str) -> None:
     for key in ("weights", "fill"):
         values = data.get(key) or {}
         if set(values) != set(COMPONENTS):
-            raise ValueError(f"{FILE}: '{where}{key}' must name {list(COMPONENTS)}, but got {sorted(values)}; regenerate it with python -m bench.pipeline.calibrate")
+            raise ValueError(
+                f"{FILE}: '{where}{key}' must name {list(COMPONENTS)}, but got {sorted(values)}; regenerate it with "
+                "python -m bench.pipeline.calibrate"
+            )
         bad = {k: v for k, v in values.items() if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0)}
         if bad:
             raise ValueError(f"{FILE}: '{where}{key}' must be finite and >= 0, but got {bad}")

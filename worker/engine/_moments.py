@@ -57,9 +57,7 @@ def capture(modules: Sequence[nn.Module]) -> Iterator[list[Capture]]:
     handles = []
     for module, record in zip(modules, records, strict=True):
 
-        def hook(
-            _m: nn.Module, args: tuple[Tensor, ...], out: Tensor, record: Capture = record
-        ) -> None:
+        def hook(_m: nn.Module, args: tuple[Tensor, ...], out: Tensor, record: Capture = record) -> None:
             record.inputs.append(args[0])
             record.outputs.append(out)
 
@@ -119,8 +117,7 @@ def task_loss(out: Tensor, targets: Tensor, *, reduction: str = "sum") -> Tensor
     if targets.shape != out.shape:
         if targets.numel() != out.numel():
             raise ValueError(
-                f"float targets of shape {list(targets.shape)} do not match the output's "
-                f"{list(out.shape)}"
+                f"float targets of shape {list(targets.shape)} do not match the output's {list(out.shape)}"
             )
         # [N] targets against an [N, 1] output would broadcast to [N, N]
         targets = targets.reshape(out.shape)
@@ -177,13 +174,9 @@ def per_sample_weight_grad_sq(module: nn.Module, x: Tensor, dy: Tensor) -> float
         xs = F.pad(x[start : start + chunk].detach(), _conv_pads(module)).double()
         if module.dilation == (1, 1):  # a strided view; F.unfold's im2col is slow on CPU
             patches = xs.unfold(2, kh, sh).unfold(3, kw, sw)  # [n, C, Ho, Wo, kh, kw]
-            patches = patches.permute(0, 1, 4, 5, 2, 3).reshape(
-                xs.shape[0], xs.shape[1] * kh * kw, -1
-            )
+            patches = patches.permute(0, 1, 4, 5, 2, 3).reshape(xs.shape[0], xs.shape[1] * kh * kw, -1)
         else:
-            patches = F.unfold(
-                xs, module.kernel_size, dilation=module.dilation, stride=module.stride
-            )
+            patches = F.unfold(xs, module.kernel_size, dilation=module.dilation, stride=module.stride)
         n = patches.shape[0]
         cols = patches.reshape(n, groups, -1, patches.shape[-1])  # [n, G, Cg*kh*kw, P]
         g = dy[start : start + chunk].detach().double().reshape(n, groups, -1, cols.shape[-1])

@@ -68,7 +68,7 @@ def report(
                 "hessian_measured": diagnostics.hessian_measured,
                 "probe": _probe_report(probe),
             }
-        ),  # fmt: skip
+        ),
         components=result.components,
         penalties=result.penalties,
         thresholds=opts.thresholds,
@@ -83,7 +83,7 @@ def report(
             data=source,
             versions=_versions(),
             diagnostics=diagnostics.ran,
-        ),  # fmt: skip
+        ),
     )
 
 
@@ -114,7 +114,7 @@ def _blocks(before: JacobianProfile, tuned: AutoInitResult, rho: list[float]) ->
             k_after=finite_or_none(ka[b + 1]),
             apjn_target=math.exp(rho[b]),
             unit=unit_of[b],
-        )  # fmt: skip
+        )
         for b in range(len(jb))
     ]
 
@@ -144,12 +144,21 @@ def _tuning(
 ) -> TuningReport:
     k_after = tuned.after.k.tolist()
     return TuningReport(
-        steps=tuned.steps, converged=tuned.converged, status=tuned.status, message=tuned.message, loss=opts.loss,
-        loss_curve=[finite_or_none(v) for v in tuned.loss_curve], seconds=tuned.seconds, device=str(device),
-        input_k=finite_or_none(k_after[0]), output_std_before=finite_or_none(math.sqrt(before.k[-1].item())),
-        output_std_after=finite_or_none(math.sqrt(k_after[-1])), invariant=tuned.invariant, balancing=balancing,
+        steps=tuned.steps,
+        converged=tuned.converged,
+        status=tuned.status,
+        message=tuned.message,
+        loss=opts.loss,
+        loss_curve=[finite_or_none(v) for v in tuned.loss_curve],
+        seconds=tuned.seconds,
+        device=str(device),
+        input_k=finite_or_none(k_after[0]),
+        output_std_before=finite_or_none(math.sqrt(before.k[-1].item())),
+        output_std_after=finite_or_none(math.sqrt(k_after[-1])),
+        invariant=tuned.invariant,
+        balancing=balancing,
         autoinit=tuned.scales,
-    )  # fmt: skip
+    )
 
 
 def _versions() -> dict[str, str]:
@@ -162,5 +171,10 @@ def _versions() -> dict[str, str]:
         ours = version("nas-preflight")
     except PackageNotFoundError:
         ours = "unknown"
-    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
-            "pydantic": pydantic.VERSION, "nas-preflight": ours}  # fmt: skip
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "pydantic": pydantic.VERSION,
+        "nas-preflight": ours,
+    }

@@ -270,7 +270,9 @@ class _Tuner:
             self.u[i] += d
         return deltas
 
-    def learn_elasticities(self, deltas: list[float], old: tuple[list[float], list[float]], new: tuple[list[float], list[float]]) -> None:
+    def learn_elasticities(
+        self, deltas: list[float], old: tuple[list[float], list[float]], new: tuple[list[float], list[float]]
+    ) -> None:
         """Secant estimates for units that are not exactly homogeneous; a unit whose J does
         not respond to its gain at all is frozen (it cannot be tuned)."""
         for i, d in enumerate(deltas):
@@ -299,7 +301,9 @@ class _Tuner:
             current = self.measure()
         if not current.finite:
             self.u = [0.0] * len(self.units)
-            return self.finish(before, before, [], 0, "non_finite", "forward pass stays non-finite after shrinking every gain by e^8")
+            return self.finish(
+                before, before, [], 0, "non_finite", "forward pass stays non-finite after shrinking every gain by e^8"
+            )
         r_j, r_k, noise = self.residuals(current)
         curve = [self.loss_value(r_j, r_k)]
         best = (curve[0], list(self.u), current)
@@ -330,7 +334,9 @@ class _Tuner:
             if rises >= 3:
                 if min(self.damping) < 1 / 16:
                     self.u = list(best[1])
-                    return self.finish(before, best[2], curve, t + 1, "diverged", "the loss kept rising; best multipliers kept")
+                    return self.finish(
+                        before, best[2], curve, t + 1, "diverged", "the loss kept rising; best multipliers kept"
+                    )
                 self.u, current = list(best[1]), best[2]
                 r_j, r_k, noise = self.residuals(current)
                 self.damping = [d / 2 for d in self.damping]
@@ -341,7 +347,11 @@ class _Tuner:
             self.u, current = list(best[1]), best[2]
         stuck = any(self.frozen[i] and unit.tunable for i, unit in enumerate(self.units))
         status: Status = "unreachable" if stuck else "max_steps"
-        message = "some units cannot reach criticality; pushed as close as possible" if stuck else f"not within tolerance after {steps} steps"
+        message = (
+            "some units cannot reach criticality; pushed as close as possible"
+            if stuck
+            else f"not within tolerance after {steps} steps"
+        )
         return self.finish(before, current, curve, steps, status, message)
 
     def done(self, r_j: list[float], r_k: list[float], noise: list[float]) -> bool:
@@ -363,10 +373,21 @@ class _Tuner:
         stuck = [i for i, unit in enumerate(self.units) if unit.tunable and self.frozen[i] and abs(r_j[i]) > self.tol]
         if stuck:
             blocks = [b for i in stuck for b in self.units[i].blocks]
-            return "unreachable", f"blocks {blocks} cannot reach criticality (J does not follow the gain); pushed as close as possible"
+            return (
+                "unreachable",
+                f"blocks {blocks} cannot reach criticality (J does not follow the gain); pushed as close as possible",
+            )
         return "converged", "every unit is within tolerance"
 
-    def finish(self, before: JacobianProfile, after: JacobianProfile, curve: list[float], steps: int, status: Status, message: str) -> AutoInitResult:
+    def finish(
+        self,
+        before: JacobianProfile,
+        after: JacobianProfile,
+        curve: list[float],
+        steps: int,
+        status: Status,
+        message: str,
+    ) -> AutoInitResult:
         r_j, r_k, _ = self.residuals(after) if after.finite else ([math.nan] * len(self.units), [], [])
         scales: dict[str, float] = {}
         invariant: list[str] = []
@@ -377,8 +398,18 @@ class _Tuner:
                 for name in gain.tensors:
                     scales[name] = math.exp(gain.fraction * u)
         return AutoInitResult(
-            scales=scales, log_gains=list(self.u), units=self.units, before=before, after=after,
-            loss_curve=curve, steps=steps, converged=status in ("converged", "nothing_to_tune"),
-            status=status, message=message, seconds=0.0, invariant=invariant, residuals=r_j,
+            scales=scales,
+            log_gains=list(self.u),
+            units=self.units,
+            before=before,
+            after=after,
+            loss_curve=curve,
+            steps=steps,
+            converged=status in ("converged", "nothing_to_tune"),
+            status=status,
+            message=message,
+            seconds=0.0,
+            invariant=invariant,
+            residuals=r_j,
             log_rho_k=list(self.log_rho_k),
-        )  # fmt: skip
+        )

@@ -110,7 +110,9 @@ class Multiplier:
     """One multiplier balancing added: to a parameter (``in_scales``) or reported only."""
 
     name: str  # parameter name, "input", or "<module> (input)" / "<module> (output)"
-    kind: str  # input | geometric | residual_branch | residual_share | kernel_correction | residual_undo | refinement | output | bias
+    # input | geometric | residual_branch | residual_share | kernel_correction | residual_undo |
+    # refinement | output | bias
+    kind: str
     value: float
     reason: str
     in_scales: bool
@@ -171,9 +173,7 @@ class _Run:
     in_residual: list[bool] = field(default_factory=list)  # per layer: inside a residual block
     passes: int = 0  # forward-backward passes, for cost accounting
 
-    def apply(
-        self, name: str, kind: str, value: float, reason: str, *, applied: bool = False
-    ) -> None:
+    def apply(self, name: str, kind: str, value: float, reason: str, *, applied: bool = False) -> None:
         """Record an ``in_scales`` multiplier and, unless ``applied`` already, scale ``work``."""
         self.multipliers.append(Multiplier(name, kind, value, reason, True))
         self.scales[name] = self.scales.get(name, 1.0) * value
@@ -184,9 +184,7 @@ class _Run:
         """Record a multiplier that an init scale cannot express (not in ``scales``)."""
         self.multipliers.append(Multiplier(name, kind, value, reason, False))
 
-    def move(
-        self, name: str, kind: str, value: float, reason: str, *, applied: bool = False
-    ) -> None:
+    def move(self, name: str, kind: str, value: float, reason: str, *, applied: bool = False) -> None:
         """``apply`` to a weight, and to its layer's bias when that is non-zero (step 4, sec 8)."""
         self.apply(name, kind, value, reason, applied=applied)
         bias = name.removesuffix("weight") + "bias"
@@ -259,13 +257,9 @@ def balance(
     input_scale = _input_scaling(run)
     _geometric_init(run, typical_kernel)
     if not rounds:  # the closed form (steps 1-2): no forward pass; AutoInit sets the output std
-        return Balancing(
-            run.scales, tuple(run.multipliers), input_scale, (), (), math.nan, math.nan, False, 0
-        )
+        return Balancing(run.scales, tuple(run.multipliers), input_scale, (), (), math.nan, math.nan, False, 0)
     run.moving_biases = {
-        f"{info.module}.bias"
-        for info, m in run.layers
-        if m.bias is not None and bool(m.bias.detach().ne(0).any())
+        f"{info.module}.bias" for info, m in run.layers if m.bias is not None and bool(m.bias.detach().ne(0).any())
     }
     run.in_residual = [is_in_residual(run.work, info.module) for info, _ in run.layers]
     _refine(run, settings, rounds)
@@ -341,7 +335,10 @@ def _input_scaling(run: _Run) -> float:
     first_info = run.layers[0][0]
     x_sq = float(run.x.detach().double().pow(2).mean())
     input_scale = (1.0 / (math.sqrt(first_info.fan_in or 1) * x_sq)) ** 0.5 if x_sq > 0 else 1.0
-    reason = f"E[(u x_0)^2] = 1/sqrt(n_0 k_0^2) = 1/sqrt({first_info.fan_in}) balances first-layer weights against biases (sec 8.1)"
+    reason = (
+        f"E[(u x_0)^2] = 1/sqrt(n_0 k_0^2) = 1/sqrt({first_info.fan_in}) balances first-layer weights against "
+        "biases (sec 8.1)"
+    )
     if isinstance(_first_layer(run.work), Scale):
         run.apply(
             "blocks.0.0.factor",
@@ -350,9 +347,7 @@ def _input_scaling(run: _Run) -> float:
             reason + "; realized by the leading scale layer",
         )
     else:
-        run.report(
-            "input", "input", input_scale, reason + "; multiply the data by it (not in scales)"
-        )
+        run.report("input", "input", input_scale, reason + "; multiply the data by it (not in scales)")
     return input_scale
 
 
@@ -464,9 +459,7 @@ def _newton_step(run: _Run, jac: Tensor, dev: Tensor, mask: Tensor, error: float
     run.passes += 1
     biases = [n.removesuffix("weight") + "bias" for n in run.weights]
     moving = [b if b in run.moving_biases else None for b in biases]
-    sens = torch.tensor(
-        output_sensitivities(run.work, run.x, run.weights, moving), dtype=torch.float64
-    ).nan_to_num(0.0)
+    sens = torch.tensor(output_sensitivities(run.work, run.x, run.weights, moving), dtype=torch.float64).nan_to_num(0.0)
     rows, rhs = [jac[mask]], [-dev[mask]]
     if math.isfinite(error) and float(sens.abs().max()) > MIN_OUTPUT_SENSITIVITY:
         rows.append(sens[None])

@@ -74,9 +74,7 @@ def _kappa_from_var(var: Tensor) -> float:
     return float(d.max() / d.min())
 
 
-def kappa_d(
-    model: nn.Module, x: Tensor, *, epsilon_1: float = 0.0, epsilon_2: float = 0.0
-) -> dict[str, float]:
+def kappa_d(model: nn.Module, x: Tensor, *, epsilon_1: float = 0.0, epsilon_2: float = 0.0) -> dict[str, float]:
     """``kappa(D)`` (eq. 12) at the input of every ``nn.Linear`` / ``nn.Conv2d``, keyed by module name.
 
     ``epsilon_1, epsilon_2`` regularise the variance as Algorithm 2, step 3 does
@@ -145,9 +143,7 @@ def neuron_hessian_condition(
     net = float64_copy(model)
     module = net.get_submodule(layer)
     if not isinstance(module, nn.Linear | nn.Conv2d) or module.bias is None:
-        raise ValueError(
-            f"layer {layer!r} must be a linear or conv module with a bias, got {module}"
-        )
+        raise ValueError(f"layer {layer!r} must be a linear or conv module with a bias, got {module}")
     if not 0 <= neuron < module.weight.shape[0]:
         raise ValueError(f"neuron must be in [0, {module.weight.shape[0]}), but got {neuron=}.")
     x64 = x.detach().double()
@@ -166,9 +162,7 @@ def neuron_hessian_condition(
         with preserved_buffers(net), torch.no_grad():
             out_dim = net(x64).shape[1]
         device = generator.device if generator is not None else x64.device
-        r = torch.randn(
-            out_dim, out_dim, generator=generator, device=device, dtype=torch.float64
-        ).to(x64.device)
+        r = torch.randn(out_dim, out_dim, generator=generator, device=device, dtype=torch.float64).to(x64.device)
 
     def loss_of(w_hat: Tensor) -> Tensor:
         w = torch.cat([w0[:neuron], w_hat[1:].reshape(1, *w0.shape[1:]), w0[neuron + 1 :]])
@@ -185,9 +179,7 @@ def neuron_hessian_condition(
         hessian = torch.autograd.functional.hessian(loss_of, w_hat0)
     # P = U D (eq. 12 / 23): mu and sigma of the input channels this neuron reads, per weight entry
     group = neuron // (w0.shape[0] // (module.groups if isinstance(module, nn.Conv2d) else 1))
-    channels = torch.arange(
-        group * channels_per_group, (group + 1) * channels_per_group, device=mean.device
-    )
+    channels = torch.arange(group * channels_per_group, (group + 1) * channels_per_group, device=mean.device)
     kernel_area = w0[0].numel() // channels_per_group
     mu = mean[channels].repeat_interleave(kernel_area)
     sigma = var[channels].sqrt().repeat_interleave(kernel_area)

@@ -32,7 +32,9 @@ __all__ = [
 
 STEP_COST = 1.0  # the timed forward + backward that fixes the unit
 FORWARD_COST = 1.0 / 3.0
-SCALING_COST = 5.0  # worker.engine.scaling.measure_scaling: forward, backward, a VJP and per-sample weight gradients per layer (measured 0.3-4.5)
+# worker.engine.scaling.measure_scaling: forward, backward, a VJP and per-sample weight gradients
+# per layer (measured 0.3-4.5)
+SCALING_COST = 5.0
 BNP_COST = 0.5  # worker.engine.bnp.kappa_d: a forward with statistics hooks (measured 0.2-0.5)
 # one Hessian-vector or Gauss-Newton product, per unit of (Hessian batch / conditioning batch):
 # a double backward through the network (measured 1.2-1.9 per unit on a quiet CPU for the first,
@@ -114,8 +116,7 @@ class Ledger:
         budget = self.budget_steps or math.inf
         return max(
             0.0,
-            min(AUTOINIT_SHARE * budget, budget - (DIAGNOSTICS_RESERVE if diagnostics else 0.0))
-            - self.spent(),
+            min(AUTOINIT_SHARE * budget, budget - (DIAGNOSTICS_RESERVE if diagnostics else 0.0)) - self.spent(),
         )
 
     def summary(self, wall_seconds: float, probe_cost: float | None) -> dict[str, Any]:
@@ -123,15 +124,19 @@ class Ledger:
         probe's own count (apart from the budget) and each stage's count."""
         step = self.seconds["step"]
         return {
-            "budget_steps": self.budget_steps, "step_seconds": step, "counted_steps": self.spent(),
-            "timed_steps": wall_seconds / step if step > 0 else None, "probe_counted_steps": probe_cost,
-        } | {f"counted_{k}": v for k, v in self.counted.items()}  # fmt: skip
+            "budget_steps": self.budget_steps,
+            "step_seconds": step,
+            "counted_steps": self.spent(),
+            "timed_steps": wall_seconds / step if step > 0 else None,
+            "probe_counted_steps": probe_cost,
+        } | {f"counted_{k}": v for k, v in self.counted.items()}
 
     def overrun_note(self) -> str | None:
         """A note when the counted steps passed the budget (by more than BUDGET_SLACK)."""
         if self.budget_steps is None or self.spent() <= self.budget_steps + BUDGET_SLACK:
             return None
         return (
-            f"the cost budget was exceeded: {self.spent():.1f} of {self.budget_steps:g} training steps counted; the stages "
+            f"the cost budget was exceeded: {self.spent():.1f} of {self.budget_steps:g} training steps counted; the "
+            "stages "
             f"that always run (timed step, profile, AutoInit's first step, scaling, bnp) need about {MANDATORY:g}"
         )

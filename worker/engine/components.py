@@ -20,11 +20,7 @@ def components(
     after = tuned.after
     finite = after.finite and tuned.status != "non_finite"
     head = opts.output_std is not None
-    units = [
-        (i, u)
-        for i, u in enumerate(tuned.units)
-        if u.tunable and not (head and i == len(tuned.units) - 1)
-    ]
+    units = [(i, u) for i, u in enumerate(tuned.units) if u.tunable and not (head and i == len(tuned.units) - 1)]
     jac = max((abs(tuned.residuals[i]) for i, _ in units), default=0.0) if finite else None
     kernel = out = None
     if finite:

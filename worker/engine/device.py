@@ -27,9 +27,7 @@ def resolve_device(preference: str = "auto", *, pin_index: bool = False) -> torc
         return torch.device("cuda:0" if pin_index else "cuda")
     device = torch.device(preference)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise DeviceUnavailable(
-            f"device {preference!r} was asked for but CUDA is not available; use 'auto' or 'cpu'"
-        )
+        raise DeviceUnavailable(f"device {preference!r} was asked for but CUDA is not available; use 'auto' or 'cpu'")
     if pin_index and device.type == "cuda" and device.index is None:
         return torch.device("cuda:0")
     return device

@@ -43,9 +43,7 @@ class Diagnostics:
     non_finite: bool = False
     seconds: dict[str, float] = field(default_factory=dict)
     hessian_measured: list[str] | None = None  # layers with Hessian figures; None: all of them
-    cost: dict[str, float] = field(
-        default_factory=dict
-    )  # training steps, counted (worker.engine.budget)
+    cost: dict[str, float] = field(default_factory=dict)  # training steps, counted (worker.engine.budget)
 
     def layer(self, name: str) -> dict[str, float | None]:
         return dict(self.per_layer.get(name, {}))
@@ -53,9 +51,10 @@ class Diagnostics:
     def describe(self, component: str, value: float | None) -> str:
         v = value if value is not None else math.nan
         return {
-            "gamma_log_spread": f"layer scaling gamma_l spreads by a factor {math.exp(v):.3g} (std of log) across layers: "
-            "some layers learn much faster than others (scaling paper, eq. 2)",
-            "hessian_log_spread": f"top Hessian eigenvalues spread by a factor {math.exp(v):.3g} (std of log) across layers",
+            "gamma_log_spread": f"layer scaling gamma_l spreads by a factor {math.exp(v):.3g} (std of log) "
+            "across layers: some layers learn much faster than others (scaling paper, eq. 2)",
+            "hessian_log_spread": f"top Hessian eigenvalues spread by a factor {math.exp(v):.3g} (std of log) "
+            "across layers",
             "kappa_d_log": f"kappa(D) reaches {math.exp(v):.3g}: activation variances differ widely; BNP would help",
         }.get(component, f"{component} = {v:.3g}")
 
@@ -151,7 +150,8 @@ def _hessian(
         if count == 0:
             diag.hessian_measured = []
             diag.notes.append(
-                f"Hessian figures skipped: {max(left, 0):.1f} training steps were left of the cost budget, not enough for one layer"
+                f"Hessian figures skipped: {max(left, 0):.1f} training steps were left of the cost budget, not enough "
+                "for one layer"
             )
             return False
         if count < len(names):  # hidden layers first, spread evenly; the output layer is not scored
@@ -164,11 +164,18 @@ def _hessian(
                 else f"{count} of {len(names)} layers (evenly spread; the others are null)"
             )
             diag.notes.append(
-                f"Hessian figures within the cost budget: {which}, {iterations} power iterations (asked {opts.hessian_iterations})"
+                f"Hessian figures within the cost budget: {which}, {iterations} power iterations (asked "
+                f"{opts.hessian_iterations})"
             )
     figures = hessian_figures(
-        model, x[:n], None if y is None else y[:n], iterations=iterations, probes=opts.hessian_probes, generator=g, layers=chosen,
-    )  # fmt: skip
+        model,
+        x[:n],
+        None if y is None else y[:n],
+        iterations=iterations,
+        probes=opts.hessian_probes,
+        generator=g,
+        layers=chosen,
+    )
     diag.hessian_measured = None if chosen is None else [f.name for f in figures]
     for f in figures:
         diag._put(f.name, "hessian_top_eigenvalue", f.top_eigenvalue)

@@ -53,8 +53,6 @@ class LayerHessian:
     mean_sq_singular_value: float
 
 
-
-
 def spread_order(n: int) -> list[int]:
     """0..n-1 in an order whose every prefix is spread evenly over the depth: the two ends
     first, then midpoints (``worker.engine.condition`` takes a prefix when the budget is short)."""
@@ -118,9 +116,7 @@ def hessian_figures(
     if probes < 1:
         raise ValueError(f"probes must be at least 1, but got {probes=}.")
     wanted = None if layers is None else set(layers)
-    chosen = [
-        (info, m) for info, m in model.weighted_layers() if wanted is None or info.module in wanted
-    ]
+    chosen = [(info, m) for info, m in model.weighted_layers() if wanted is None or info.module in wanted]
     weights: list[Tensor] = [module.weight for _, module in chosen]  # type: ignore[misc]
     with preserved_buffers(model), torch.enable_grad():
         out = model(x)
@@ -158,9 +154,7 @@ def hessian_figures(
 
 def _gaussian(like: Tensor, generator: torch.Generator | None) -> Tensor:
     device = generator.device if generator is not None else like.device
-    return torch.randn(like.shape, generator=generator, device=device, dtype=like.dtype).to(
-        like.device
-    )
+    return torch.randn(like.shape, generator=generator, device=device, dtype=like.dtype).to(like.device)
 
 
 def _vjp(output: Tensor | None, inputs: Tensor, v: Tensor) -> Tensor:

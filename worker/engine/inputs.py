@@ -33,7 +33,8 @@ def batch(
     if isinstance(data, Mapping):
         if "x" not in data:
             raise ValueError(
-                f"data mapping needs an 'x' entry with inputs [N, {', '.join(map(str, shape))}]; got keys {sorted(data)}"
+                f"data mapping needs an 'x' entry with inputs [N, {', '.join(map(str, shape))}]; got keys "
+                f"{sorted(data)}"
             )
         raw_x, raw_y = data["x"], data.get("y")
     else:
@@ -63,8 +64,6 @@ def check_targets(y: Tensor | None, output_shape: list[int]) -> None:
         error = f"data 'y' must hold integer class labels or float targets, but has dtype {y.dtype}"
     else:
         per_sample = list(y.shape[1:])
-        error = target_error(
-            "class", per_sample, output_shape, None if per_sample else (int(y.min()), int(y.max()))
-        )
+        error = target_error("class", per_sample, output_shape, None if per_sample else (int(y.min()), int(y.max())))
     if error is not None:
         raise ValueError(error)

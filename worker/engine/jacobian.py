@@ -138,15 +138,11 @@ def block_jacobians(
         inputs, outputs = run_blocks(model, x, params)
         k = torch.stack([_second_moment(x)] + [_second_moment(o) for o in outputs])
         vectors = [
-            torch.randn((n_vectors, *o.shape), generator=generator, device=o.device, dtype=o.dtype)
-            for o in outputs
+            torch.randn((n_vectors, *o.shape), generator=generator, device=o.device, dtype=o.dtype) for o in outputs
         ]
         grads = _batched_vjp(outputs, inputs, vectors)
     terms = torch.stack(
-        [
-            g.detach().double().pow(2).flatten(2).sum(-1) / (o[0].numel())
-            for g, o in zip(grads, outputs, strict=True)
-        ],
+        [g.detach().double().pow(2).flatten(2).sum(-1) / (o[0].numel()) for g, o in zip(grads, outputs, strict=True)],
         dim=-1,
     )  # [N_v, B, L]: ||v^T dh^{l+1}/dh^l(x)||^2 / N_{l+1}
     return JacobianProfile(terms=terms, k=k.detach(), batch_coupled=coupled)

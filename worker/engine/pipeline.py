@@ -74,11 +74,7 @@ def condition(
     Raises ``nas.SpecError`` for an invalid spec and ValueError for unusable data; a network
     that cannot be conditioned still gets a report (status and reasons say why).
     """
-    opts = (
-        options
-        if isinstance(options, ConditionOptions)
-        else ConditionOptions.model_validate(options or {})
-    )
+    opts = options if isinstance(options, ConditionOptions) else ConditionOptions.model_validate(options or {})
     # the one parse of the spec (nas.parse_spec inside build_model); model.trace has its shapes
     model = build_model(spec, seed=opts.seed + seeds.WEIGHTS)  # type: ignore[arg-type]  # a non-dict Mapping: SpecError
     parsed = model.spec
@@ -94,9 +90,7 @@ def condition(
     ledger.record("step", time_training_step(model, x), STEP_COST)
     clock = time.perf_counter()
     with conditioning_mode(model), torch.no_grad():
-        before = block_jacobians(
-            model, x, opts.n_vectors, seeds.generator(opts.seed, seeds.PROFILE_BEFORE, device)
-        )
+        before = block_jacobians(model, x, opts.n_vectors, seeds.generator(opts.seed, seeds.PROFILE_BEFORE, device))
     ledger.record("profile_before", time.perf_counter() - clock, profile_cost(opts.n_vectors))
     clock = time.perf_counter()
     balancing, balancing_note, balancing_mode = _balance(model, x, opts, device)
@@ -104,17 +98,22 @@ def condition(
     if balancing:
         apply_scales_(model, balancing)
     tuned = autoinit(
-        model, x, loss=opts.loss, kernel_lambda=opts.kernel_lambda, steps=opts.steps, n_vectors=opts.n_vectors,
-        tolerance=opts.tolerance, output_std=opts.output_std, generator=seeds.generator(opts.seed, seeds.AUTOINIT, device),
+        model,
+        x,
+        loss=opts.loss,
+        kernel_lambda=opts.kernel_lambda,
+        steps=opts.steps,
+        n_vectors=opts.n_vectors,
+        tolerance=opts.tolerance,
+        output_std=opts.output_std,
+        generator=seeds.generator(opts.seed, seeds.AUTOINIT, device),
         max_cost=ledger.autoinit_allowance(opts.diagnostics),
-    )  # fmt: skip
+    )
     ledger.record("autoinit", tuned.seconds, tuned.cost)
     balancing = _release_invariant_(model, balancing, tuned.invariant)
     apply_scales_(model, tuned.scales)
     diagnostics = (
-        run_diagnostics(
-            model, x, y, opts, seeds.generator(opts.seed, seeds.DIAGNOSTICS, device), ledger.left()
-        )
+        run_diagnostics(model, x, y, opts, seeds.generator(opts.seed, seeds.DIAGNOSTICS, device), ledger.left())
         if opts.diagnostics
         else Diagnostics()
     )
@@ -127,18 +126,28 @@ def condition(
 
     comps = components(tuned, diagnostics, opts, probe.loss)
     result = score(comps, opts.thresholds)
-    why = (
-        reasons(tuned, result.over, comps, diagnostics, opts, parsed, probe)
-        + balancing_note
-        + diagnostics.notes
-    )
+    why = reasons(tuned, result.over, comps, diagnostics, opts, parsed, probe) + balancing_note + diagnostics.notes
     why += [probe.note] if probe.note else []
     return report(
-        spec=parsed, opts=opts, device=device, batch_size=int(x.shape[0]), source=source, model=model, rho=rho,
-        before=before, tuned=tuned, balancing=balancing, balancing_mode=balancing_mode,
-        scales=_product(balancing, tuned.scales), diagnostics=diagnostics, probe=probe, result=result, reasons=why,
-        timings=ledger.seconds, budget=budget,
-    )  # fmt: skip
+        spec=parsed,
+        opts=opts,
+        device=device,
+        batch_size=int(x.shape[0]),
+        source=source,
+        model=model,
+        rho=rho,
+        before=before,
+        tuned=tuned,
+        balancing=balancing,
+        balancing_mode=balancing_mode,
+        scales=_product(balancing, tuned.scales),
+        diagnostics=diagnostics,
+        probe=probe,
+        result=result,
+        reasons=why,
+        timings=ledger.seconds,
+        budget=budget,
+    )
 
 
 def time_training_step(model: PreflightNet, x: Tensor) -> float:
@@ -210,16 +219,18 @@ def _balance(
             "failed",
         )
     if rounds and not result.converged:
-        return {}, [
-            f"balancing did not converge in {rounds} rounds (gamma_l not equalised or output std off target, "
-            "e.g. saturating activations); its multipliers were dropped and AutoInit started from the spec's init"
-        ], "dropped"  # fmt: skip
+        return (
+            {},
+            [
+                f"balancing did not converge in {rounds} rounds (gamma_l not equalised or output std off target, "
+                "e.g. saturating activations); its multipliers were dropped and AutoInit started from the spec's init"
+            ],
+            "dropped",
+        )
     return scales, [], "iterated" if rounds else "closed_form"
 
 
-def _release_invariant_(
-    model: PreflightNet, balancing: dict[str, float], invariant: list[str]
-) -> dict[str, float]:
+def _release_invariant_(model: PreflightNet, balancing: dict[str, float], invariant: list[str]) -> dict[str, float]:
     """Undo balancing's multipliers on scale-invariant layers (weights feeding a norm).
 
     The network's function does not depend on them; they only set the effective learning

@@ -51,9 +51,7 @@ class ProbeResult:
     best_lr: float | None = None
     reference: float | None = None  # a constant prediction's loss on these targets (reference_loss)
     targets: str = "none"  # "given" | "random" | "none" (not run)
-    curves: dict[str, list[float | None]] = field(
-        default_factory=dict
-    )  # per rate: loss per step, then final
+    curves: dict[str, list[float | None]] = field(default_factory=dict)  # per rate: loss per step, then final
     seconds: float = 0.0
     cost: float = 0.0  # training steps, counted (worker.engine.budget's unit)
     note: str = ""  # why the probe did not run, when it failed
@@ -104,9 +102,7 @@ def run_probe(
             model.load_state_dict(state)
             with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
                 torch.manual_seed(seed)  # dropout draws the same masks at every rate
-                curve = _descend(
-                    model, x, targets, lr, momentum, steps, DIVERGENCE_FACTOR * reference
-                )
+                curve = _descend(model, x, targets, lr, momentum, steps, DIVERGENCE_FACTOR * reference)
             curves[f"{lr:g}"] = [finite_or_none(v) for v in curve]
             finals[lr] = curve[-1]
     finally:

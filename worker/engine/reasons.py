@@ -34,7 +34,8 @@ def reasons(
             out.extend(jacobian_reasons(tuned, opts, spec))
         elif name == "kernel_log_range":
             out.append(
-                f"forward second moment drifts by a factor {math.exp(comps[name] or 0):.3g} across the network after tuning"
+                f"forward second moment drifts by a factor {math.exp(comps[name] or 0):.3g} across the network after "
+                "tuning"
             )
         elif name == "output_log_ratio":
             std = math.exp(0.5 * tuned.after.log_k[-1].item())
@@ -52,16 +53,17 @@ def probe_reason(probe: ProbeResult, opts: ConditionOptions) -> str:
     rates = ", ".join(f"{lr:g}" for lr in opts.probe_lrs)
     targets = "its labels" if probe.targets == "given" else "random labels"
     if probe.best_lr is None:
-        return f"the trainability probe diverged at every learning rate ({rates}): SGD on the batch ({targets}) blew up from the tuned init"
+        return (
+            f"the trainability probe diverged at every learning rate ({rates}): SGD on the batch ({targets}) blew "
+            "up from the tuned init"
+        )
     return (
         f"the trainability probe kept {100 * (probe.loss or 0):.0f} % of the uniform (or mean) prediction's loss after "
         f"{opts.probe_steps} SGD steps on the batch ({targets}) at the best learning rate {probe.best_lr:g} of {rates}"
     )
 
 
-def jacobian_reasons(
-    tuned: AutoInitResult, opts: ConditionOptions, spec: ArchitectureSpec
-) -> list[str]:
+def jacobian_reasons(tuned: AutoInitResult, opts: ConditionOptions, spec: ArchitectureSpec) -> list[str]:
     out = []
     apjn = tuned.after.apjn.tolist()
     last = len(tuned.units) - 1
@@ -71,13 +73,10 @@ def jacobian_reasons(
         if abs(tuned.residuals[i]) <= opts.thresholds.jacobian_log:
             continue
         j = math.prod(apjn[b] for b in unit.blocks)
-        where = (
-            f"block {unit.blocks[0]}"
-            if len(unit.blocks) == 1
-            else f"blocks {unit.blocks[0]}-{unit.blocks[-1]}"
-        )
+        where = f"block {unit.blocks[0]}" if len(unit.blocks) == 1 else f"blocks {unit.blocks[0]}-{unit.blocks[-1]}"
         out.append(
-            f"APJN of {where} stays at {j:.3g} after tuning (target {math.exp(unit.log_rho):.3g}): {cause(unit, spec, j)}"
+            f"APJN of {where} stays at {j:.3g} after tuning (target {math.exp(unit.log_rho):.3g}): "
+            f"{cause(unit, spec, j)}"
         )
     return out
 

@@ -121,14 +121,10 @@ def measure_scaling(
         result = []
         for (info, module), rec, dy in zip(layers, records, dys, strict=True):
             dy = torch.zeros_like(rec.y) if dy is None else dy
-            (dx,) = torch.autograd.grad(
-                rec.y, rec.x, grad_outputs=dy, retain_graph=True, allow_unused=True
-            )
+            (dx,) = torch.autograd.grad(rec.y, rec.x, grad_outputs=dy, retain_graph=True, allow_unused=True)
             dx = torch.zeros_like(rec.x) if dx is None else dx
             result.append(
-                _layer_figures(
-                    info.module, info.fan_in or 0, info.fan_out or 0, module, rec.x, rec.y, dx, dy
-                )
+                _layer_figures(info.module, info.fan_in or 0, info.fan_out or 0, module, rec.x, rec.y, dx, dy)
             )
     return result
 

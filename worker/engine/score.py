@@ -106,12 +106,15 @@ def score(components: dict[str, float | None], thresholds: Thresholds) -> ScoreR
     total = -math.fsum(p for p in penalties.values() if p is not None)
     ratio = {
         name: abs(values[name] or 0.0) / getattr(thresholds, _THRESHOLD_FIELD[name])
-        for name in weights if values.get(name) is not None
-    }  # fmt: skip
+        for name in weights
+        if values.get(name) is not None
+    }
     # weighted components by penalty, then the zero-weight ones (still a true diagnosis) by ratio
     over = sorted((k for k, r in ratio.items() if r >= 1.0), key=lambda k: (-(penalties[k] or 0.0), -ratio[k]))
     if hard:
         over.insert(0, "non_finite")
     cut = CUTS[which] if thresholds.score is None else thresholds.score
     verdict = "prune" if hard or total < cut else "keep"
-    return ScoreResult(score=total, verdict=verdict, components=values, penalties=penalties, over=over, fit=which, cut=cut)
+    return ScoreResult(
+        score=total, verdict=verdict, components=values, penalties=penalties, over=over, fit=which, cut=cut
+    )

@@ -91,7 +91,9 @@ def _walk(model: PreflightNet) -> tuple[_Walk, list[int]]:
     spec = model.spec
     n = len(spec.blocks)
     walk = _Walk(gains=[], log_rho=[0.0] * n, exact=[True] * n, resets=[False] * n, pools=[[] for _ in range(n)])
-    flat = [(b, f"blocks.{b}.{j}", layer) for b, block in enumerate(spec.blocks) for j, layer in enumerate(block.layers)]
+    flat = [
+        (b, f"blocks.{b}.{j}", layer) for b, block in enumerate(spec.blocks) for j, layer in enumerate(block.layers)
+    ]
     infos = model.trace.by_module()
     invariant = _invariant_flags([layer for _, _, layer in flat])
     per_block_depth = [0] * n
@@ -177,7 +179,9 @@ def _is_gain(layer: Layer) -> bool:
     return layer.type in _WEIGHTED or layer.type in _NORMS or layer.type == "scale"
 
 
-def _gain(layer: Layer, module: str, names: set[str], invariant: bool) -> tuple[str, str, tuple[str, ...], bool, float] | None:
+def _gain(
+    layer: Layer, module: str, names: set[str], invariant: bool
+) -> tuple[str, str, tuple[str, ...], bool, float] | None:
     if not _is_gain(layer):
         return None
     kind = "weighted" if layer.type in _WEIGHTED else "norm" if layer.type in _NORMS else "scale"
@@ -211,11 +215,7 @@ def _residual(
                 depth += 0.0 if sub_inv else 1.0
         paths.append((depth, gains))
     top = max(d for d, _ in paths)
-    out = [
-        (m, kd, t, i, 0.0 if i or d == 0 else w * top / d)
-        for d, gains in paths
-        for m, kd, t, i, w in gains
-    ]
+    out = [(m, kd, t, i, 0.0 if i or d == 0 else w * top / d) for d, gains in paths for m, kd, t, i, w in gains]
     unequal |= paths[0][0] != paths[1][0]
     return int(round(top)), unequal and top > 0, out
 

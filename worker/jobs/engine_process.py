@@ -117,9 +117,7 @@ def _serve(connection: Connection, device: str) -> None:
             return
         spec, options, data = message
         try:
-            report = condition(
-                spec, data, options=ConditionOptions.model_validate({**options, "device": resolved})
-            )
+            report = condition(spec, data, options=ConditionOptions.model_validate({**options, "device": resolved}))
             connection.send((Outcome.DONE, report.model_dump(mode="json")))
         except Exception as exc:  # the engine's error is the job's outcome
             error = EngineError(type(exc).__name__, str(exc), isinstance(exc, _DETERMINISTIC))
@@ -163,9 +161,7 @@ class EngineProcess:
         self.device = value
         return value
 
-    def submit(
-        self, spec: dict[str, Any], options: dict[str, Any], data: dict[str, Any] | None = None
-    ) -> None:
+    def submit(self, spec: dict[str, Any], options: dict[str, Any], data: dict[str, Any] | None = None) -> None:
         """Send one job: the spec, the engine's options and the data (None: a Gaussian batch)."""
         self.start()
         assert self._connection is not None
@@ -179,9 +175,7 @@ class EngineProcess:
         try:
             if not self._connection.poll(timeout):
                 if not self._process.is_alive():
-                    raise EngineCrashed(
-                        f"the engine process died (exit code {self._process.exitcode})"
-                    )
+                    raise EngineCrashed(f"the engine process died (exit code {self._process.exitcode})")
                 return None
             outcome, value = self._connection.recv()
         except (EOFError, OSError):

@@ -79,16 +79,12 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if not self.retried <= FAILURES:
-            raise ValueError(
-                f"only failures are retried, not {sorted(o.value for o in self.retried - FAILURES)}"
-            )
+            raise ValueError(f"only failures are retried, not {sorted(o.value for o in self.retried - FAILURES)}")
 
     def retries(self, outcome: Outcome, attempt: int, max_attempts: int) -> bool:
         """Whether the job is queued again after failing its ``attempt`` (1, 2, ...) with
         ``outcome``. Raises ValueError for an outcome that is not a failure (DONE, RELEASED,
         LOST): those are never recorded as a failed attempt."""
         if not outcome.is_failure:
-            raise ValueError(
-                f"{outcome.value!r} is not a failure; only failed attempts are retried"
-            )
+            raise ValueError(f"{outcome.value!r} is not a failure; only failed attempts are retried")
         return outcome in self.retried and attempt < max_attempts

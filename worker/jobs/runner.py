@@ -86,17 +86,19 @@ class Runner:
         """SIGTERM / SIGINT: stop gracefully; a second one releases the current job at once."""
 
         def handler(signum: int, _frame: Any) -> None:
-            log.info("worker %s: signal %d, %s", self.name, signum,
-                     "releasing the job" if self._stop.is_set() else "finishing the job, then exiting")  # fmt: skip
+            log.info(
+                "worker %s: signal %d, %s",
+                self.name,
+                signum,
+                "releasing the job" if self._stop.is_set() else "finishing the job, then exiting",
+            )
             self.stop(hard=self._stop.is_set())
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
 
     def start_thread(self) -> threading.Thread:
-        self._thread = threading.Thread(
-            target=self.run, name=f"preflight-runner-{self.name}", daemon=True
-        )
+        self._thread = threading.Thread(target=self.run, name=f"preflight-runner-{self.name}", daemon=True)
         self._thread.start()
         return self._thread
 
@@ -118,9 +120,15 @@ class Runner:
                     break
                 self._maybe_reap()
                 self._ensure_engine()  # (re)started before a claim: no lease is held meanwhile
-                job = self._db(lambda s: jobs.claim(
-                    s, worker=self.name, device_kind=kind, lease_seconds=self.settings.lease_seconds,
-                ), until_stopped=True)  # fmt: skip
+                job = self._db(
+                    lambda s: jobs.claim(
+                        s,
+                        worker=self.name,
+                        device_kind=kind,
+                        lease_seconds=self.settings.lease_seconds,
+                    ),
+                    until_stopped=True,
+                )
                 if job is None:
                     if self.burst and not self._stop.is_set() and self._queue_empty():
                         break
@@ -160,9 +168,7 @@ class Runner:
 
     def _run_job(self, job: jobs.Job) -> None:
         """Hand the job to the engine; heartbeat, and stop it on timeout, lost lease or shutdown."""
-        log.info(
-            "worker %s: job %d, attempt %d/%d", self.name, job.id, job.attempts, job.max_attempts
-        )
+        log.info("worker %s: job %d, attempt %d/%d", self.name, job.id, job.attempts, job.max_attempts)
         settings = self.settings
         started = time.monotonic()
         next_beat = started + settings.heartbeat_seconds
@@ -197,9 +203,7 @@ class Runner:
                 self.engine.kill()
         self._record(job, *outcome)
 
-    def _options_and_data(
-        self, job: jobs.Job
-    ) -> tuple[dict[str, Any], dict[str, Any] | EngineError | None]:
+    def _options_and_data(self, job: jobs.Job) -> tuple[dict[str, Any], dict[str, Any] | EngineError | None]:
         """The engine's options, and the uploaded data batch the job names (None: the engine's
         Gaussian batch; an EngineError, which fails the job, when the batch is gone)."""
         options = dict(job.options)
@@ -229,8 +233,9 @@ class Runner:
                     lease_seconds=self.settings.lease_seconds,
                 )
         except (OperationalError, InterfaceError, DBAPIError) as exc:
-            log.warning("worker %s: heartbeat of job %d failed (%s); retrying",
-                        self.name, job.id, str(exc).splitlines()[0])  # fmt: skip
+            log.warning(
+                "worker %s: heartbeat of job %d failed (%s); retrying", self.name, job.id, str(exc).splitlines()[0]
+            )
             return True
 
     def _record(self, job: jobs.Job, outcome: Outcome, value: Any) -> None:
@@ -263,15 +268,11 @@ class Runner:
         # job.attempts is the store's count while the lease is held (the claim counted this
         # attempt); jobs.fail checks it against max_attempts again, in the same statement
         retry = self.retry_policy.retries(outcome, job.attempts, job.max_attempts)
-        status = self._db(
-            lambda s: jobs.fail(s, job_id=job.id, token=token, error=error, retry=retry)
-        )
+        status = self._db(lambda s: jobs.fail(s, job_id=job.id, token=token, error=error, retry=retry))
         log.warning("worker %s: job %d failed (%s), now %s", self.name, job.id, error, status)
         self.done += 1
 
-    def _db(
-        self, work: Callable[[Session], T], *, write: bool = True, until_stopped: bool = False
-    ) -> T | None:
+    def _db(self, work: Callable[[Session], T], *, write: bool = True, until_stopped: bool = False) -> T | None:
         """Run ``work`` in a transaction, retrying while the database is unreachable.
 
         ``until_stopped``: give up (None) once the runner is stopping; otherwise keep
@@ -289,8 +290,9 @@ class Runner:
                     and not exc.connection_invalidated
                 ):
                     raise
-                log.warning("worker %s: database error (%s); retrying in %.1f s",
-                            self.name, str(exc).splitlines()[0], delay)  # fmt: skip
+                log.warning(
+                    "worker %s: database error (%s); retrying in %.1f s", self.name, str(exc).splitlines()[0], delay
+                )
             if until_stopped and self._stop.is_set():
                 return None
             if (

@@ -43,16 +43,12 @@ def visible_gpu_count(timeout: float = 120.0) -> int:
     return 0 if queue.empty() else int(queue.get())
 
 
-def _child(
-    settings_json: str, device: str, burst: bool, max_jobs: int | None, log_level: int
-) -> None:
+def _child(settings_json: str, device: str, burst: bool, max_jobs: int | None, log_level: int) -> None:
     """Entry point of a child process (spawned: it imports everything afresh)."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from worker.jobs.runner import Runner
 
-    runner = Runner(
-        Settings.model_validate_json(settings_json), device=device, burst=burst, max_jobs=max_jobs
-    )
+    runner = Runner(Settings.model_validate_json(settings_json), device=device, burst=burst, max_jobs=max_jobs)
     runner.install_signal_handlers()
     runner.run()
 
@@ -80,10 +76,15 @@ class Supervisor:
     def _start(self, device: str) -> None:
         child = _CONTEXT.Process(
             target=_child,
-            args=(self.settings.model_dump_json(), device, self.burst, self.max_jobs,
-                  logging.getLogger().getEffectiveLevel()),
+            args=(
+                self.settings.model_dump_json(),
+                device,
+                self.burst,
+                self.max_jobs,
+                logging.getLogger().getEffectiveLevel(),
+            ),
             name=f"preflight-worker-{device}",
-        )  # fmt: skip
+        )
         child.start()
         self._children[device] = child
         log.info("supervisor: started worker pid %s on %s", child.pid, device)
@@ -111,15 +112,14 @@ class Supervisor:
                 if child.is_alive():
                     continue
                 child.join()
-                if self._stopping or (
-                    child.exitcode == 0 and (self.burst or self.max_jobs is not None)
-                ):
+                if self._stopping or (child.exitcode == 0 and (self.burst or self.max_jobs is not None)):
                     del self._children[device]
                     continue
                 restarts = self._restarts.get(device, 0)
                 delay = RESTART_BACKOFF_SECONDS[min(restarts, len(RESTART_BACKOFF_SECONDS) - 1)]
-                log.warning("supervisor: worker on %s exited with %s; restarting in %.0f s",
-                            device, child.exitcode, delay)  # fmt: skip
+                log.warning(
+                    "supervisor: worker on %s exited with %s; restarting in %.0f s", device, child.exitcode, delay
+                )
                 self._restarts[device] = restarts + 1
                 deadline = time.monotonic() + delay
                 while time.monotonic() < deadline and not self._stopping:

@@ -55,15 +55,21 @@ router = APIRouter(
 CandidateId = Annotated[int, Path(ge=1, le=2**63 - 1, description="the candidate's id")]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "no candidate with this id"}}
 _SUBMIT_EXAMPLES = {
-    "one": {"summary": "one spec", "value": {
-        "spec": {"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 8}, {"type": "relu"}]}]},
-        "options": {"study": "demo", "trial": 0},
-    }},
-    "batch": {"summary": "a batch", "value": {
-        "specs": [{"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 8}]}]}],
-        "options": {"study": "demo"},
-    }},
-}  # fmt: skip
+    "one": {
+        "summary": "one spec",
+        "value": {
+            "spec": {"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 8}, {"type": "relu"}]}]},
+            "options": {"study": "demo", "trial": 0},
+        },
+    },
+    "batch": {
+        "summary": "a batch",
+        "value": {
+            "specs": [{"input_shape": [16], "blocks": [{"layers": [{"type": "linear", "out": 8}]}]}],
+            "options": {"study": "demo"},
+        },
+    },
+}
 
 
 # Batches up to this size are validated on the event loop, larger ones in the thread pool.
@@ -97,11 +103,17 @@ def _new_candidates(
                 data_batches.check_fits(data_shape, spec, field)
             except data_batches.InvalidBatch as exc:
                 raise ProblemError.from_invalid_batch(exc) from None
-        out.append(jobs.NewCandidate(
-            spec=spec.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(spec), options=tuning,
-            study=options.study, trial=options.trial, device=_device_class(options.device),
-            priority=options.priority,
-        ))  # fmt: skip
+        out.append(
+            jobs.NewCandidate(
+                spec=spec.model_dump(mode="json", exclude_none=True),
+                spec_hash=spec_hash(spec),
+                options=tuning,
+                study=options.study,
+                trial=options.trial,
+                device=_device_class(options.device),
+                priority=options.priority,
+            )
+        )
     return out
 
 
@@ -136,9 +148,10 @@ async def submit_candidates(
     specs = body.specs if isinstance(body, CandidateBatchCreate) else [body.spec]
     if len(specs) > settings.max_batch:
         raise ProblemError(
-            413, f"{len(specs)} specs in one batch exceed the limit of {settings.max_batch} "
-            "(setting PREFLIGHT_MAX_BATCH)", kind="too-large",
-        )  # fmt: skip
+            413,
+            f"{len(specs)} specs in one batch exceed the limit of {settings.max_batch} (setting PREFLIGHT_MAX_BATCH)",
+            kind="too-large",
+        )
     # Validation is pure CPU, tens of microseconds for a small spec: a few specs are checked
     # on the event loop, a larger batch in the thread pool. The write goes to the process's
     # group commit, which answers once the rows are durable.
@@ -148,9 +161,11 @@ async def submit_candidates(
         data_shape = await run_in_threadpool(_batch_shape, engine, tuning[DATA])
         if data_shape is None:
             raise ProblemError(
-                422, f"options.{DATA}: no data batch with id {tuning[DATA]} (upload it with POST /v1/batches)",
-                kind="invalid-request", errors=[ProblemIssue(path=f"options.{DATA}", message="no such data batch")],
-            )  # fmt: skip
+                422,
+                f"options.{DATA}: no data batch with id {tuning[DATA]} (upload it with POST /v1/batches)",
+                kind="invalid-request",
+                errors=[ProblemIssue(path=f"options.{DATA}", message="no such data batch")],
+            )
     if len(specs) <= _INLINE_VALIDATION:
         new = _new_candidates(specs, tuning, body.options, batch=batch, limits=limits, data_shape=data_shape)
     else:
@@ -193,9 +208,7 @@ async def wait_for_candidate(
     candidate_id: CandidateId,
     settings: SettingsDep,
     engine: EngineDep,
-    timeout: Annotated[
-        float, Query(ge=0, le=3600, description="seconds; capped by the server")
-    ] = 30.0,
+    timeout: Annotated[float, Query(ge=0, le=3600, description="seconds; capped by the server")] = 30.0,
 ) -> Response:
     """Answer when the candidate is done, failed or cancelled, or when ``timeout`` seconds
     have passed (then with its current status). Polls the store; costs no worker time."""
@@ -241,9 +254,9 @@ def list_candidates(
 ) -> CandidateList:
     page = limit or settings.page_size
     after_id = _decode_cursor(cursor) if cursor is not None else None
-    rows = list(reports.list_candidates(
-        session, limit=page + 1, study=study, status=status, verdict=verdict, after_id=after_id
-    ))  # fmt: skip
+    rows = list(
+        reports.list_candidates(session, limit=page + 1, study=study, status=status, verdict=verdict, after_id=after_id)
+    )
     more = len(rows) > page
     rows = rows[:page]
     return CandidateList(

@@ -46,9 +46,12 @@ def study_summary(
     summary = ScoreSummary(count=len(scores))
     if scores:
         summary = ScoreSummary(
-            count=len(scores), min=scores[0], max=scores[-1], mean=math.fsum(scores) / len(scores),
+            count=len(scores),
+            min=scores[0],
+            max=scores[-1],
+            mean=math.fsum(scores) / len(scores),
             quantiles={repr(float(value)): quantile(scores, value) for value in quantiles},
-        )  # fmt: skip
+        )
     return StudySummary(
         study=study,
         total=sum(counts.values()),

@@ -8,8 +8,15 @@ from bench.ablations.gaussian_path import summarize
 
 
 def _row(cid: str, loss: float, untrainable: bool, real: tuple[float, str], gaussian: tuple[float, str]) -> dict:
-    return {"id": cid, "tuned_norm_loss": loss, "tuned_untrainable": untrainable,
-            "preflight": real[0], "verdict": real[1], "gaussian_score": gaussian[0], "gaussian_verdict": gaussian[1]}  # fmt: skip
+    return {
+        "id": cid,
+        "tuned_norm_loss": loss,
+        "tuned_untrainable": untrainable,
+        "preflight": real[0],
+        "verdict": real[1],
+        "gaussian_score": gaussian[0],
+        "gaussian_verdict": gaussian[1],
+    }
 
 
 def test_each_path_is_measured_with_its_own_verdict_on_each_half():

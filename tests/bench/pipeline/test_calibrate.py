@@ -68,7 +68,9 @@ def test_the_logistic_cut_is_where_untrainable_becomes_more_likely_than_not():
     bad = rng.uniform(size=s.size) < 1.0 / (1.0 + np.exp(8.0 * (s + 0.5)))
     cut = calibrate._threshold(s, bad, "logistic")
     assert cut == pytest.approx(-0.5, abs=0.05)
-    with_failures = calibrate._threshold(np.concatenate([s, [-100.0, -101.0]]), np.concatenate([bad, [True, False]]), "logistic")
+    with_failures = calibrate._threshold(
+        np.concatenate([s, [-100.0, -101.0]]), np.concatenate([bad, [True, False]]), "logistic"
+    )
     assert with_failures == pytest.approx(cut, abs=1e-6)
     with pytest.raises(ValueError, match="cut_rule must be one of"):
         calibrate._threshold(s, bad, "median")
@@ -86,12 +88,23 @@ def _row(i: int, comps: dict, family: str = "f") -> dict:
     bad = comps.get("jacobian_log") is not None and comps["jacobian_log"] > 1.0
     loss = 0.1 + 0.3 * math.log1p((comps.get("jacobian_log") or 0.0) / 0.35)
     return {
-        "id": f"{family}-{i:03d}", "family": family, "components": comps,
-        "component_thresholds": {"jacobian_log": 0.35, "kernel_log_range": 2.0, "output_log_ratio": 0.7,
-                                 "gamma_log_spread": 2.0, "hessian_log_spread": 2.0, "kappa_d_log": 2.3,
-                                 "probe_loss": 1.0},
-        "norm_loss": 1.0, "untrainable": True, "tuned_norm_loss": loss, "tuned_untrainable": bad,
-    }  # fmt: skip
+        "id": f"{family}-{i:03d}",
+        "family": family,
+        "components": comps,
+        "component_thresholds": {
+            "jacobian_log": 0.35,
+            "kernel_log_range": 2.0,
+            "output_log_ratio": 0.7,
+            "gamma_log_spread": 2.0,
+            "hessian_log_spread": 2.0,
+            "kappa_d_log": 2.3,
+            "probe_loss": 1.0,
+        },
+        "norm_loss": 1.0,
+        "untrainable": True,
+        "tuned_norm_loss": loss,
+        "tuned_untrainable": bad,
+    }
 
 
 def _synthetic(n: int = 60) -> list[dict]:
@@ -175,7 +188,9 @@ def test_the_command_writes_through_write_engine_weights_and_check_compares(tmp_
     monkeypatch.setattr(rows_module, "collect", lambda *_args: _synthetic())
     written: list = []
     original = calibrate.write_engine_weights
-    monkeypatch.setattr(calibrate, "write_engine_weights", lambda fit, path: written.append(path) or original(fit, path))
+    monkeypatch.setattr(
+        calibrate, "write_engine_weights", lambda fit, path: written.append(path) or original(fit, path)
+    )
     target = tmp_path / "weights.json"
     assert calibrate.main(["--out", str(tmp_path), "--weights", str(target)]) == 0
     assert written == [target]

@@ -20,8 +20,19 @@ def test_the_full_sample_has_160_valid_candidates_from_every_family():
 
 def test_the_sample_holds_the_designs_the_issue_asks_for():
     text = " ".join(str(c.spec) for c in sample_candidates(160))
-    for needle in ("'sigmoid'", "'tanh'", "'batchnorm'", "'residual'", "'maxpool'", "'avgpool'",
-                   "'stride': 2", "'kernel': 5", "'kernel': 1", "bottleneck", "d=30"):  # fmt: skip
+    for needle in (
+        "'sigmoid'",
+        "'tanh'",
+        "'batchnorm'",
+        "'residual'",
+        "'maxpool'",
+        "'avgpool'",
+        "'stride': 2",
+        "'kernel': 5",
+        "'kernel': 1",
+        "bottleneck",
+        "d=30",
+    ):
         assert needle in text, needle
 
 

@@ -10,8 +10,13 @@ from bench.pipeline import e2e
 
 
 def _trial(accuracy, train, condition=0.0, state="complete", epochs=2):
-    return {"accuracy": accuracy, "train_seconds": train, "condition_seconds": condition,
-            "state": state, "epochs": epochs}  # fmt: skip
+    return {
+        "accuracy": accuracy,
+        "train_seconds": train,
+        "condition_seconds": condition,
+        "state": state,
+        "epochs": epochs,
+    }
 
 
 def test_compute_to_reach_counts_trials_in_order_until_the_target():
@@ -22,10 +27,12 @@ def test_compute_to_reach_counts_trials_in_order_until_the_target():
 
 
 def test_summary_compares_each_search_with_the_ungated_best():
-    results = {"searches": [
-        {"name": "no gate", "trials": [_trial(0.8, 4.0), _trial(0.9, 4.0)]},
-        {"name": "preflight gate", "trials": [_trial(None, 0.0, 0.5, "pruned-before", 0), _trial(0.92, 3.0, 0.5)]},
-    ]}  # fmt: skip
+    results = {
+        "searches": [
+            {"name": "no gate", "trials": [_trial(0.8, 4.0), _trial(0.9, 4.0)]},
+            {"name": "preflight gate", "trials": [_trial(None, 0.0, 0.5, "pruned-before", 0), _trial(0.92, 3.0, 0.5)]},
+        ]
+    }
     got = e2e.summarize_seed(results)
     assert got["ungated_best_accuracy"] == 0.9
     assert got["no gate"]["ratio_to_ungated"] == pytest.approx(1.0)
@@ -42,22 +49,30 @@ def test_the_oracle_gate_skips_only_the_trials_that_did_not_train_and_stops_at_t
 
 
 def test_summary_bounds_the_gate_by_the_oracle_on_the_ungated_trials():
-    results = {"searches": [
-        {"name": "no gate", "trials": [_trial(0.1, 4.0), _trial(0.9, 4.0)]},
-        {"name": "preflight gate", "trials": [_trial(None, 0.0, 0.5, "pruned-before", 0), _trial(0.92, 3.0, 0.5)]},
-    ]}  # fmt: skip
+    results = {
+        "searches": [
+            {"name": "no gate", "trials": [_trial(0.1, 4.0), _trial(0.9, 4.0)]},
+            {"name": "preflight gate", "trials": [_trial(None, 0.0, 0.5, "pruned-before", 0), _trial(0.92, 3.0, 0.5)]},
+        ]
+    }
     assert e2e.summarize_seed(results)["oracle_gate_ratio"] == pytest.approx(0.5)
 
 
 def test_the_survivors_spearman_pools_the_gated_trials_that_trained():
     def gated(*trials):
-        return {"searches": [{"name": "no gate", "trials": [_trial(0.9, 1.0)]},
-                             {"name": "preflight gate", "trials": list(trials)}]}  # fmt: skip
+        return {
+            "searches": [
+                {"name": "no gate", "trials": [_trial(0.9, 1.0)]},
+                {"name": "preflight gate", "trials": list(trials)},
+            ]
+        }
 
     def scored(accuracy, score, state="complete"):
         return {**_trial(accuracy, 1.0, 0.1, state), "score": score}
 
-    runs = [gated(scored(0.90, -0.3), scored(0.95, -0.1), scored(0.0, 0.5)),  # diverged: left out
-            gated(scored(0.97, -0.05), scored(None, -0.6, "pruned-before"))]  # fmt: skip
+    runs = [
+        gated(scored(0.90, -0.3), scored(0.95, -0.1), scored(0.0, 0.5)),  # diverged: left out
+        gated(scored(0.97, -0.05), scored(None, -0.6, "pruned-before")),
+    ]
     got = e2e.survivors_score_spearman(runs)
     assert got == {"n": 3, "spearman": pytest.approx(1.0)}

@@ -29,13 +29,9 @@ def test_naswot_is_the_log_determinant_of_the_hamming_kernel_of_hand_made_codes(
     x = torch.tensor([[1.0, -1, 1], [1, 1, -1], [-1, -1, 1], [1, 1, 1]], dtype=torch.float64)
     codes = [[v > 0 for v in row] for row in x.tolist()]
     n_a = 3
-    kernel = np.array(
-        [[n_a - sum(a != b for a, b in zip(ci, cj, strict=True)) for cj in codes] for ci in codes]
-    )
+    kernel = np.array([[n_a - sum(a != b for a, b in zip(ci, cj, strict=True)) for cj in codes] for ci in codes])
     expected = np.linalg.slogdet(kernel.astype(float))[1]
-    assert proxies.naswot(net, x, torch.zeros(4, dtype=torch.long)) == pytest.approx(
-        expected, rel=1e-12
-    )
+    assert proxies.naswot(net, x, torch.zeros(4, dtype=torch.long)) == pytest.approx(expected, rel=1e-12)
 
 
 def test_synflow_on_a_linear_chain_is_depth_times_the_abs_weight_path_sum():
@@ -83,9 +79,7 @@ def test_ntk_condition_of_a_linear_map_is_that_of_the_input_gram_matrix(classifi
     net, _, x, y = classifier
     x4 = x[:4]
     eig = np.linalg.eigvalsh(x4.numpy() @ x4.numpy().T)
-    assert proxies.ntk_condition(net, x4, y[:4]) == pytest.approx(
-        -math.log(eig[-1] / eig[0]), rel=1e-8
-    )
+    assert proxies.ntk_condition(net, x4, y[:4]) == pytest.approx(-math.log(eig[-1] / eig[0]), rel=1e-8)
 
 
 def test_jacob_cov_of_a_linear_map_sees_identical_jacobians(classifier):
@@ -97,23 +91,22 @@ def test_jacob_cov_of_a_linear_map_sees_identical_jacobians(classifier):
 
 
 def test_swap_counts_the_distinct_sample_wise_patterns():
-    net = nn.Sequential(
-        _linear([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 0, 0]]), nn.ReLU(), _linear([[1, 1, 1, 1]])
-    )
+    net = nn.Sequential(_linear([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 0, 0]]), nn.ReLU(), _linear([[1, 1, 1, 1]]))
     x = torch.tensor([[1.0, -1, 1], [1, 1, -1], [-1, 1, 1]], dtype=torch.float64)
     columns = {tuple(bool(v > 0) for v in col) for col in (x @ net[0].weight.T).T.tolist()}
     assert proxies.swap(net, x, torch.zeros(3)) == pytest.approx(math.log(len(columns)))
 
 
 def test_az_trainability_uses_the_spectral_norm_of_each_linear_block():
-    spec = {"input_shape": [5], "blocks": [
-        {"layers": [{"type": "linear", "out": 4, "bias": False}]},
-        {"layers": [{"type": "linear", "out": 3, "bias": False}]},
-    ]}  # fmt: skip
+    spec = {
+        "input_shape": [5],
+        "blocks": [
+            {"layers": [{"type": "linear", "out": 4, "bias": False}]},
+            {"layers": [{"type": "linear", "out": 3, "bias": False}]},
+        ],
+    }
     net = nas.build_model(spec, seed=1).double()
-    sigmas = [
-        float(torch.linalg.matrix_norm(m.weight.detach(), 2)) for _, m in net.weighted_layers()
-    ]
+    sigmas = [float(torch.linalg.matrix_norm(m.weight.detach(), 2)) for _, m in net.weighted_layers()]
     s_t = -np.mean([s + 1 / s for s in sigmas])
     x = torch.randn(4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     got = proxies.az_trainability(net, x, torch.zeros(4), iterations=30)
@@ -123,10 +116,7 @@ def test_az_trainability_uses_the_spectral_norm_of_each_linear_block():
 def test_zico_matches_a_per_batch_loop(classifier):
     net, w, x, y = classifier
     grads = np.stack(
-        [
-            _softmax_grad(w, xb, yb)
-            for xb, yb in zip(np.split(x.numpy(), 2), np.split(y.numpy(), 2), strict=True)
-        ]
+        [_softmax_grad(w, xb, yb) for xb, yb in zip(np.split(x.numpy(), 2), np.split(y.numpy(), 2), strict=True)]
     )
     sd, mean_abs = grads.std(0), np.abs(grads).mean(0)
     expected = math.log((mean_abs[sd > 0] / sd[sd > 0]).sum())
@@ -138,9 +128,7 @@ def test_meco_of_one_conv_layer_is_the_min_eigenvalue_of_its_channel_correlation
     x = torch.randn(2, 1, 5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     fea = conv(x)[0].detach().reshape(3, -1).numpy()
     expected = max(np.linalg.eigvalsh(np.corrcoef(fea))[0], 0.0)
-    assert proxies.meco(nn.Sequential(conv), x, torch.zeros(2)) == pytest.approx(
-        expected, abs=1e-10
-    )
+    assert proxies.meco(nn.Sequential(conv), x, torch.zeros(2)) == pytest.approx(expected, abs=1e-10)
 
 
 def test_naswot_and_swap_are_nan_without_activations(classifier):
@@ -150,11 +138,14 @@ def test_naswot_and_swap_are_nan_without_activations(classifier):
 
 
 def test_every_proxy_is_finite_on_a_normal_network():
-    spec = {"input_shape": [64], "blocks": [
-        {"layers": [{"type": "linear", "out": 64}, {"type": "relu"}]},
-        {"layers": [{"type": "linear", "out": 64}, {"type": "relu"}]},
-        {"layers": [{"type": "linear", "out": 10}]},
-    ]}  # fmt: skip
+    spec = {
+        "input_shape": [64],
+        "blocks": [
+            {"layers": [{"type": "linear", "out": 64}, {"type": "relu"}]},
+            {"layers": [{"type": "linear", "out": 64}, {"type": "relu"}]},
+            {"layers": [{"type": "linear", "out": 10}]},
+        ],
+    }
     net = nas.build_model(spec, seed=0)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(64, 64, generator=g), torch.randint(0, 10, (64,), generator=g)

@@ -67,9 +67,6 @@ def test_report_only_reuses_the_cache_without_training(tmp_path):
     cached = sorted((tmp_path / "spec").glob("*.json"))
     assert len(cached) == 2
     stamps = [p.stat().st_mtime_ns for p in cached]
-    assert (
-        main(["--smoke", "--out", str(tmp_path), "--quiet", "--candidates", "2", "--report-only"])
-        == 0
-    )
+    assert main(["--smoke", "--out", str(tmp_path), "--quiet", "--candidates", "2", "--report-only"]) == 0
     assert [p.stat().st_mtime_ns for p in cached] == stamps
     assert read_json(tmp_path / "figures.json")["n"] == 2

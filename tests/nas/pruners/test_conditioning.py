@@ -57,7 +57,9 @@ def pruned_by_conditioning(study: optuna.Study) -> list[int]:
         (ConditioningPruner(percentile=100.0, n_startup_trials=1), {0: 1.0, 1: math.nan, 2: 3.0}, {}, [1]),
     ],
 )
-def test_the_first_check_prunes_by_conditioning(pruner: ConditioningPruner, scores: dict, verdicts: dict, expected: list[int]) -> None:
+def test_the_first_check_prunes_by_conditioning(
+    pruner: ConditioningPruner, scores: dict, verdicts: dict, expected: list[int]
+) -> None:
     study = optuna.create_study(direction="maximize", pruner=pruner)
     study.optimize(gated_objective(scores, verdicts), n_trials=len(scores))
     assert pruned_by_conditioning(study) == expected
@@ -129,8 +131,7 @@ def test_ask_and_tell() -> None:
 def test_parallel_workers_share_the_pruner(storage_kind: str, tmp_path: Path) -> None:
     storage = None if storage_kind == "inmemory" else f"sqlite:///{tmp_path / 'optuna.db'}"
     scores = {n: (-1.0 if n % 3 == 0 else 1.0) for n in range(24)}
-    study = optuna.create_study(direction="maximize", storage=storage,
-                                pruner=ConditioningPruner(threshold=0.0))
+    study = optuna.create_study(direction="maximize", storage=storage, pruner=ConditioningPruner(threshold=0.0))
     study.optimize(gated_objective(scores), n_trials=24, n_jobs=4)
     assert pruned_by_conditioning(study) == [n for n in range(24) if n % 3 == 0]
 
@@ -139,11 +140,16 @@ def test_two_controllers_share_scores_through_rdb_storage(tmp_path: Path) -> Non
     # Two study objects on one RDB storage stand for two controller processes: the
     # percentile of the second uses the scores the first recorded.
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    first = optuna.create_study(study_name="shared", storage=storage, direction="maximize",
-                                pruner=ConditioningPruner(percentile=50.0, n_startup_trials=4))
+    first = optuna.create_study(
+        study_name="shared",
+        storage=storage,
+        direction="maximize",
+        pruner=ConditioningPruner(percentile=50.0, n_startup_trials=4),
+    )
     first.optimize(gated_objective({n: float(n) for n in range(4)}), n_trials=4)
-    second = optuna.load_study(study_name="shared", storage=storage,
-                               pruner=ConditioningPruner(percentile=50.0, n_startup_trials=4))
+    second = optuna.load_study(
+        study_name="shared", storage=storage, pruner=ConditioningPruner(percentile=50.0, n_startup_trials=4)
+    )
     trial = second.ask()
     trial.set_user_attr(ATTR_SCORE, 1.0)  # median of 0..3 is 1.5
     assert trial.should_prune() is True
@@ -200,8 +206,9 @@ def test_controller_processes_share_one_rdb_storage(tmp_path: Path) -> None:
     for trial in study.trials:
         assert trial.state == (PRUNED_STATE if trial.params["score"] < 0 else optuna.trial.TrialState.COMPLETE)
     # A third controller's percentile rule sees every score the two recorded.
-    third = optuna.load_study(study_name="shared", storage=storage,
-                              pruner=ConditioningPruner(percentile=50.0, n_startup_trials=12))  # fmt: skip
+    third = optuna.load_study(
+        study_name="shared", storage=storage, pruner=ConditioningPruner(percentile=50.0, n_startup_trials=12)
+    )
     median = sorted(t.params["score"] for t in study.trials)
     trial = third.ask()
     trial.set_user_attr(ATTR_SCORE, (median[5] + median[6]) / 2 - 1e-9)

@@ -82,11 +82,16 @@ def test_submit_answers_202_with_a_queued_candidate(api: httpx.Client) -> None:
     assert fetched["id"] == body["id"] and fetched["status"] == "queued"
 
 
-def test_the_same_network_and_options_is_not_tuned_twice(api: httpx.Client, worker: Worker, sample_report: ConditioningReport) -> None:
+def test_the_same_network_and_options_is_not_tuned_twice(
+    api: httpx.Client, worker: Worker, sample_report: ConditioningReport
+) -> None:
     first = api.post("/v1/candidates", json={"spec": spec(), "options": {"study": "a", "steps": 2}}).json()
     # Same meaning: other key order, a name, explicit defaults, another study and trial.
-    same = {"name": "renamed", "blocks": [{"layers": [{"out": 8, "type": "linear", "bias": True}, {"type": "relu"}]}],
-            "input_shape": [4]}  # fmt: skip
+    same = {
+        "name": "renamed",
+        "blocks": [{"layers": [{"out": 8, "type": "linear", "bias": True}, {"type": "relu"}]}],
+        "input_shape": [4],
+    }
     again = api.post("/v1/candidates", json={"spec": same, "options": {"study": "b", "trial": 9, "steps": 2}}).json()
     assert again["id"] == first["id"] and again["cached"] is True
     other = api.post("/v1/candidates", json={"spec": spec(), "options": {"steps": 3}}).json()
@@ -111,17 +116,25 @@ def test_a_bad_spec_gets_422_with_its_json_path_and_nothing_is_queued(api: httpx
     assert problem["type"].endswith("/invalid-spec")
     assert problem["errors"][0]["path"] == "specs[1].blocks[0].layers[0] (linear).out"
     assert api.get("/v1/candidates").json()["candidates"] == []
-    shapes = {"input_shape": [1, 8, 8], "blocks": [{"layers": [{"type": "linear", "out": 2}, {"type": "conv2d", "out": 2, "kernel": 3}]}]}
+    shapes = {
+        "input_shape": [1, 8, 8],
+        "blocks": [{"layers": [{"type": "linear", "out": 2}, {"type": "conv2d", "out": 2, "kernel": 3}]}],
+    }
     problem = assert_problem(api.post("/v1/candidates", json={"spec": shapes}), 422)
     assert problem["errors"][0]["path"].startswith("spec.blocks[0]")
 
 
 @pytest.mark.parametrize(
     ("body", "path"),
-    [({"spec": 3}, "spec"), ({"specs": []}, "specs"), ({"spec": {}, "options": {"steps": -1}}, "options.steps"),
-     ({"spec": {}, "options": {"no_such_option": 1}}, "options.no_such_option"),
-     ({"spec": {}, "options": {"device": "tpu"}}, "options.device"), ({"spec": {}, "extra": 1}, "extra")],
-)  # fmt: skip
+    [
+        ({"spec": 3}, "spec"),
+        ({"specs": []}, "specs"),
+        ({"spec": {}, "options": {"steps": -1}}, "options.steps"),
+        ({"spec": {}, "options": {"no_such_option": 1}}, "options.no_such_option"),
+        ({"spec": {}, "options": {"device": "tpu"}}, "options.device"),
+        ({"spec": {}, "extra": 1}, "extra"),
+    ],
+)
 def test_bad_requests_get_422_problems_naming_the_field(sqlite_api: httpx.Client, body: Any, path: str) -> None:
     problem = assert_problem(sqlite_api.post("/v1/candidates", json=body), 422)
     assert path in [issue["path"] for issue in problem["errors"]]
@@ -133,8 +146,12 @@ def test_malformed_json_is_a_problem_not_a_crash(sqlite_api: httpx.Client) -> No
 
 
 def test_unknown_ids_are_404_problems(sqlite_api: httpx.Client) -> None:
-    for method, path in [("GET", "/v1/candidates/999"), ("GET", "/v1/candidates/999/wait?timeout=0"),
-                         ("DELETE", "/v1/candidates/999"), ("GET", "/v1/nothing")]:  # fmt: skip
+    for method, path in [
+        ("GET", "/v1/candidates/999"),
+        ("GET", "/v1/candidates/999/wait?timeout=0"),
+        ("DELETE", "/v1/candidates/999"),
+        ("GET", "/v1/nothing"),
+    ]:
         problem = assert_problem(sqlite_api.request(method, path), 404)
         assert problem["instance"] == path.split("?")[0]
 
@@ -152,16 +169,23 @@ def test_oversized_bodies_and_batches_are_413(sqlite_url: str, make_settings: Ca
                 yield b"y" * 1000
             yield b'"}}'
 
-        assert_problem(client.post("/v1/candidates", content=chunks(), headers={"content-type": "application/json"}), 413)
+        assert_problem(
+            client.post("/v1/candidates", content=chunks(), headers={"content-type": "application/json"}), 413
+        )
 
 
 def test_spec_size_limits_apply_before_queueing(sqlite_api: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
-    huge = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 100_000}, {"type": "linear", "out": 100_000}]}]}
+    huge = {
+        "input_shape": [4],
+        "blocks": [{"layers": [{"type": "linear", "out": 100_000}, {"type": "linear", "out": 100_000}]}],
+    }
     problem = assert_problem(sqlite_api.post("/v1/candidates", json={"spec": huge}), 422)
     assert "PREFLIGHT_SPEC_MAX_PARAMETERS" in problem["detail"]
 
 
-def test_long_poll_returns_at_timeout_or_when_done(api: httpx.Client, worker: Worker, sample_report: ConditioningReport) -> None:
+def test_long_poll_returns_at_timeout_or_when_done(
+    api: httpx.Client, worker: Worker, sample_report: ConditioningReport
+) -> None:
     candidate = api.post("/v1/candidates", json={"spec": spec()}).json()
     started = time.monotonic()
     still = api.get(f"/v1/candidates/{candidate['id']}/wait", params={"timeout": 0.4}).json()
@@ -174,9 +198,13 @@ def test_long_poll_returns_at_timeout_or_when_done(api: httpx.Client, worker: Wo
     assert done["report"]["blocks"][1]["apjn_after"] == 1.0 and done["timings"]["tuning_seconds"] == 0.25
 
 
-def test_list_filters_and_pages_with_a_cursor(api: httpx.Client, worker: Worker, sample_report: ConditioningReport) -> None:
-    ids = [api.post("/v1/candidates", json={"spec": spec(w), "options": {"study": "s" if w % 2 else "t"}}).json()["id"]
-           for w in range(1, 8)]  # fmt: skip
+def test_list_filters_and_pages_with_a_cursor(
+    api: httpx.Client, worker: Worker, sample_report: ConditioningReport
+) -> None:
+    ids = [
+        api.post("/v1/candidates", json={"spec": spec(w), "options": {"study": "s" if w % 2 else "t"}}).json()["id"]
+        for w in range(1, 8)
+    ]
     seen, cursor = [], None
     while True:
         page = api.get("/v1/candidates", params={"limit": 3, **({"cursor": cursor} if cursor else {})}).json()
@@ -194,7 +222,9 @@ def test_list_filters_and_pages_with_a_cursor(api: httpx.Client, worker: Worker,
     assert_problem(api.get("/v1/candidates", params={"status": "lost"}), 422)
 
 
-def test_cancel_a_queued_candidate_then_conflict_when_done(api: httpx.Client, worker: Worker, sample_report: ConditioningReport) -> None:
+def test_cancel_a_queued_candidate_then_conflict_when_done(
+    api: httpx.Client, worker: Worker, sample_report: ConditioningReport
+) -> None:
     first = api.post("/v1/candidates", json={"spec": spec(1)}).json()
     cancelled = api.delete(f"/v1/candidates/{first['id']}")
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
@@ -206,11 +236,15 @@ def test_cancel_a_queued_candidate_then_conflict_when_done(api: httpx.Client, wo
     assert again["id"] == first["id"] and again["status"] == "queued"
 
 
-def test_study_summary_counts_and_quantiles(api: httpx.Client, worker: Worker, sample_report: ConditioningReport) -> None:
+def test_study_summary_counts_and_quantiles(
+    api: httpx.Client, worker: Worker, sample_report: ConditioningReport
+) -> None:
     for width in range(1, 6):
         api.post("/v1/candidates", json={"spec": spec(width), "options": {"study": "q"}})
     for score in (1.0, 2.0, 3.0, 4.0):
-        worker.finish_one(sample_report.model_copy(update={"score": score, "verdict": "keep" if score > 1 else "prune"}))
+        worker.finish_one(
+            sample_report.model_copy(update={"score": score, "verdict": "keep" if score > 1 else "prune"})
+        )
     summary = api.get("/v1/studies/q/summary", params=[("q", 0.5), ("q", 0.25)]).json()
     assert summary["total"] == 5 and summary["counts"]["done"] == 4 and summary["counts"]["queued"] == 1
     assert summary["verdicts"] == {"keep": 3, "prune": 1}
@@ -237,7 +271,9 @@ def test_readyz_is_503_when_migrations_are_missing(tmp_path: Any, make_settings:
         assert "preflight db upgrade" in problem["detail"]
 
 
-def test_tokens_are_required_beyond_localhost_or_when_asked(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
+def test_tokens_are_required_beyond_localhost_or_when_asked(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
     assert Settings(host="0.0.0.0", require_auth=False).auth_required
     assert not Settings(host="127.0.0.1").auth_required
     engine = make_engine(sqlite_url)
@@ -268,8 +304,11 @@ def test_many_concurrent_cancels_do_not_starve_the_thread_pool(
     API's threads must still all be answered, and reads after them too."""
     settings = make_settings(sqlite_url, api_threads=2)
     with live_server(settings) as url, httpx.Client(base_url=url, timeout=20) as client:
-        body = {"specs": [{"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": w}]}]}
-                          for w in range(1, 13)]}  # fmt: skip
+        body = {
+            "specs": [
+                {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": w}]}]} for w in range(1, 13)
+            ]
+        }
         ids = [c["id"] for c in client.post("/v1/candidates", json=body).json()["candidates"]]
         statuses: list[int] = []
 

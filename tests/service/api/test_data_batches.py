@@ -15,7 +15,13 @@ from service.settings import Settings
 from service.testing import live_server
 
 PROBLEM = "application/problem+json"
-SPEC = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 8}, {"type": "relu"}]}, {"layers": [{"type": "linear", "out": 3}]}]}
+SPEC = {
+    "input_shape": [4],
+    "blocks": [
+        {"layers": [{"type": "linear", "out": 8}, {"type": "relu"}]},
+        {"layers": [{"type": "linear", "out": 3}]},
+    ],
+}
 X = [[float(i + j) / 10 for j in range(4)] for i in range(8)]
 Y = [i % 3 for i in range(8)]
 TINY = {"steps": 1, "n_vectors": 1, "batch_size": 8, "diagnostics": False, "hessian_iterations": 0, "probe_steps": 3}
@@ -59,7 +65,9 @@ def test_a_batch_is_stored_once_under_the_hash_of_its_content(api: httpx.Client)
         ({"x": [[[[[[[1.0]]]]]], [[[[[[1.0]]]]]]]}, "x[0][0][0][0][0][0]"),  # nested too deep
     ],
 )
-def test_a_bad_batch_is_refused_with_the_json_path_at_fault(api: httpx.Client, payload: dict[str, Any], path: str) -> None:
+def test_a_bad_batch_is_refused_with_the_json_path_at_fault(
+    api: httpx.Client, payload: dict[str, Any], path: str
+) -> None:
     problem = _problem(api.post("/v1/batches", json=payload), 422)
     assert problem["errors"][0]["path"] == path, problem
 
@@ -96,7 +104,9 @@ def test_a_submission_whose_labels_do_not_fit_the_network_output_is_refused_at_i
     assert api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": fits}}).status_code in (200, 201, 202)
 
 
-def test_uploading_a_batch_stored_before_labels_were_described_brings_its_shape_up_to_date(api: httpx.Client, db_url: str) -> None:
+def test_uploading_a_batch_stored_before_labels_were_described_brings_its_shape_up_to_date(
+    api: httpx.Client, db_url: str
+) -> None:
     """A batch stored without the labels' shape and class count skips the labels check; the
     same content uploaded again (200, the same id) records them, and the check applies."""
     from sqlalchemy import update
@@ -108,7 +118,9 @@ def test_uploading_a_batch_stored_before_labels_were_described_brings_its_shape_
     batch = api.post("/v1/batches", json={"x": X, "y": y}).json()["id"]
     engine = make_engine(db_url)
     with engine.begin() as connection:
-        connection.execute(update(DataBatch).where(DataBatch.id == batch).values(shape={"x": [8, 4], "labels": "class"}))
+        connection.execute(
+            update(DataBatch).where(DataBatch.id == batch).values(shape={"x": [8, 4], "labels": "class"})
+        )
     engine.dispose()
     legacy = api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": batch, **TINY}})
     assert legacy.status_code in (200, 201, 202), legacy.text
@@ -129,7 +141,9 @@ def test_the_batch_is_part_of_the_cache_key(api: httpx.Client) -> None:
     assert len({with_a["id"], with_b["id"], without["id"]}) == 3
 
 
-def test_the_worker_conditions_and_probes_on_the_uploaded_batch(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
+def test_the_worker_conditions_and_probes_on_the_uploaded_batch(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
     from nas.client import PreflightClient
 
     with live_server(make_settings(sqlite_url), embedded_worker=True) as url, PreflightClient(url) as client:

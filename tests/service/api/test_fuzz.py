@@ -57,12 +57,32 @@ def test_no_input_makes_a_server_error(fuzz_schema: Any, method: str, path: str)
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=8,
 )
-FIELDS = ["type", "out", "kernel", "stride", "padding", "groups", "bias", "init", "body", "shortcut", "alpha",
-          "beta", "p", "factor", "slope", "layers"]  # fmt: skip
+FIELDS = [
+    "type",
+    "out",
+    "kernel",
+    "stride",
+    "padding",
+    "groups",
+    "bias",
+    "init",
+    "body",
+    "shortcut",
+    "alpha",
+    "beta",
+    "p",
+    "factor",
+    "slope",
+    "layers",
+]
 
 
 @pytest.mark.slow
@@ -71,11 +91,22 @@ def test_specs_with_any_field_set_to_any_json_never_make_a_server_error(fuzz_url
 
     with httpx.Client(base_url=fuzz_url, timeout=30) as client:
 
-        @given(base=st.sampled_from([EXAMPLE_MLP, EXAMPLE_CNN]), block=st.integers(0, 2), layer=st.integers(0, 2),
-               field=st.sampled_from(FIELDS), value=JSON, options=st.dictionaries(st.sampled_from(
-                   ["steps", "loss", "n_vectors", "priority", "device", "trial", "study", "thresholds"]), JSON, max_size=2))  # fmt: skip
+        @given(
+            base=st.sampled_from([EXAMPLE_MLP, EXAMPLE_CNN]),
+            block=st.integers(0, 2),
+            layer=st.integers(0, 2),
+            field=st.sampled_from(FIELDS),
+            value=JSON,
+            options=st.dictionaries(
+                st.sampled_from(["steps", "loss", "n_vectors", "priority", "device", "trial", "study", "thresholds"]),
+                JSON,
+                max_size=2,
+            ),
+        )
         @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-        def check(base: dict[str, Any], block: int, layer: int, field: str, value: Any, options: dict[str, Any]) -> None:
+        def check(
+            base: dict[str, Any], block: int, layer: int, field: str, value: Any, options: dict[str, Any]
+        ) -> None:
             spec = copy.deepcopy(base)
             layers = spec["blocks"][block]["layers"]
             layers[min(layer, len(layers) - 1)][field] = value

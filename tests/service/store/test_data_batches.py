@@ -14,9 +14,14 @@ Y = [i % 3 for i in range(8)]
 
 @pytest.mark.parametrize(
     ("body", "path"),
-    [([1, 2], "$"), ({"x": X, "z": 1}, "z"), ({"y": Y}, "x"), ({"x": [[1.0], [1.0, 2.0]]}, "x[1]"),
-     ({"x": X, "y": [0, 1]}, "y")],
-)  # fmt: skip
+    [
+        ([1, 2], "$"),
+        ({"x": X, "z": 1}, "z"),
+        ({"y": Y}, "x"),
+        ({"x": [[1.0], [1.0, 2.0]]}, "x[1]"),
+        ({"x": X, "y": [0, 1]}, "y"),
+    ],
+)
 def test_parse_raises_invalid_batch_with_the_json_path(body: Any, path: str) -> None:
     from service.store import data_batches
     from service.store.errors import InvalidBatch

@@ -18,22 +18,19 @@ from service.store.models import Candidate, Submission
 
 
 def new(width: int, *, study: str = "s", trial: int | None = None) -> jobs.NewCandidate:
-    parsed = parse_spec(
-        {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}]}]}
-    )
+    parsed = parse_spec({"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}]}]})
     return jobs.NewCandidate(
-        spec=parsed.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(parsed),
-        options={"steps": 1}, study=study, trial=trial,
-    )  # fmt: skip
+        spec=parsed.model_dump(mode="json", exclude_none=True),
+        spec_hash=spec_hash(parsed),
+        options={"steps": 1},
+        study=study,
+        trial=trial,
+    )
 
 
-async def _submit_all(
-    committer: GroupCommitter, requests: list[list[jobs.NewCandidate]]
-) -> list[Any]:
+async def _submit_all(committer: GroupCommitter, requests: list[list[jobs.NewCandidate]]) -> list[Any]:
     try:
-        return await asyncio.gather(
-            *(committer.submit(r) for r in requests), return_exceptions=True
-        )
+        return await asyncio.gather(*(committer.submit(r) for r in requests), return_exceptions=True)
     finally:
         await committer.aclose()
 
@@ -48,10 +45,7 @@ def test_concurrent_requests_share_commits_and_each_gets_its_own_rows(sessions: 
     for i, answer in enumerate(answers):
         (submitted,) = answer
         assert submitted.created
-        assert (
-            submitted.row.trial == i
-            and submitted.row.spec["blocks"][0]["layers"][0]["out"] == 10 + i
-        )
+        assert submitted.row.trial == i and submitted.row.spec["blocks"][0]["layers"][0]["out"] == 10 + i
     assert len({a[0].row.id for a in answers}) == 40
     with session_scope(sessions) as session:
         assert session.scalar(select(func.count()).select_from(Candidate)) == 40
@@ -60,9 +54,7 @@ def test_concurrent_requests_share_commits_and_each_gets_its_own_rows(sessions: 
 
 def test_the_same_spec_in_two_requests_of_one_commit_is_created_once(sessions: Any) -> None:
     committer = GroupCommitter(sessions, max_attempts=3)
-    answers = asyncio.run(
-        _submit_all(committer, [[new(7, trial=0)], [new(7, trial=1)], [new(8), new(7)]])
-    )
+    answers = asyncio.run(_submit_all(committer, [[new(7, trial=0)], [new(7, trial=1)], [new(8), new(7)]]))
 
     first, second, batch = answers
     assert first[0].created and not second[0].created  # in order, as if sent one after the other
@@ -89,9 +81,7 @@ def test_a_database_outage_fails_every_request_of_the_commit(tmp_path: Any) -> N
 
     from service.store.db import make_engine, make_sessionmaker
 
-    engine = make_engine(
-        f"sqlite:///{tmp_path / 'never-migrated.db'}"
-    )  # no tables: every write fails
+    engine = make_engine(f"sqlite:///{tmp_path / 'never-migrated.db'}")  # no tables: every write fails
     committer = GroupCommitter(make_sessionmaker(engine), max_attempts=3)
     answers = asyncio.run(_submit_all(committer, [[new(1)], [new(2)]]))
     engine.dispose()

@@ -32,9 +32,11 @@ def spec(width: int) -> dict[str, Any]:
 def new(width: int, **kwargs: Any) -> jobs.NewCandidate:
     parsed = parse_spec(spec(width))
     return jobs.NewCandidate(
-        spec=parsed.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(parsed),
-        options=kwargs.pop("options", {"steps": 1}), **kwargs,
-    )  # fmt: skip
+        spec=parsed.model_dump(mode="json", exclude_none=True),
+        spec_hash=spec_hash(parsed),
+        options=kwargs.pop("options", {"steps": 1}),
+        **kwargs,
+    )
 
 
 def submit(sessions: Any, *candidates: jobs.NewCandidate, max_attempts: int = 3) -> list[jobs.Enqueued]:
@@ -53,8 +55,9 @@ def status_of(sessions: Any, job_id: int) -> Status:
 
 
 def test_same_spec_and_options_is_one_candidate_and_two_submissions(sessions: Any) -> None:
-    first, again, other_options = submit(sessions, new(8, study="a", trial=1), new(8, study="b", trial=2),
-                                         new(8, options={"steps": 2}))  # fmt: skip
+    first, again, other_options = submit(
+        sessions, new(8, study="a", trial=1), new(8, study="b", trial=2), new(8, options={"steps": 2})
+    )
     assert first.created and not again.created and other_options.created
     assert again.id == first.id and other_options.id != first.id
     with session_scope(sessions) as session:
@@ -69,9 +72,15 @@ def test_claim_takes_highest_priority_then_oldest(sessions: Any) -> None:
 
 @pytest.mark.parametrize(
     ("job_device", "worker_kind", "claimed"),
-    [("any", "cpu", True), ("any", "cuda", True), ("cpu", "cpu", True), ("cpu", "cuda", False),
-     ("cuda", "cuda", True), ("cuda", "cpu", False)],
-)  # fmt: skip
+    [
+        ("any", "cpu", True),
+        ("any", "cuda", True),
+        ("cpu", "cpu", True),
+        ("cpu", "cuda", False),
+        ("cuda", "cuda", True),
+        ("cuda", "cpu", False),
+    ],
+)
 def test_claim_respects_the_device_preference(sessions: Any, job_device: str, worker_kind: str, claimed: bool) -> None:
     submit(sessions, new(4, device=job_device))
     assert (claim(sessions, worker_kind) is not None) is claimed

@@ -27,9 +27,7 @@ def test_after_the_warm_up_conditioning_a_candidate_loads_no_further_module() ->
                           "first_job": sorted(set(sys.modules) - loaded_by_import - loaded_by_warm_up)}))
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
-    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["seconds"] > 0

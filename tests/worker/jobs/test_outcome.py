@@ -54,9 +54,7 @@ def _id(row: tuple[Outcome, int, int, bool]) -> str:
     return f"{outcome.value}-{attempt}of{max_attempts}-{'retry' if retry else 'fail'}"
 
 
-@pytest.mark.parametrize(
-    ("outcome", "attempt", "max_attempts", "retry"), RETRY_TABLE, ids=map(_id, RETRY_TABLE)
-)
+@pytest.mark.parametrize(("outcome", "attempt", "max_attempts", "retry"), RETRY_TABLE, ids=map(_id, RETRY_TABLE))
 def test_the_default_policy_reproduces_the_queues_rules(
     outcome: Outcome, attempt: int, max_attempts: int, retry: bool
 ) -> None:
@@ -97,8 +95,14 @@ def test_the_policy_is_immutable_and_retries_only_failures() -> None:
 
 def test_the_outcomes_keep_their_names_in_logs() -> None:
     assert [o.value for o in Outcome] == [
-        "done", "error", "deterministic_error", "timeout", "crashed", "released", "lost",
-    ]  # fmt: skip
+        "done",
+        "error",
+        "deterministic_error",
+        "timeout",
+        "crashed",
+        "released",
+        "lost",
+    ]
     assert f"{Outcome.TIMEOUT}" == "timeout" and Outcome("crashed") is Outcome.CRASHED
 
 
@@ -106,9 +110,7 @@ def test_every_outcome_is_documented() -> None:
     """Each member has its ``#:`` comment (the style Sphinx's autodoc reads)."""
     lines = inspect.getsource(outcome_module).splitlines()
     (enum,) = [
-        node
-        for node in ast.parse("\n".join(lines)).body
-        if isinstance(node, ast.ClassDef) and node.name == "Outcome"
+        node for node in ast.parse("\n".join(lines)).body if isinstance(node, ast.ClassDef) and node.name == "Outcome"
     ]
     documented = {
         node.targets[0].id  # type: ignore[attr-defined]
@@ -140,9 +142,7 @@ def _job_at_attempt(sessions: sessionmaker[Session], attempt: int, max_attempts:
     new = jobs.NewCandidate(spec={"input_shape": [4]}, spec_hash="f" * 64, options={})
     with session_scope(sessions, write=True) as session:
         (enqueued,) = jobs.submit(session, candidates=[new], max_attempts=max_attempts)
-        session.execute(
-            update(Candidate).where(Candidate.id == enqueued.id).values(attempts=attempt - 1)
-        )
+        session.execute(update(Candidate).where(Candidate.id == enqueued.id).values(attempts=attempt - 1))
     with session_scope(sessions, write=True) as session:
         job = jobs.claim(session, worker="test", device_kind="cpu", lease_seconds=60)
     assert job is not None and job.attempts == attempt
@@ -152,9 +152,7 @@ def _job_at_attempt(sessions: sessionmaker[Session], attempt: int, max_attempts:
 def _row(sessions: sessionmaker[Session], job: jobs.Job) -> tuple[str, int, str | None]:
     with session_scope(sessions) as session:
         row = session.execute(
-            select(Candidate.status, Candidate.attempts, Candidate.error).where(
-                Candidate.id == job.id
-            )
+            select(Candidate.status, Candidate.attempts, Candidate.error).where(Candidate.id == job.id)
         ).one()
     return row.status, row.attempts, row.error
 
@@ -169,9 +167,7 @@ def _value(outcome: Outcome) -> Any:
     }[outcome]
 
 
-@pytest.mark.parametrize(
-    ("outcome", "attempt", "max_attempts", "retry"), RETRY_TABLE, ids=map(_id, RETRY_TABLE)
-)
+@pytest.mark.parametrize(("outcome", "attempt", "max_attempts", "retry"), RETRY_TABLE, ids=map(_id, RETRY_TABLE))
 def test_the_runner_queues_or_fails_a_failed_job_as_the_table_says(
     store: tuple[Settings, sessionmaker[Session]],
     outcome: Outcome,
@@ -197,9 +193,7 @@ def test_the_runner_queues_or_fails_a_failed_job_as_the_table_says(
     assert runner.done == 1
 
 
-@pytest.mark.parametrize(
-    ("outcome", "attempt", "max_attempts", "retry"), RETRY_TABLE, ids=map(_id, RETRY_TABLE)
-)
+@pytest.mark.parametrize(("outcome", "attempt", "max_attempts", "retry"), RETRY_TABLE, ids=map(_id, RETRY_TABLE))
 def test_the_table_is_what_the_store_did_before_the_policy(
     store: tuple[Settings, sessionmaker[Session]],
     outcome: Outcome,

@@ -82,9 +82,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("cache_key"),
     )
     with op.batch_alter_table("candidates", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_candidates_claim", ["status", "device", "priority", "id"], unique=False
-        )
+        batch_op.create_index("ix_candidates_claim", ["status", "device", "priority", "id"], unique=False)
         batch_op.create_index("ix_candidates_lease", ["status", "leased_until"], unique=False)
         batch_op.create_index(batch_op.f("ix_candidates_spec_hash"), ["spec_hash"], unique=False)
 
@@ -96,9 +94,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "candidate_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
-        ),
+        sa.Column("candidate_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("block_index", sa.Integer(), nullable=False),
         sa.Column("apjn_before", sa.Float(), nullable=True),
         sa.Column("apjn_after", sa.Float(), nullable=True),
@@ -116,9 +112,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "candidate_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
-        ),
+        sa.Column("candidate_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("name", sa.String(length=300), nullable=False),
         sa.Column("fan_in", sa.BigInteger(), nullable=True),
         sa.Column("fan_out", sa.BigInteger(), nullable=True),
@@ -140,9 +134,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "candidate_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
-        ),
+        sa.Column("candidate_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("parameter", sa.String(length=300), nullable=False),
         sa.Column("multiplier", sa.Float(), nullable=False),
         sa.ForeignKeyConstraint(["candidate_id"], ["candidates.id"], ondelete="CASCADE"),
@@ -157,9 +149,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "candidate_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
-        ),
+        sa.Column("candidate_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("study", sa.String(length=200), nullable=True),
         sa.Column("trial", sa.BigInteger(), nullable=True),
         sa.Column("created_at", sa.DateTime(), nullable=False),
@@ -167,9 +157,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
     )
     with op.batch_alter_table("submissions", schema=None) as batch_op:
-        batch_op.create_index(
-            batch_op.f("ix_submissions_candidate_id"), ["candidate_id"], unique=False
-        )
+        batch_op.create_index(batch_op.f("ix_submissions_candidate_id"), ["candidate_id"], unique=False)
         batch_op.create_index("ix_submissions_study", ["study", "candidate_id"], unique=False)
 
 
