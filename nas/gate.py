@@ -39,7 +39,7 @@ from nas.build import PreflightNet, build_model
 from nas.client import Candidate, PreflightClient, SpecLike, spec_payload
 from nas.decision import conditioning_margin, keeps, report_threshold
 from nas.errors import CandidateFailed
-from nas.report import ConditioningReport
+from nas.report import ConditioningReport, float_or_nan
 
 __all__ = [
     "ATTR_CANDIDATE_ID",
@@ -61,13 +61,6 @@ ATTR_REASONS = "preflight_reasons"
 CONSTRAINT_KEY = "preflight_conditioning"
 
 OnFailure = Literal["raise", "prune", "keep"]
-
-
-def _finite_or_nan(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 @dataclass(frozen=True)
@@ -238,7 +231,7 @@ def earlier_scores(trials: Sequence[optuna.trial.FrozenTrial], exclude_number: i
     for trial in trials:
         if trial.number == exclude_number:
             continue
-        score = _finite_or_nan(trial.user_attrs.get(ATTR_SCORE))
+        score = float_or_nan(trial.user_attrs.get(ATTR_SCORE))
         if not math.isnan(score):
             out.append(score)
     return out

@@ -14,7 +14,24 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nas.options import ConditionOptions, Thresholds
 
-__all__ = ["BlockReport", "ConditioningReport", "Environment", "LayerReport", "TuningReport", "finite_or_none"]
+__all__ = [
+    "BlockReport",
+    "ConditioningReport",
+    "Environment",
+    "LayerReport",
+    "TuningReport",
+    "finite_or_none",
+    "float_or_nan",
+]
+
+
+def float_or_nan(value: object) -> float:
+    """``value`` as a float, or NaN when it is missing or not a number (a user attribute read
+    back from an Optuna storage, say): NaN is what a decision refuses."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def finite_or_none(value: float | None) -> float | None:

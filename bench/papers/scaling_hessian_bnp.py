@@ -21,7 +21,7 @@ from worker.engine.bnp import BNP, neuron_hessian_condition
 from worker.engine.hessian import hessian_figures
 from worker.engine.scaling import measure_scaling, spread
 
-sys.path.insert(0, "tests/worker")
+sys.path.insert(0, "tests/worker/engine")
 from test_scaling import BN_MLP, CNN_POOLING, NORMED_RESNET, RESIDUAL_MLP, STRIDED_CNN, _mlp  # noqa: E402
 
 

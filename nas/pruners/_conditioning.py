@@ -12,6 +12,7 @@ from optuna.pruners import BasePruner
 
 from nas.decision import keeps_figures
 from nas.gate import ATTR_CANDIDATE_ID, ATTR_SCORE, ATTR_VERDICT, earlier_scores
+from nas.report import float_or_nan
 
 if TYPE_CHECKING:
     from nas.client import PreflightClient
@@ -127,9 +128,9 @@ class ConditioningPruner(BasePruner):
                 return False  # not gated: nothing to judge by conditioning
             report = self._client.wait(str(attrs[ATTR_CANDIDATE_ID]), self._timeout).report
             verdict: str | None = None if report is None else report.verdict
-            score = math.nan if report is None else _as_float(report.score)
+            score = math.nan if report is None else float_or_nan(report.score)
         else:
-            verdict, score = attrs.get(ATTR_VERDICT), _as_float(attrs.get(ATTR_SCORE))
+            verdict, score = attrs.get(ATTR_VERDICT), float_or_nan(attrs.get(ATTR_SCORE))
         if verdict == "failed:keep":
             return False  # the gate chose to train candidates it could not condition
         if self._percentile is None or math.isnan(score) or score == -math.inf:
@@ -138,10 +139,3 @@ class ConditioningPruner(BasePruner):
         if len(others) < max(1, self._n_startup_trials):
             return not keeps_figures(score, verdict)
         return score < float(np.percentile(np.asarray(others, dtype=np.float64), 100.0 - self._percentile))
-
-
-def _as_float(value: object) -> float:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.nan
