@@ -8,6 +8,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from service.cli.version import version
+
 __all__ = ["main"]
 
 # Modules under service.cli that add commands, in the order `preflight --help` lists them.
@@ -24,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="preflight",
         description="Condition and score NAS candidate architectures before training.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMAND_MODULES:
         importlib.import_module(f"service.cli.{name}").register(subparsers)

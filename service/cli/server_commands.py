@@ -8,7 +8,13 @@ import logging
 import sys
 from typing import Any
 
+from sqlalchemy import make_url
+
+from service.cli.version import version
+
 __all__ = ["register"]
+
+log = logging.getLogger("preflight")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,7 +25,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--embedded-worker", action="store_true", help="also run a job runner in this process (the one-machine default)"
     )
     serve.add_argument("--device", default="auto", help="device of the embedded worker (default auto)")
-    serve.add_argument("--migrate", action="store_true", help="apply pending migrations first")
+    serve.add_argument(
+        "--migrate",
+        action="store_true",
+        help="apply pending migrations first (always done on SQLite, which is created on first start)",
+    )
     serve.add_argument("--workers", type=int, default=1, help="API processes (default 1)")
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(handler=_serve)
@@ -87,12 +97,20 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings(host=args.host, port=args.port)
     _logging(args.log_level)
-    if args.migrate:
+    sqlite = make_url(settings.database_url).get_backend_name() == "sqlite"
+    if args.migrate or sqlite:  # an embedded SQLite file is created and migrated on first start
         from service.store.migrations import upgrade
 
         upgrade(settings.database_url)
     if not _check_schema(settings):
         return 2
+    log.info(
+        "preflight %s: database %s; auth %s; %s",
+        version(),
+        make_url(settings.database_url).render_as_string(hide_password=True),
+        "required (bearer tokens)" if settings.auth_required else "off (listening on localhost only)",
+        f"an embedded worker on device {args.device}" if args.embedded_worker else "no worker in this process",
+    )
     if settings.auth_required and not _any_token(settings):
         print(
             "preflight: bearer tokens are required here and none exists yet; "
@@ -111,7 +129,6 @@ def _serve(args: argparse.Namespace) -> int:
             port=settings.port,
             workers=args.workers,
             log_level=args.log_level,
-            access_log=False,
         )
         return 0
     background = None
@@ -120,7 +137,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         background = embedded_runner(settings, device=args.device)
     app = create_app(settings, background=background)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, access_log=False)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level)
     return 0
 
 

@@ -98,3 +98,42 @@ def test_serve_with_embedded_worker_end_to_end(tmp_path: Path) -> None:
     # uvicorn re-raises the signal it handled once shut down: -SIGTERM is its clean exit.
     assert server.returncode in (0, -signal.SIGTERM) and "Application shutdown complete" in output, output
     assert "stopped after 1 job(s)" in output
+
+
+def test_version_is_printed() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and result.stdout.startswith("preflight ") and len(result.stdout.split()) == 2
+
+
+@pytest.mark.slow
+def test_serve_creates_and_migrates_a_new_sqlite_database_and_says_what_it_runs(tmp_path: Path) -> None:
+    db, port = tmp_path / "fresh" / "p.db", free_port()
+    db.parent.mkdir()
+    env = {**os.environ, "PREFLIGHT_DATABASE_URL": f"sqlite:///{db}"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 300  # readiness, not speed: generous on a loaded machine
+        while True:
+            try:
+                if httpx.get(url + "/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "server did not start"
+            time.sleep(0.2)
+        assert httpx.get(url + "/healthz").status_code == 200
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output = server.communicate(timeout=60)[0]
+    assert preflight(db, "db", "current").returncode == 0  # at the head revision
+    assert f"database sqlite:///{db}" in output and "auth off" in output and "no worker in this process" in output
+    assert '"GET /healthz HTTP/1.1" 200' in output, output  # access log on
