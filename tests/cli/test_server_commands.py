@@ -28,6 +28,20 @@ def preflight(db: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
     )
 
 
+def wait_until_ready(url: str, server: subprocess.Popen[str], seconds: float = 300.0) -> None:
+    """Until ``/readyz`` answers 200: readiness, not speed, with a bound generous enough for a
+    loaded machine; fails at once if the server exits."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(url + "/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline and server.poll() is None, "server did not start"
+        time.sleep(0.2)
+
+
 def test_db_current_and_upgrade(tmp_path: Path) -> None:
     db = tmp_path / "p.db"
     empty = preflight(db, "db", "current")
@@ -75,15 +89,7 @@ def test_serve_with_embedded_worker_end_to_end(tmp_path: Path) -> None:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None, "server did not start"
-            time.sleep(0.2)
+        wait_until_ready(url, server)
         spec = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 4}, {"type": "tanh"}]}]}
         assert httpx.post(url + "/v1/candidates", json={"spec": spec}).status_code == 401
         auth = {"authorization": f"Bearer {token}"}
@@ -121,15 +127,7 @@ def test_serve_creates_and_migrates_a_new_sqlite_database_and_says_what_it_runs(
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 300  # readiness, not speed: generous on a loaded machine
-        while True:
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None, "server did not start"
-            time.sleep(0.2)
+        wait_until_ready(url, server)
         assert httpx.get(url + "/healthz").status_code == 200
     finally:
         server.send_signal(signal.SIGTERM)
