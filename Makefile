@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The CPU wheel of torch that a machine without a GPU gets (small, no CUDA download).
 CPU_TORCH ?= torch==2.13.0
 
-.PHONY: demo test bench lint setup clean
+.PHONY: demo test bench bench-v1 lint setup clean
 
 setup: $(STAMP)
 
@@ -30,7 +30,13 @@ demo: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -q
 
+# Benchmark v2 (docs/benchmarks.md): resumable, about 8-12 hours on a 2-core CPU; needs Fashion-MNIST
+# (apt-get install dataset-fashion-mnist, or PREFLIGHT_FASHION_MNIST_DIR).
 bench: $(STAMP)
+	$(BIN)/python -m bench.v2
+
+# Benchmark v1, digits only (docs/benchmarks-v1.md).
+bench-v1: $(STAMP)
 	$(BIN)/python -m bench --extra probe_length --extra output_std --extra gaussian_path
 
 # ruff (lint rules and long lines), the formatter's check, mypy (strict on nas, the package

@@ -1,4 +1,6 @@
-"""``python -m bench`` (= ``make bench``): the trainability benchmark, end to end.
+"""``python -m bench`` (= ``make bench-v1``): benchmark v1, the trainability benchmark on 8x8 digits
+and breast cancer, end to end; its report is ``docs/benchmarks-v1.md``. ``make bench`` runs
+benchmark v2 (``bench.v2``), which supersedes it.
 
 Stages are cached under ``bench/out/<mode>/`` (git-ignored), so a rerun only computes what
 changed, and ``--report-only`` rewrites the report from the cache. ``--smoke`` is the tiny
@@ -221,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         (docs / report.PLOT_DIR / "calibration.json").write_text(json.dumps(figures["calibration"], indent=1))
     heldout = set((figures.get("calibration") or {}).get("heldout_ids", [])) or None
     report.plots(rows, docs / report.PLOT_DIR, heldout)
-    report.write_markdown(figures, context, docs / "benchmarks.md")
-    log(f"wrote {docs / 'benchmarks.md'} in {time.perf_counter() - start:.0f} s")
+    report.write_markdown(figures, context, docs / "benchmarks-v1.md")
+    log(f"wrote {docs / 'benchmarks-v1.md'} in {time.perf_counter() - start:.0f} s")
     return 0
 
 

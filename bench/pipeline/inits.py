@@ -6,6 +6,8 @@ Each peer re-initializes a freshly built model in place and returns it:
   (uniform, variance ``1 / (3 fan_in)``, PyTorch's default bias);
 - ``kaiming``: He et al. 2015, eq. 10: ``N(0, 2 / fan_in)``, zero bias;
 - ``xavier``: Glorot & Bengio 2010, eq. 16 (normal form): ``N(0, 2 / (fan_in + fan_out))``;
+- ``orthogonal``: Saxe et al. 2014: a random orthogonal matrix (of the weight flattened to
+  ``[out, fan_in]``) times the ReLU gain ``sqrt(2)``, zero bias (benchmark v2 only);
 - ``lsuv``: Mishkin & Matas 2016, Algorithm 1: orthonormal weights, then, layer by layer in
   forward order, ``W <- W / sqrt(Var(B_l))`` until ``|Var(B_l) - 1| < 0.1`` (10 rounds max);
 - ``gradinit``: Zhu et al. 2021, Algorithm 1 (SGD form): one scalar ``alpha`` per parameter
@@ -24,7 +26,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-__all__ = ["PEERS", "gradinit_", "initialize", "lsuv_"]
+__all__ = ["ALL_PEERS", "PEERS", "gradinit_", "initialize", "lsuv_", "orthogonal_"]
 
 _WEIGHTED = (nn.Linear, nn.Conv2d)
 
@@ -53,6 +55,15 @@ def kaiming_(model: nn.Module, x: Tensor, y: Tensor) -> nn.Module:
 def xavier_(model: nn.Module, x: Tensor, y: Tensor) -> nn.Module:
     for m in _weighted(model):
         nn.init.xavier_normal_(m.weight)
+        if m.bias is not None:
+            m.bias.zero_()
+    return model
+
+
+@torch.no_grad()
+def orthogonal_(model: nn.Module, x: Tensor, y: Tensor) -> nn.Module:
+    for m in _weighted(model):
+        nn.init.orthogonal_(m.weight, gain=math.sqrt(2.0))
         if m.bias is not None:
             m.bias.zero_()
     return model
@@ -138,6 +149,8 @@ PEERS: dict[str, Callable[[nn.Module, Tensor, Tensor], nn.Module]] = {
     "lsuv": lsuv_,
     "gradinit": gradinit_,
 }
+# benchmark v2's peers: v1's and the orthogonal init
+ALL_PEERS = {**PEERS, "orthogonal": orthogonal_}
 
 
 def initialize(name: str, model: nn.Module, x: Tensor, y: Tensor, seed: int = 0) -> nn.Module:
@@ -147,4 +160,4 @@ def initialize(name: str, model: nn.Module, x: Tensor, y: Tensor, seed: int = 0)
     stage's workers took the candidates, and ``make bench`` did not reproduce its figures."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return PEERS[name](model, x, y)
+        return ALL_PEERS[name](model, x, y)

@@ -39,7 +39,7 @@ def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     }
     assert figures["tuning"]["all"]["spec"]["n"] == 5
 
-    page = (tmp_path / "docs" / "benchmarks.md").read_text()
+    page = (tmp_path / "docs" / "benchmarks-v1.md").read_text()
     for heading in ("## Protocol", "## Ranking trainability", "## Tuning", "## Targets", "LIBSVM"):
         assert heading in page
     for png in ("score_vs_loss.png", "pruning_pr.png", "tuned_vs_default.png"):

@@ -1,0 +1,322 @@
+"""Benchmark v2's figures from the cache: ground truths, predictors with their costs, targets.
+
+Ground truth of a candidate under protocol P from initialization I (A: the spec's init, B:
+Preflight's tuned init), over the seeds computed so far: test accuracy = the mean over seeds of
+the best rate's test accuracy; training loss = the median over seeds of the best final training
+loss (a diverged seed counts as ``inf``); *untrainable* = untrainable on at least half the seeds.
+
+Every predictor follows higher = better and carries its cost in training steps of the candidate
+at batch 64: *counted* for Preflight and the short-training baselines (the passes they make),
+*timed* (seconds / one timed training step) for the zero-cost proxies. Rankings are computed
+within a dataset only (accuracies of different datasets are not comparable).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bench.pipeline.candidates import Candidate
+from bench.pipeline.metrics import kendall, precision_at_recall, spearman
+from bench.pipeline.run import read_json
+from bench.v2.stages import INIT_PEERS, Stage, cached
+from bench.v2.stats import Interval, bootstrap, paired_difference
+
+__all__ = ["GROUPS", "Row", "figures", "load_rows", "truth"]
+
+GROUPS = {"fashion_mnist": "Fashion-MNIST", "digits": "digits (8x8)", "breast_cancer": "breast cancer"}
+TRUTHS = {"A": "spec", "B": "tuned"}
+RECALL = 0.8
+MIN_FOR_INTERVALS = 10
+
+
+def group_of(dataset: str) -> str:
+    return next(g for g in GROUPS if dataset.startswith(g))
+
+
+@dataclass
+class Row:
+    candidate: Candidate
+    set: str
+    chance: float = math.nan
+    preflight: dict[str, Any] | None = None
+    proxies: dict[str, Any] | None = None
+    baselines: dict[str, Any] | None = None
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)  # (protocol, init) -> per seed
+
+    @property
+    def group(self) -> str:
+        return group_of(self.candidate.dataset)
+
+    @property
+    def family(self) -> str:
+        return self.candidate.family
+
+
+def _read(out: Any, stage: Stage, candidate: Candidate, scale: float) -> dict[str, Any] | None:
+    return read_json(out / stage.key / f"{candidate.id}.json") if cached(out, stage, candidate, scale) else None
+
+
+def load_rows(candidates: Iterable[Candidate], set_name: str, out: Any, seeds: int, scale: float) -> list[Row]:
+    """Everything the cache holds for each candidate (stages not computed yet are missing)."""
+    rows = []
+    for c in candidates:
+        row = Row(c, set_name)
+        row.preflight = _read(out, Stage("preflight", 0), c, scale)
+        row.proxies = _read(out, Stage("proxies"), c, scale)
+        row.baselines = _read(out, Stage("baselines"), c, scale)
+        for protocol, inits in (("sgd", ("spec", "tuned", *INIT_PEERS)), ("adamw", ("spec", "tuned"))):
+            for init in inits:
+                got = [_read(out, Stage("train", s, protocol, init), c, scale) for s in range(seeds)]
+                runs = [g for g in got if g and g.get("run")]
+                if runs:
+                    row.runs[(protocol, init)] = runs
+                    row.chance = runs[0]["chance"]
+        rows.append(row)
+    return rows
+
+
+def truth(row: Row, protocol: str, init: str) -> dict[str, Any] | None:
+    runs = row.runs.get((protocol, init))
+    if not runs:
+        return None
+    best = [r["run"]["best"] for r in runs]
+    losses = [r["run"]["final_loss"][b] for r, b in zip(runs, best, strict=True)]
+    accs = [r["run"]["test_accuracy"][b] for r, b in zip(runs, best, strict=True)]
+    untrainable = [
+        all(r["run"]["diverged"]) or not loss < 0.5 * r["chance"] for r, loss in zip(runs, losses, strict=True)
+    ]
+    return {
+        "accuracy": float(np.mean(accs)),
+        "loss": float(np.median(losses)),
+        "untrainable": sum(untrainable) >= len(untrainable) / 2,
+        "seeds": len(runs),
+    }
+
+
+def _neg(value: Any) -> float:
+    return math.nan if value is None else -float(value)
+
+
+def predictors(row: Row, truth_name: str) -> dict[str, tuple[float, float]]:
+    """(score, cost in training steps) of every method on this candidate, for ground truth A
+    (proxies on the spec's init) or B (on the tuned init)."""
+    out: dict[str, tuple[float, float]] = {}
+    pre = row.preflight or {}
+    step = float((pre.get("timings") or {}).get("step") or math.nan)
+    if pre:
+        score = pre.get("score")
+        out["preflight"] = (math.nan if score is None else float(score), float(pre.get("counted_cost") or math.nan))
+        out["preflight_probe_component"] = (_neg((pre.get("components") or {}).get("probe_loss")), math.nan)
+    base = row.baselines or {}
+    for name in ("probe_full", "probe_quarter", "lsuv_probe"):
+        if name in base:
+            out[name] = (_neg(base[name]["loss"]), float(base[name]["cost"]))
+    first = row.runs.get(("sgd", "spec"))
+    if first:
+        run, epochs = first[0]["run"], first[0]["epochs"]
+        per_epoch = len(run["curves"][0]) // epochs
+        value = min(float(np.mean(c[:per_epoch])) for c in run["curves"])
+        out["first_epoch"] = (-value if math.isfinite(value) else -math.inf, run["steps_per_rate"] / epochs * 3)
+    out["parameters"] = (
+        (math.log(max(1, (row.proxies or {}).get("parameters", 1))), 0.0)
+        if row.proxies
+        else (
+            math.nan,
+            0.0,
+        )
+    )
+    side = "spec" if truth_name == "A" else "tuned"
+    for name, value in ((row.proxies or {}).get(side) or {}).items():
+        out[f"proxy:{name}"] = (float(value["score"]), float(value["seconds"]) / step if step > 0 else math.nan)
+    return out
+
+
+def _stat(
+    kind: str, scores: np.ndarray, acc: np.ndarray, loss: np.ndarray, bad: np.ndarray
+) -> Callable[[np.ndarray], float]:
+    if kind == "spearman_accuracy":
+        return lambda i: spearman(scores[i], acc[i])
+    if kind == "spearman_loss":
+        return lambda i: spearman(scores[i], -loss[i])
+    if kind == "kendall_accuracy":
+        return lambda i: kendall(scores[i], acc[i])
+    return lambda i: precision_at_recall(scores[i], bad[i], RECALL) if bad[i].any() else math.nan
+
+
+STATISTICS = ("spearman_accuracy", "spearman_loss", "kendall_accuracy", "precision_at_recall")
+HEADLINE = ("spearman_accuracy", "spearman_loss", "precision_at_recall")
+# Not equal-cost peers of Preflight's score: its own probe component, and the first epoch (far costlier)
+NOT_EQUAL_COST = ("preflight", "preflight_probe_component", "first_epoch")
+
+
+def ranking(rows: list[Row], truth_name: str, protocol: str, resamples: int) -> dict[str, Any]:
+    """Every method's ranking and flagging figures against one ground truth, and the target lines:
+    Preflight minus the best equal-cost baseline (the best by point estimate, on these candidates:
+    a choice that favours the baseline)."""
+    init = TRUTHS[truth_name]
+    keep = [(r, t) for r in rows if (t := truth(r, protocol, init)) is not None and r.preflight]
+    if not keep:
+        return {"n": 0}
+    acc = np.array([t["accuracy"] for _, t in keep])
+    loss = np.array([t["loss"] for _, t in keep])
+    bad = np.array([t["untrainable"] for _, t in keep])
+    preds = [predictors(r, truth_name) for r, _ in keep]
+    names = sorted({k for p in preds for k in p})
+    methods: dict[str, Any] = {}
+    arrays: dict[str, np.ndarray] = {}
+    n = len(keep)
+    reps = resamples if n >= MIN_FOR_INTERVALS else 0
+    for name in names:
+        scores = np.array([p.get(name, (math.nan, math.nan))[0] for p in preds])
+        costs = np.array([p.get(name, (math.nan, math.nan))[1] for p in preds])
+        arrays[name] = scores
+        figures = {}
+        for kind in STATISTICS:
+            stat = _stat(kind, scores, acc, loss, bad)
+            figures[kind] = bootstrap(stat, n, reps) if reps else Interval(stat(np.arange(n)), math.nan, math.nan, n)
+        methods[name] = {
+            "figures": {k: v.to_json() for k, v in figures.items()},
+            "cost": float(np.nanmean(costs)) if np.isfinite(costs).any() else math.nan,
+        }
+    preflight_cost = methods["preflight"]["cost"]
+    peers = [m for m in names if m not in NOT_EQUAL_COST and not methods[m]["cost"] > 1.05 * preflight_cost]
+    targets = {}
+    for kind in HEADLINE:
+        best = max(peers, key=lambda m: _finite(methods[m]["figures"][kind]["point"]))
+        first, second = (_stat(kind, arrays[m], acc, loss, bad) for m in ("preflight", best))
+        diff = paired_difference(first, second, n, reps) if reps else Interval(math.nan, math.nan, math.nan, n)
+        targets[kind] = {"best_peer": best, "difference": diff.to_json(), "met": diff.above_zero}
+    return {
+        "n": n,
+        "untrainable": int(bad.sum()),
+        "seeds": min(t["seeds"] for _, t in keep),
+        "methods": methods,
+        "equal_cost_peers": peers,
+        "targets": targets,
+        "points": {
+            "accuracy": acc.tolist(),
+            "loss": loss.tolist(),
+            "untrainable": bad.tolist(),
+            "preflight": arrays["preflight"].tolist(),
+            **{m: arrays[m].tolist() for m in ("probe_full", "first_epoch") if m in arrays},
+        },
+    }
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else -math.inf
+
+
+def _seed_mean_loss(row: Row, protocol: str, init: str) -> float:
+    t = truth(row, protocol, init)
+    return math.nan if t is None else t["loss"]
+
+
+def tuning(rows: list[Row], protocol: str, resamples: int) -> dict[str, Any]:
+    """Tuned init vs each init peer: the share of candidates where the tuned init ends at a lower
+    training loss (pairs where both diverged left out), its interval, the mean test-accuracy
+    difference, and the share per family."""
+    peers = ("spec", *INIT_PEERS) if protocol == "sgd" else ("spec",)
+    result: dict[str, Any] = {}
+    for peer in peers:
+        pairs = []
+        for r in rows:
+            tuned, other = truth(r, protocol, "tuned"), truth(r, protocol, peer)
+            if tuned is None or other is None or (math.isinf(tuned["loss"]) and math.isinf(other["loss"])):
+                continue
+            pairs.append((r.family, tuned["loss"], other["loss"], tuned["accuracy"] - other["accuracy"]))
+        if not pairs:
+            continue
+        wins = np.array([t < o for _, t, o, _ in pairs], dtype=float)
+        ties = np.array([t == o for _, t, o, _ in pairs], dtype=float)
+        gain = np.array([d for *_, d in pairs])
+        n = len(pairs)
+        reps = resamples if n >= MIN_FOR_INTERVALS else 0
+
+        def share(i: np.ndarray, wins: np.ndarray = wins) -> float:
+            return float(wins[i].mean())
+
+        def accuracy(i: np.ndarray, gain: np.ndarray = gain) -> float:
+            return float(gain[i].mean())
+
+        families: dict[str, list[float]] = {}
+        for (family, *_), w in zip(pairs, wins, strict=True):
+            families.setdefault(family, []).append(float(w))
+        result[peer] = {
+            "n": n,
+            "ties": int(ties.sum()),
+            "wins": (
+                bootstrap(share, n, reps) if reps else Interval(share(np.arange(n)), math.nan, math.nan, n)
+            ).to_json(),
+            "accuracy_gain": (
+                bootstrap(accuracy, n, reps) if reps else Interval(accuracy(np.arange(n)), math.nan, math.nan, n)
+            ).to_json(),
+            "families": {f: {"n": len(v), "wins": float(np.mean(v))} for f, v in sorted(families.items())},
+        }
+    return result
+
+
+def stage_costs(rows: list[Row]) -> dict[str, Any]:
+    """Preflight's counted cost per stage and its seconds per stage, means over candidates."""
+    counted: dict[str, list[float]] = {}
+    seconds: dict[str, list[float]] = {}
+    for r in rows:
+        pre = r.preflight or {}
+        for k, v in (pre.get("counted") or {}).items():
+            counted.setdefault(k, []).append(float(v))
+        for k, v in (pre.get("timings") or {}).items():
+            seconds.setdefault(k, []).append(float(v))
+    return {
+        "counted": {k: float(np.mean(v)) for k, v in sorted(counted.items())},
+        "seconds": {k: float(np.mean(v)) for k, v in sorted(seconds.items())},
+        "n": len(rows),
+    }
+
+
+def components(rows: list[Row], resamples: int) -> dict[str, Any]:
+    """What each of the score's components ranks alone (lower component = better), against ground
+    truth A under SGD: the contribution a stage's figure could make to the score."""
+    keep = [(r, t) for r in rows if (t := truth(r, "sgd", "spec")) is not None and r.preflight]
+    if len(keep) < 3:
+        return {}
+    acc = np.array([t["accuracy"] for _, t in keep])
+    names = sorted({k for r, _ in keep for k in (r.preflight.get("components") or {})})  # type: ignore[union-attr]
+    out = {}
+    reps = resamples if len(keep) >= MIN_FOR_INTERVALS else 0
+    for name in names:
+        values = np.array([_neg((r.preflight.get("components") or {}).get(name)) for r, _ in keep])  # type: ignore[union-attr]
+
+        def stat(i: np.ndarray, values: np.ndarray = values) -> float:
+            return spearman(values[i], acc[i])
+
+        out[name] = (
+            bootstrap(stat, len(keep), reps)
+            if reps
+            else Interval(stat(np.arange(len(keep))), math.nan, math.nan, len(keep))
+        ).to_json()
+    return out
+
+
+def figures(rows: list[Row], resamples: int) -> dict[str, Any]:
+    """All figures for one set of candidates, per dataset group."""
+    result: dict[str, Any] = {}
+    for group in GROUPS:
+        members = [r for r in rows if r.group == group]
+        if not members:
+            continue
+        entry: dict[str, Any] = {"n": len(members), "ranking": {}, "tuning": {}}
+        for truth_name in TRUTHS:
+            for protocol in ("sgd", "adamw"):
+                entry["ranking"][f"{truth_name}/{protocol}"] = ranking(members, truth_name, protocol, resamples)
+        for protocol in ("sgd", "adamw"):
+            entry["tuning"][protocol] = tuning(members, protocol, resamples)
+        entry["stage_costs"] = stage_costs(members)
+        entry["components"] = components(members, resamples)
+        entry["families"] = sorted({r.family for r in members})
+        result[group] = entry
+    return result

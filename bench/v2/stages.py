@@ -1,0 +1,269 @@
+"""Benchmark v2's cached stages: one JSON per (stage, candidate) under ``<out>/<stage>/``.
+
+A stage's key names what it computes and for which seed, e.g. ``preflight/s0``,
+``train/sgd/tuned/s1``. Each result carries a fingerprint of its inputs (spec, dataset,
+protocol, epochs, stage version; the engine's source for Preflight; the tuned scales for the
+tuned runs), so a rerun computes only what is missing or changed, and a run killed at any point
+resumes where it stopped.
+
+- ``preflight/s{k}``: ``worker.engine.condition`` with seed k on the first 64 training samples
+  (the batch every peer also sees): score, verdict, scales, components, counted cost;
+- ``proxies``: every zero-cost proxy on the spec's init and on the tuned init (seed 0);
+- ``baselines``: short-training peers at counted cost (seed 0): the probe's own loop from the spec
+  init at Preflight's counted cost and at a quarter of it; LSUV then that probe;
+- ``train/{protocol}/{init}/s{k}``: the protocol from an initialization (``spec``, ``tuned``
+  and, under SGD, every init peer), seed k.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import nas
+from bench.pipeline.candidates import Candidate
+from bench.pipeline.datasets import Dataset, load_key
+from bench.pipeline.inits import initialize
+from bench.pipeline.proxies import compute_proxies
+from bench.pipeline.run import engine_version, read_json, write_json
+from bench.v2.protocols import PROTOCOLS, epochs_for, train
+
+__all__ = ["BATCH", "INIT_PEERS", "Stage", "dataset", "plan", "run_task"]
+
+BATCH = 64
+INIT_PEERS = ("torch_default", "kaiming", "xavier", "orthogonal", "lsuv", "gradinit")
+PROBE_LRS = (0.1, 0.03, 0.01)  # the engine's default probe rates (nas.options)
+PROBE_MOMENTUM = 0.9
+PROBE_STEPS = 15
+VERSION = {"preflight": 1, "proxies": 1, "baselines": 1, "train": 1}
+
+
+SMOKE_SCALE = 0.5  # the smoke run: half the epochs, and a small Fashion-MNIST subset
+_small = False
+
+
+def dataset(key: str) -> Dataset:
+    """A candidate's data: v1's keys, or Fashion-MNIST as images or flat vectors (the smoke run
+    trains on 40 images per class and tests on 20)."""
+    if key.startswith("fashion_mnist"):
+        from bench.pipeline.fashion_mnist import load_fashion_mnist
+
+        sizes = {"train_per_class": 40, "test_per_class": 20} if _small else {}
+        return load_fashion_mnist(image=key.endswith("_image"), **sizes)  # type: ignore[arg-type]
+    return load_key(key)
+
+
+@dataclass(frozen=True)
+class Stage:
+    kind: str  # "preflight" | "proxies" | "baselines" | "train"
+    seed: int = 0
+    protocol: str = ""  # train only
+    init: str = ""  # train only
+
+    @property
+    def key(self) -> str:
+        if self.kind == "train":
+            return f"train/{self.protocol}/{self.init}/s{self.seed}"
+        return f"{self.kind}/s{self.seed}"
+
+    @classmethod
+    def parse(cls, key: str) -> Stage:
+        parts = key.split("/")
+        seed = int(parts[-1][1:])
+        if parts[0] == "train":
+            return cls("train", seed, parts[1], parts[2])
+        return cls(parts[0], seed)
+
+    def needs_preflight(self) -> bool:
+        return self.kind in ("proxies", "baselines") or self.init == "tuned"
+
+
+def _path(out: Path, stage: Stage, candidate: Candidate) -> Path:
+    return out / stage.key / f"{candidate.id}.json"
+
+
+def _preflight_report(out: Path, candidate: Candidate, seed: int) -> dict[str, Any]:
+    path = _path(out, Stage("preflight", seed), candidate)
+    return read_json(path) if path.exists() else {"error": "no Preflight report yet"}
+
+
+def _fingerprint(stage: Stage, candidate: Candidate, out: Path, scale: float) -> str:
+    extra: Any = ""
+    if stage.kind == "preflight":
+        extra = engine_version()
+    elif stage.needs_preflight():
+        report = _preflight_report(out, candidate, 0 if stage.kind != "train" else stage.seed)
+        extra = [report.get("scales"), report.get("error"), report.get("counted_cost")]
+    protocol = PROTOCOLS[stage.protocol].to_json() if stage.protocol else None
+    blob = json.dumps(
+        [stage.key, VERSION[stage.kind], candidate.spec, candidate.dataset, protocol, scale, extra],
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cached(out: Path, stage: Stage, candidate: Candidate, scale: float = 1.0) -> bool:
+    path = _path(out, stage, candidate)
+    return path.exists() and read_json(path).get("fingerprint") == _fingerprint(stage, candidate, out, scale)
+
+
+def _model(candidate: Candidate, seed: int, scales: dict[str, float] | None = None) -> torch.nn.Module:
+    return nas.build_model(candidate.spec, scales=scales, seed=seed)
+
+
+def _preflight(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dict[str, Any]:
+    from worker.engine import condition
+
+    data = dataset(candidate.dataset)
+    x, y = data.batch(BATCH)
+    start = time.perf_counter()
+    try:
+        report = condition(candidate.spec, data={"x": x, "y": y}, options={"seed": stage.seed})
+    except Exception as error:  # noqa: BLE001 - an engine crash is a benchmark finding
+        return {"error": f"{type(error).__name__}: {error}", "score": math.nan, "verdict": None}
+    body = report.model_dump(mode="json")
+    tuning = body.get("tuning") or {}
+    budget = tuning.get("budget") or {}
+    return {
+        "score": math.nan if report.score is None else float(report.score),
+        "verdict": report.verdict,
+        "reasons": list(report.reasons),
+        "scales": dict(report.scales),
+        "components": body.get("components"),
+        "probe_loss": (tuning.get("probe") or {}).get("loss"),
+        "counted_cost": float(budget.get("counted_steps", 0.0)) + float(budget.get("probe_counted_steps", 0.0)),
+        "counted": {k: v for k, v in budget.items() if k.startswith("counted_") or k.endswith("counted_steps")},
+        "timings": tuning.get("timings"),
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def _proxies(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dict[str, Any]:
+    data = dataset(candidate.dataset)
+    x, y = data.batch(BATCH)
+    report = _preflight_report(out, candidate, 0)
+    summary = nas.summarize(candidate.spec)
+    result: dict[str, Any] = {"parameters": summary.parameters, "macs": summary.macs}
+    result["spec"] = compute_proxies(_model(candidate, 0), x, y)
+    if report.get("scales") is not None:
+        result["tuned"] = compute_proxies(_model(candidate, 0, report["scales"]), x, y)
+    return result
+
+
+def _probe(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> dict[str, Any]:
+    from worker.engine.probe import probe_cost, run_probe
+
+    result = run_probe(model, x, y, steps=steps, lrs=PROBE_LRS, momentum=PROBE_MOMENTUM, seed=0)
+    return {"loss": result.loss, "steps": steps, "cost": probe_cost(steps, len(PROBE_LRS))}
+
+
+def _lsuv_cost(model: torch.nn.Module) -> float:
+    """LSUV's counted cost: one forward (a third of a step) per round and layer, 10 rounds at most;
+    counted at its worst case, as Preflight's budget counts its own passes."""
+    layers = sum(1 for m in model.modules() if isinstance(m, torch.nn.Linear | torch.nn.Conv2d))
+    return layers * 10 / 3.0
+
+
+def steps_for_cost(cost: float) -> int:
+    """Probe steps per rate whose counted cost (``probe_cost``) is closest to ``cost``, at least 1."""
+    return max(1, round(cost / len(PROBE_LRS) - 1.0 / 3.0))
+
+
+def _baselines(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dict[str, Any]:
+    data = dataset(candidate.dataset)
+    x, y = data.batch(BATCH)
+    report = _preflight_report(out, candidate, 0)
+    cost = float(report.get("counted_cost") or 0.0) or 66.0  # an engine crash: the default's cost
+    result: dict[str, Any] = {"preflight_cost": cost}
+    result["probe_full"] = _probe(_model(candidate, 0), x, y, steps_for_cost(cost))
+    result["probe_quarter"] = _probe(_model(candidate, 0), x, y, steps_for_cost(cost / 4))
+    lsuv = initialize("lsuv", _model(candidate, 0), x, y, seed=0)
+    result["lsuv_probe"] = _probe(lsuv, x, y, PROBE_STEPS) | {}
+    result["lsuv_probe"]["cost"] += _lsuv_cost(lsuv)
+    return result
+
+
+def _train(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dict[str, Any]:
+    data = dataset(candidate.dataset)
+    protocol = PROTOCOLS[stage.protocol]
+    epochs = max(1, round(epochs_for(candidate.dataset, protocol) * scale))
+    if stage.init == "tuned":
+        report = _preflight_report(out, candidate, stage.seed)
+        if report.get("scales") is None:
+            return {"error": report.get("error", "no scales"), "run": None}
+        scales = report["scales"]
+
+        def make() -> torch.nn.Module:
+            return _model(candidate, stage.seed, scales)
+
+        init_seconds = 0.0
+    else:
+        state: dict[str, torch.Tensor] | None = None
+        start = time.perf_counter()
+        if stage.init != "spec":
+            x, y = data.batch(BATCH)
+            initialized = initialize(stage.init, _model(candidate, stage.seed), x, y, seed=stage.seed)
+            state = {k: v.clone() for k, v in initialized.state_dict().items()}
+        init_seconds = time.perf_counter() - start
+
+        def make() -> torch.nn.Module:
+            model = _model(candidate, stage.seed)
+            if state is not None:
+                model.load_state_dict(state)
+            return model
+
+    run = train(make, data, protocol, epochs, seed=stage.seed)
+    return {"run": run.to_json(), "epochs": epochs, "init_seconds": init_seconds, "chance": data.chance_loss}
+
+
+_STAGES: dict[str, Callable[[Candidate, Stage, Path, float], dict[str, Any]]] = {
+    "preflight": _preflight,
+    "proxies": _proxies,
+    "baselines": _baselines,
+    "train": _train,
+}
+
+
+def run_task(args: tuple[str, dict[str, Any], str, float]) -> str:
+    """One (stage, candidate) in a worker process; skips it when cached by then."""
+    global _small
+    key, cand, out_dir, scale = args
+    torch.set_num_threads(1)
+    _small = scale < 1.0
+    stage, candidate, out = Stage.parse(key), Candidate(**cand), Path(out_dir)
+    if cached(out, stage, candidate, scale):
+        return f"{key} {candidate.id} (cached)"
+    start = time.perf_counter()
+    result = _STAGES[stage.kind](candidate, stage, out, scale)
+    result["fingerprint"] = _fingerprint(stage, candidate, out, scale)
+    result["wall_seconds"] = time.perf_counter() - start
+    if stage.kind == "preflight":
+        result["engine_version"] = engine_version()
+    write_json(_path(out, stage, candidate), result)
+    return f"{key} {candidate.id} {result['wall_seconds']:.1f} s"
+
+
+def plan(seeds: int, peers: tuple[str, ...] = INIT_PEERS) -> list[list[Stage]]:
+    """The stages in waves, most informative first; a wave may need the one before it
+    (the tuned runs and the proxies need Preflight's scales). Seed 0 of everything comes before
+    the further seeds, so a partial run already answers every question with one seed."""
+    waves: list[list[Stage]] = [[Stage("preflight", 0)]]
+    first = [Stage("proxies"), Stage("baselines")]
+    first += [Stage("train", 0, p, i) for p in ("sgd", "adamw") for i in ("spec", "tuned")]
+    waves.append(first)
+    waves.append([Stage("train", 0, "sgd", peer) for peer in peers])
+    for seed in range(1, seeds):
+        waves.append([Stage("preflight", seed)])
+        waves.append(
+            [Stage("train", seed, p, i) for p in ("sgd", "adamw") for i in ("spec", "tuned")]
+            + [Stage("train", seed, "sgd", peer) for peer in peers]
+        )
+    return waves
