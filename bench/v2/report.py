@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from bench.pipeline.fashion_mnist import TEST_PER_CLASS, TRAIN_PER_CLASS
+from bench.pipeline.fashion_mnist import RESOLUTION, TEST_PER_CLASS, TRAIN_PER_CLASS
 from bench.pipeline.run import write_json
 from bench.v2 import analysis, pruners
 from bench.v2.candidates import DEV_FAMILIES, TEST_ONLY_FAMILIES
-from bench.v2.protocols import ADAMW, EPOCHS, SGD
+from bench.v2.protocols import ADAMW, EPOCHS, EVAL_TRAIN, SGD
 from bench.v2.stages import INIT_PEERS, plan
 from bench.v2.stats import RESAMPLES
 
@@ -73,6 +73,37 @@ def _completeness(rows: list[analysis.Row], seeds: int) -> str:
         f"{len(rows)} candidates; Preflight, proxies and baselines on {done}; "
         f"{trains} of {expected} (candidate, init, protocol, seed) trainings in the cache"
     )
+
+
+def _cost_estimate(out: Path, sets: dict[str, list[Any]], seeds: int) -> str:
+    """The whole benchmark's CPU time, from the wall seconds of the tasks cached so far (per dataset
+    group and stage kind), over every task of both sets."""
+    import numpy as np
+
+    from bench.pipeline.run import read_json
+
+    seen: dict[tuple[str, str], list[float]] = {}
+    for path in out.glob("*/**/*.json"):
+        kind = path.relative_to(out).parts[0]
+        group = analysis.group_of(
+            "fashion_mnist" if "fm_" in path.stem else ("breast_cancer" if "mlp_bc" in path.stem else "digits")
+        )
+        try:
+            seen.setdefault((group, kind), []).append(float(read_json(path)["wall_seconds"]))
+        except (KeyError, ValueError):
+            continue
+    per_candidate = {"preflight": seeds, "proxies": 1, "baselines": 1, "train": seeds * (4 + len(INIT_PEERS))}
+    total, missing = 0.0, set()
+    for candidates in sets.values():
+        for c in candidates:
+            group = analysis.group_of(c.dataset)
+            for kind, count in per_candidate.items():
+                if (group, kind) in seen:
+                    total += count * float(np.mean(seen[(group, kind)]))
+                else:
+                    missing.add(f"{group} {kind}")
+    text = f"about {total / 3600:.1f} CPU-hours ({total / 7200:.1f} h with 2 workers)"
+    return text + (f"; not yet measured, so not counted: {', '.join(sorted(missing))}" if missing else "")
 
 
 def _targets_table(entry: dict[str, Any]) -> list[str]:
@@ -272,14 +303,16 @@ def _plots(rows: list[analysis.Row], entry: dict[str, Any], folder: Path, stem: 
 def _protocol_lines(seeds: int, scale: float) -> list[str]:
     return [
         f"- **Data.** Fashion-MNIST: a stratified {10 * TRAIN_PER_CLASS}-image subset of the 60,000 training "
-        f"images and a stratified {10 * TEST_PER_CLASS}-image subset of the 10,000 test images (seed 0), 1x28x28, "
-        "standardized; digits (8x8) and breast cancer as in v1 (70/30 stratified split).",
+        f"images and a stratified {10 * TEST_PER_CLASS}-image subset of the 10,000 test images (seed 0), each "
+        f"image's 2x2 blocks averaged (28x28 -> {RESOLUTION}x{RESOLUTION}), standardized; digits (8x8) and breast "
+        "cancer as in v1 (70/30 stratified split). The subsets and the resolution are what fits the CPU budget.",
         f"- **Protocol S** (shared with the probe): SGD, momentum {SGD.momentum}, batch {SGD.batch_size}, constant "
         f"rates {{{', '.join(f'{r:g}' for r in SGD.lrs)}}}, abort above 100 ln C. **Protocol W** (shared with "
         f"nothing Preflight does): AdamW (weight decay {ADAMW.weight_decay}), batch {ADAMW.batch_size}, rates "
         f"{{{', '.join(f'{r:g}' for r in ADAMW.lrs)}}}, 5 % linear warm-up then cosine to zero.",
         f"- **Epochs**: {', '.join(f'{k} {round(v * scale) or 1}' for k, v in EPOCHS.items())}; the final "
-        "training loss is on 2,000 training samples in eval mode; the best rate by that loss is the run's result.",
+        f"training loss is on {EVAL_TRAIN:,} training samples in eval mode; the best rate by that loss is the run's "
+        "result.",
         f"- **Seeds**: {seeds} per (candidate, init, rate); the seed fixes the weights and the batch order. "
         "Tables say how many seeds every candidate had when the report was written.",
         "- **Untrainable**: the best rate's final training loss is at least ln C / 2, or every rate diverged, "
@@ -388,6 +421,11 @@ def write(
             group_rows = [r for r in rows if r.group == group]
             plots = _plots(group_rows, entry, docs / PLOT_DIR, stem) if set_name == "test" else {}
             body += _section(f"{analysis.GROUPS[group]} ({set_name})", entry, replays[group], plots)
+    lines[7:7] = [
+        "Size: the whole benchmark (both sets, every stage, "
+        f"{seeds} seeds) takes {_cost_estimate(out, sets, seeds)}, estimated from the tasks computed so far.",
+        "",
+    ]
     lines += ["## v1's claims, re-examined on the frozen test set", ""]
     lines += _v1_claims(all_figures.get("test", {}).get("figures", {})) + [""]
     lines += body

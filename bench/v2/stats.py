@@ -16,12 +16,33 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RESAMPLES", "Interval", "bootstrap", "paired_difference"]
+__all__ = ["RESAMPLES", "Interval", "bootstrap", "paired_difference", "spearman_rows"]
 
 RESAMPLES = 2000
 SEED = 0
 
 Statistic = Callable[[np.ndarray], float]  # indices of the candidates drawn -> a figure
+# the same statistic on every resample at once: [resamples, n] indices -> [resamples] figures
+RowStatistic = Callable[[np.ndarray], np.ndarray]
+
+
+def spearman_rows(scores: np.ndarray, targets: np.ndarray) -> RowStatistic:
+    """Spearman's rho on each row of a matrix of resampled indices, vectorized (the same nan
+    policy as ``bench.pipeline.metrics.spearman``: nan ranks as the worst score; a constant row
+    gives nan)."""
+    from scipy.stats import rankdata
+
+    a = np.where(np.isnan(scores), -np.inf, scores)
+    b = np.where(np.isnan(targets), -np.inf, targets)
+
+    def rows(index: np.ndarray) -> np.ndarray:
+        ra, rb = rankdata(a[index], axis=1), rankdata(b[index], axis=1)
+        ra, rb = ra - ra.mean(axis=1, keepdims=True), rb - rb.mean(axis=1, keepdims=True)
+        denominator = np.sqrt((ra**2).sum(axis=1) * (rb**2).sum(axis=1))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(denominator > 0, (ra * rb).sum(axis=1) / denominator, np.nan)
+
+    return rows
 
 
 @dataclass(frozen=True)
@@ -60,24 +81,41 @@ def _interval(point: float, values: list[float], n: int) -> Interval:
     return Interval(point, float(low), float(high), n, int(len(array) - len(ok)))
 
 
-def bootstrap(statistic: Statistic, n: int, resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
-    """``statistic`` on all ``n`` candidates, with its 95 % percentile interval.
+def _values(statistic: Statistic | RowStatistic, index: np.ndarray, rows: bool) -> np.ndarray:
+    if rows:
+        return np.asarray(statistic(index), dtype=np.float64)  # type: ignore[arg-type]
+    return np.array([statistic(i) for i in index], dtype=np.float64)
+
+
+def bootstrap(
+    statistic: Statistic | RowStatistic, n: int, resamples: int = RESAMPLES, seed: int = SEED, *, rows: bool = False
+) -> Interval:
+    """``statistic`` on all ``n`` candidates, with its 95 % percentile interval (``rows=True``:
+    ``statistic`` takes the whole [resamples, n] index matrix, e.g. ``spearman_rows``).
 
     >>> bootstrap(lambda i: float(np.mean(np.arange(10.0)[i])), 10).point
     4.5
     """
-    if n < 2:
-        return Interval(statistic(np.arange(n)) if n else math.nan, math.nan, math.nan, n)
-    point = statistic(np.arange(n))
-    return _interval(point, [statistic(i) for i in _indices(n, resamples, seed)], n)
+    every = np.arange(n)
+    point = float(_values(statistic, every[None], rows)[0]) if n else math.nan
+    if n < 2 or resamples < 1:
+        return Interval(point, math.nan, math.nan, n)
+    return _interval(point, list(_values(statistic, _indices(n, resamples, seed), rows)), n)
 
 
 def paired_difference(
-    first: Statistic, second: Statistic, n: int, resamples: int = RESAMPLES, seed: int = SEED
+    first: Statistic | RowStatistic,
+    second: Statistic | RowStatistic,
+    n: int,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    *,
+    rows: bool = False,
 ) -> Interval:
     """``first - second`` on the same resamples (the comparison a target line makes)."""
-    if n < 2:
+    if n < 2 or resamples < 1:
         return Interval(math.nan, math.nan, math.nan, n)
-    every = np.arange(n)
-    point = first(every) - second(every)
-    return _interval(point, [first(i) - second(i) for i in _indices(n, resamples, seed)], n)
+    every = np.arange(n)[None]
+    point = float(_values(first, every, rows)[0] - _values(second, every, rows)[0])
+    index = _indices(n, resamples, seed)
+    return _interval(point, list(_values(first, index, rows) - _values(second, index, rows)), n)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from bench.pipeline.metrics import spearman
-from bench.v2.stats import bootstrap, paired_difference
+from bench.v2.stats import bootstrap, paired_difference, spearman_rows
 
 
 def test_interval_of_a_mean_covers_it_and_narrows_with_more_candidates():
@@ -56,3 +57,17 @@ def test_resamples_where_a_statistic_is_undefined_are_left_out_and_counted():
 def test_a_statistic_undefined_on_most_resamples_gets_no_interval():
     result = bootstrap(lambda i: math.nan if i[0] % 4 else 1.0, 40)  # defined on ~a quarter
     assert math.isnan(result.low) and math.isnan(result.high) and result.undefined > 1000
+
+
+def test_vectorized_spearman_equals_the_scalar_one_on_every_resample():
+    rng = np.random.default_rng(4)
+    scores, target = rng.normal(size=30), rng.normal(size=30)
+    scores[[2, 7]] = np.nan  # nan ranks as the worst score in both
+    target[5] = -np.inf
+    index = rng.integers(0, 30, size=(50, 30))
+    fast = spearman_rows(scores, target)(index)
+    slow = [spearman(scores[i], target[i]) for i in index]
+    np.testing.assert_allclose(fast, slow, rtol=1e-12)
+    both = bootstrap(spearman_rows(scores, target), 30, rows=True)
+    one = bootstrap(lambda i: spearman(scores[i], target[i]), 30)
+    assert (both.point, both.low, both.high) == pytest.approx((one.point, one.low, one.high))
