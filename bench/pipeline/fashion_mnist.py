@@ -77,7 +77,8 @@ def find_dir(folder: str | Path | None = None) -> Path:
 def read_idx(path: Path) -> np.ndarray:
     """An IDX file (LeCun's format: two zero bytes, the type code, the rank, big-endian int32
     dimensions, then the data) as a numpy array."""
-    raw = (gzip.open if path.suffix == ".gz" else open)(path, "rb").read()  # noqa: SIM115
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as handle:
+        raw = handle.read()
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
         raise ValueError(f"{path} is not an unsigned-byte IDX file (header {raw[:4]!r})")
     rank = raw[3]

@@ -122,14 +122,6 @@ def predictors(row: Row, truth_name: str) -> dict[str, tuple[float, float]]:
         per_epoch = len(run["curves"][0]) // epochs
         value = min(float(np.mean(c[:per_epoch])) for c in run["curves"])
         out["first_epoch"] = (-value if math.isfinite(value) else -math.inf, run["steps_per_rate"] / epochs * 3)
-    out["parameters"] = (
-        (math.log(max(1, (row.proxies or {}).get("parameters", 1))), 0.0)
-        if row.proxies
-        else (
-            math.nan,
-            0.0,
-        )
-    )
     side = "spec" if truth_name == "A" else "tuned"
     for name, value in ((row.proxies or {}).get(side) or {}).items():
         out[f"proxy:{name}"] = (float(value["score"]), float(value["seconds"]) / step if step > 0 else math.nan)
@@ -199,7 +191,9 @@ def ranking(rows: list[Row], truth_name: str, protocol: str, resamples: int) -> 
         best = max(peers, key=lambda m: _finite(methods[m]["figures"][kind]["point"]))
         (first, rows), (second, _) = (_stat(kind, arrays[m], acc, loss, bad) for m in ("preflight", best))
         diff = paired_difference(first, second, n, reps, rows=rows)
-        targets[kind] = {"best_peer": best, "difference": diff.to_json(), "met": diff.above_zero}
+        # met: the difference's whole interval above zero; None: too few candidates for an interval
+        met = None if math.isnan(diff.low) else diff.above_zero
+        targets[kind] = {"best_peer": best, "difference": diff.to_json(), "met": met}
     return {
         "n": n,
         "untrainable": int(bad.sum()),

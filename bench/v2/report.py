@@ -18,7 +18,7 @@ from bench.pipeline.run import write_json
 from bench.v2 import analysis, pruners
 from bench.v2.candidates import DEV_FAMILIES, TEST_ONLY_FAMILIES
 from bench.v2.protocols import ADAMW, EPOCHS, EVAL_TRAIN, SGD
-from bench.v2.stages import INIT_PEERS, plan
+from bench.v2.stages import INIT_PEERS
 from bench.v2.stats import RESAMPLES
 
 __all__ = ["PLOT_DIR", "write"]
@@ -64,11 +64,9 @@ def _machine() -> str:
 
 
 def _completeness(rows: list[analysis.Row], seeds: int) -> str:
-    per_seed = len(plan(seeds)[1]) + len(plan(seeds)[2])
     trains = sum(len(v) for r in rows for v in r.runs.values())
     expected = len(rows) * (4 * seeds + len(INIT_PEERS) * seeds)
     done = sum(1 for r in rows if r.preflight and r.baselines and r.proxies)
-    del per_seed
     return (
         f"{len(rows)} candidates; Preflight, proxies and baselines on {done}; "
         f"{trains} of {expected} (candidate, init, protocol, seed) trainings in the cache"
@@ -119,7 +117,7 @@ def _targets_table(entry: dict[str, Any]) -> list[str]:
         for kind in analysis.HEADLINE:
             target = rank["targets"][kind]
             peer = target["best_peer"]
-            met = "**met**" if target["met"] else "missed"
+            met = {True: "**met**", False: "missed", None: "no interval (too few)"}[target["met"]]
             lines.append(
                 f"| {key} | {rank['n']} ({rank['untrainable']}) | {rank['seeds']} | {LABELS[kind]} | "
                 f"{_iv(rank['methods']['preflight']['figures'][kind])} | {peer} | "
@@ -324,8 +322,8 @@ def _protocol_lines(seeds: int, scale: float) -> list[str]:
         "0.01, the 64-sample batch) from the spec's init, with its steps set so its counted cost equals "
         "Preflight's on that candidate; `probe_quarter` at a quarter of it; `lsuv_probe` = LSUV, then the "
         "15-step probe; `first_epoch` = the lowest mean mini-batch loss of the first epoch of protocol S from "
-        "the spec's init (not equal-cost: a whole epoch at three rates); `parameters` = log parameter count; "
-        "`proxy:*` = the zero-cost proxies, on the spec's init for ground truth A and on the tuned init for B.",
+        "the spec's init (not equal-cost: a whole epoch at three rates); `proxy:params` and `proxy:flops` = size "
+        "alone; `proxy:*` = the zero-cost proxies, on the spec's init for ground truth A and on the tuned init for B.",
         "- **Best equal-cost peer**: the peer with the best point estimate on the same candidates, among those "
         "whose mean cost is at most Preflight's. Choosing it on the test set favours the peer, not Preflight.",
         f"- **Intervals**: percentile bootstrap over candidates, {RESAMPLES} resamples, paired for differences; "
@@ -354,7 +352,7 @@ def _v1_claims(test: dict[str, Any]) -> list[str]:
             if not rank.get("n"):
                 continue
             target = rank["targets"][kind]
-            status = "holds" if target["met"] else "**missed**"
+            status = {True: "holds", False: "**missed**", None: "no interval (too few)"}[target["met"]]
             parts.append(
                 f"{analysis.GROUPS[group]}: Preflight - {target['best_peer']} = {_signed(target['difference'])}, "
                 f"{status}"
@@ -380,9 +378,17 @@ def _v1_claims(test: dict[str, Any]) -> list[str]:
 
 
 def write(
-    sets: dict[str, list[Any]], out: Path, docs: Path, *, seeds: int, scale: float, walls: dict[str, float]
+    sets: dict[str, list[Any]],
+    out: Path,
+    docs: Path,
+    *,
+    seeds: int,
+    scale: float,
+    walls: dict[str, float],
+    planned_seeds: int | None = None,
 ) -> Path:
-    """Analyze the cache and write ``docs/benchmarks.md``, its plots and ``<out>/figures.json``."""
+    """Analyze the cache (the first ``seeds`` seeds) and write ``docs/benchmarks.md``, its plots and
+    ``<out>/figures.json``; the size estimate is for ``planned_seeds`` (default ``seeds``)."""
     resamples = RESAMPLES
     all_figures: dict[str, Any] = {}
     lines = [
@@ -422,8 +428,9 @@ def write(
             plots = _plots(group_rows, entry, docs / PLOT_DIR, stem) if set_name == "test" else {}
             body += _section(f"{analysis.GROUPS[group]} ({set_name})", entry, replays[group], plots)
     lines[7:7] = [
-        "Size: the whole benchmark (both sets, every stage, "
-        f"{seeds} seeds) takes {_cost_estimate(out, sets, seeds)}, estimated from the tasks computed so far.",
+        f"Seeds read for this report: {seeds}. Size: the whole benchmark (both sets, every stage, "
+        f"{planned_seeds or seeds} seeds) takes {_cost_estimate(out, sets, planned_seeds or seeds)}, estimated "
+        "from the tasks computed so far.",
         "",
     ]
     lines += ["## v1's claims, re-examined on the frozen test set", ""]

@@ -253,17 +253,16 @@ def run_task(args: tuple[str, dict[str, Any], str, float]) -> str:
 
 def plan(seeds: int, peers: tuple[str, ...] = INIT_PEERS) -> list[list[Stage]]:
     """The stages in waves, most informative first; a wave may need the one before it
-    (the tuned runs and the proxies need Preflight's scales). Seed 0 of everything comes before
-    the further seeds, so a partial run already answers every question with one seed."""
+    (the tuned runs and the proxies need Preflight's scales). Seed 0 of everything comes first, so
+    a partial run already answers every question with one seed; then the further seeds of the
+    ground truths A and B, then those of the init peers."""
+    ground_truths = [(p, i) for p in ("sgd", "adamw") for i in ("spec", "tuned")]
     waves: list[list[Stage]] = [[Stage("preflight", 0)]]
-    first = [Stage("proxies"), Stage("baselines")]
-    first += [Stage("train", 0, p, i) for p in ("sgd", "adamw") for i in ("spec", "tuned")]
-    waves.append(first)
+    waves.append([Stage("proxies"), Stage("baselines")] + [Stage("train", 0, p, i) for p, i in ground_truths])
     waves.append([Stage("train", 0, "sgd", peer) for peer in peers])
-    for seed in range(1, seeds):
-        waves.append([Stage("preflight", seed)])
-        waves.append(
-            [Stage("train", seed, p, i) for p in ("sgd", "adamw") for i in ("spec", "tuned")]
-            + [Stage("train", seed, "sgd", peer) for peer in peers]
-        )
+    further = range(1, seeds)
+    if further:
+        waves.append([Stage("preflight", seed) for seed in further])
+        waves.append([Stage("train", seed, p, i) for seed in further for p, i in ground_truths])
+        waves.append([Stage("train", seed, "sgd", peer) for seed in further for peer in peers])
     return waves

@@ -1,0 +1,43 @@
+"""Benchmark v2's smoke run: a few candidates of both sets, two seeds, every stage, a full report."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.v2.__main__ import SMOKE_IDS, main
+from bench.v2.stages import INIT_PEERS
+
+
+@pytest.mark.timeout(900)
+def test_smoke_benchmark_computes_every_stage_and_writes_the_report(tmp_path, fashion_mnist_dir):
+    assert main(["--smoke", "--out", str(tmp_path), "--jobs", "1", "--quiet"]) == 0
+
+    from bench.pipeline.run import read_json
+
+    figures = read_json(tmp_path / "figures.json")
+    test = figures["test"]["figures"]
+    assert set(test) == {"fashion_mnist", "digits"}  # the smoke set has no breast-cancer candidate
+    fashion = test["fashion_mnist"]
+    assert fashion["n"] == len([i for i in SMOKE_IDS if "fm_" in i])
+    for key in ("A/sgd", "B/sgd", "A/adamw", "B/adamw"):
+        rank = fashion["ranking"][key]
+        assert rank["n"] == fashion["n"] and rank["seeds"] == 2, key
+        methods = rank["methods"]
+        assert {"preflight", "probe_full", "probe_quarter", "lsuv_probe", "first_epoch", "proxy:params"} <= set(methods)
+        assert any(m.startswith("proxy:") for m in methods)
+        # the equal-cost probe costs what Preflight costs, within one step per rate
+        assert abs(methods["probe_full"]["cost"] - methods["preflight"]["cost"]) <= 3.0
+        assert methods["probe_quarter"]["cost"] < 0.5 * methods["preflight"]["cost"]
+        for kind, target in rank["targets"].items():
+            assert target["best_peer"] in rank["equal_cost_peers"], kind
+            rho = methods["preflight"]["figures"]["spearman_accuracy"]["point"]
+            assert math.isnan(rho) or -1.0 <= rho <= 1.0
+    assert set(fashion["tuning"]["sgd"]) == {"spec", *INIT_PEERS}
+    assert set(fashion["tuning"]["adamw"]) == {"spec"}
+    assert fashion["stage_costs"]["counted"]["probe_counted_steps"] > 0
+    page = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert "The frozen test set" in page and "The development set" in page
+    assert "### Fashion-MNIST (test)" in page
+    assert "Not enough candidates with every stage computed" in page  # the replay needs six or more
