@@ -74,14 +74,15 @@ def _search(order: list[int], trials: list[dict[str, Any]], make: Callable[[], o
 
 
 def _ranked(scores: np.ndarray, score_cost: np.ndarray, full: np.ndarray, accuracy: np.ndarray, budget: float) -> float:
-    """The best accuracy a score-ranked search trains fully within ``budget`` (nan: none)."""
+    """The best accuracy a score-ranked search trains fully within ``budget`` (nan: scoring every
+    candidate leaves too little to train the first one fully)."""
     left = budget - float(np.nansum(score_cost))
-    best = -math.inf
+    best = math.nan
     for index in np.argsort(-np.where(np.isnan(scores), -np.inf, scores), kind="stable"):
         if full[index] > left:
             break
         left -= full[index]
-        best = max(best, accuracy[index])
+        best = accuracy[index] if math.isnan(best) else max(best, accuracy[index])
     return best
 
 
@@ -95,7 +96,8 @@ def replay(rows: list[Row], orders: int = ORDERS) -> dict[str, Any]:
     spec = [_trial_data(r, "spec") for r in keep]
     tuned = [_trial_data(r, "tuned") for r in keep]
     full_spec = float(sum(t["full_cost"] for t in spec))  # type: ignore[index]
-    pool_best = max(t["accuracy"] for t in spec)  # type: ignore[index]
+    # the best test accuracy any candidate reaches, from the spec's init or the tuned one
+    pool_best = max(t["accuracy"] for t in spec + tuned)  # type: ignore[index,operator]
     scores = np.array([float(r.preflight["score"]) for r in keep])  # type: ignore[index]
     pre_cost = np.array([float(r.preflight.get("counted_cost") or 0.0) for r in keep])  # type: ignore[union-attr]
     probe = np.array([-(r.baselines["probe_full"]["loss"] or math.nan) for r in keep])  # type: ignore[index]
@@ -118,6 +120,7 @@ def replay(rows: list[Row], orders: int = ORDERS) -> dict[str, Any]:
             regrets.append(pool_best - best)
             ranked_pre.append(pool_best - _ranked(scores, pre_cost, full_tuned, acc_tuned, compute))
             ranked_probe.append(pool_best - _ranked(probe, probe_cost, full_specs, acc_spec, compute))
+        # np.mean is nan when, on any order, scoring every candidate alone costs more than the pruner spent
         results[name] = {
             "compute_ratio": float(np.mean(computes)),
             "regret": float(np.mean(regrets)),
