@@ -39,7 +39,8 @@ from bench.v2.protocols import PROTOCOLS, epochs_for, train
 __all__ = ["BATCH", "INIT_PEERS", "Stage", "dataset", "plan", "run_task"]
 
 BATCH = 64
-INIT_PEERS = ("torch_default", "kaiming", "xavier", "orthogonal", "lsuv", "gradinit")
+# in the order the peers are trained: the strongest peers of v1 (LSUV, GradInit) first
+INIT_PEERS = ("lsuv", "gradinit", "kaiming", "torch_default", "xavier", "orthogonal")
 PROBE_LRS = (0.1, 0.03, 0.01)  # the engine's default probe rates (nas.options)
 PROBE_MOMENTUM = 0.9
 PROBE_STEPS = 15
