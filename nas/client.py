@@ -49,6 +49,7 @@ __all__ = [
     "AsyncPreflightClient",
     "Candidate",
     "PreflightClient",
+    "CandidateTimings",
     "RetryPolicy",
     "SpecLike",
 ]
@@ -111,21 +112,47 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class CandidateTimings:
+    """Where a candidate's time went, in seconds (None: not reached yet)."""
+
+    queued_seconds: float | None = None  # from creation to the last start
+    run_seconds: float | None = None  # from the last start to the end
+    tuning_seconds: float | None = None  # the engine's own measure
+
+    @classmethod
+    def from_json(cls, data: Any) -> CandidateTimings | None:
+        if not isinstance(data, Mapping):
+            return None
+        return cls(*(_float_or_none(data.get(k)) for k in ("queued_seconds", "run_seconds", "tuning_seconds")))
+
+
+def _float_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
 class Candidate:
-    """A candidate as the service describes it: id, status and (once done) its report."""
+    """A candidate as the service describes it: id, status, (once done) its report; ``cached``:
+    on submission, whether the service already had it; ``error``: why a failed job failed."""
 
     id: str
     status: str
     report: ConditioningReport | None = None
+    cached: bool | None = None
+    error: str | None = None
+    timings: CandidateTimings | None = None
     data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Candidate:
-        report = data.get("report")
+        report, cached, error = data.get("report"), data.get("cached"), data.get("error")
         return cls(
             id=str(data["id"]),
             status=str(data["status"]),
             report=ConditioningReport.model_validate(report) if isinstance(report, Mapping) else None,
+            cached=cached if isinstance(cached, bool) else None,
+            error=str(error) if error is not None else None,
+            timings=CandidateTimings.from_json(data.get("timings")),
             data=dict(data),
         )
 
@@ -148,7 +175,7 @@ class Candidate:
         """The report; raises :class:`CandidateFailed` when the job did not produce one."""
         if self.status == "done" and self.report is not None:
             return self.report
-        reason = self.data.get("error") or self.data.get("detail") or "no reason given"
+        reason = self.error or self.data.get("detail") or "no reason given"
         raise CandidateFailed(f"candidate {self.id} ended {self.status!r}: {reason}", candidate=self)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+import re
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 from sqlalchemy import Row
 
 from service.store.models import Candidate, Status
@@ -37,9 +39,17 @@ class CandidateOptions(BaseModel):
     priority: int = Field(0, ge=-1000, le=1000, description="higher runs first")
     device: str = Field(
         "auto",
-        pattern=r"^(auto|cpu|cuda(:\d{1,3})?)$",
+        max_length=9,
         description="auto (any worker), cpu (CPU workers only) or cuda[:N] (GPU workers only)",
+        json_schema_extra={"pattern": r"^(auto|cpu|cuda(:\d{1,3})?)$"},
     )
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, device: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d{1,3})?", device):
+            raise ValueError(f"device must be one of 'auto', 'cpu', 'cuda' or 'cuda:N' (N = 0-999), not {device!r}")
+        return device
 
 
 class CandidateCreate(BaseModel):

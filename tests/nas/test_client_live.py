@@ -30,7 +30,9 @@ def test_submit_wait_and_fetch_a_report(client: PreflightClient) -> None:
 def test_the_same_spec_and_options_return_the_same_candidate(client: PreflightClient) -> None:
     first = client.condition(WELL, TINY_OPTIONS, timeout=300)
     again = client.submit(WELL, TINY_OPTIONS)
-    assert again.id == first.id and again.finished and again.data["cached"] is True
+    assert again.id == first.id and again.finished and again.cached is True
+    assert again.timings is not None and again.timings.run_seconds is not None and again.timings.run_seconds >= 0
+    assert again.error is None
 
 
 def test_a_batch_is_submitted_in_one_request_and_answered_in_order(client: PreflightClient) -> None:

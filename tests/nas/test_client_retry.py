@@ -216,4 +216,5 @@ def test_a_failed_candidate_has_no_report_and_says_why() -> None:
     failed = Candidate.from_json({"id": 3, "status": "failed", "error": "non-finite output"})
     with pytest.raises(CandidateFailed, match="non-finite output"):
         failed.require_report()
-    assert failed.finished and failed.score is None
+    assert failed.finished and failed.score is None and failed.error == "non-finite output"
+    assert failed.cached is None and failed.timings is None

@@ -140,6 +140,13 @@ def test_bad_requests_get_422_problems_naming_the_field(sqlite_api: httpx.Client
     assert path in [issue["path"] for issue in problem["errors"]]
 
 
+def test_an_unknown_device_is_refused_with_the_valid_values_not_a_pattern(sqlite_api: httpx.Client) -> None:
+    problem = assert_problem(sqlite_api.post("/v1/candidates", json={"spec": {}, "options": {"device": "gpu"}}), 422)
+    (issue,) = [i for i in problem["errors"] if i["path"] == "options.device"]
+    assert "'auto', 'cpu', 'cuda' or 'cuda:N'" in issue["message"] and "'gpu'" in issue["message"]
+    assert "^(" not in issue["message"]  # no raw regular expression
+
+
 def test_malformed_json_is_a_problem_not_a_crash(sqlite_api: httpx.Client) -> None:
     response = sqlite_api.post("/v1/candidates", content=b"{not json", headers={"content-type": "application/json"})
     assert_problem(response, 422)
