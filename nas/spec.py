@@ -8,19 +8,32 @@ and says how to fix it.
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
-    NonNegativeInt,
-    PositiveInt,
     ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
+
+
+def _integer(value: Any) -> Any:
+    """Integers are strict: ``"16"``, ``16.0`` or ``True`` where a count belongs is a mistake to
+    report, not to coerce; any integral number (a numpy integer too) is accepted."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return int(value)
+
+
+PositiveInt = Annotated[int, BeforeValidator(_integer), Field(gt=0)]
+NonNegativeInt = Annotated[int, BeforeValidator(_integer), Field(ge=0)]
 
 __all__ = [
     "ActivationLayer",
@@ -278,6 +291,8 @@ def _message(error: Mapping[str, Any]) -> str:
         return 'layer has no "type"; expected one of: ' + ", ".join(LAYER_TYPES)
     if kind == "missing":
         return "required field is missing"
+    if kind == "int_type":
+        return f"expected an integer, got {error['input']!r} (write it as a JSON number without quotes or decimals)"
     message = str(error["msg"])
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]

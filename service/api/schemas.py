@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
-
-import re
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 from sqlalchemy import Row

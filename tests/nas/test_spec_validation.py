@@ -289,3 +289,20 @@ def test_deeply_nested_residuals_are_rejected_clearly() -> None:
         layer = {"type": "residual", "body": [layer]}
     with pytest.raises(SpecError, match="nest deeper than"):
         parse_spec(_mlp(layer))
+
+
+@pytest.mark.parametrize("value", ["16", 16.0, True])
+def test_a_count_that_is_not_an_integer_is_refused_not_coerced(value: object) -> None:
+    spec = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": value}]}]}
+    with pytest.raises(SpecError) as error:
+        parse_spec(spec)
+    (issue,) = error.value.issues
+    assert issue.path == "blocks[0].layers[0] (linear).out" and "expected an integer" in issue.message
+
+
+def test_an_integral_number_of_any_type_is_an_integer() -> None:
+    import numpy as np
+
+    spec = {"input_shape": [np.int64(4)], "blocks": [{"layers": [{"type": "linear", "out": np.int32(16)}]}]}
+    parsed = parse_spec(spec)
+    assert parsed.input_shape == [4] and type(parsed.blocks[0].layers[0].out) is int
