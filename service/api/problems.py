@@ -155,12 +155,41 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request, exc.status_code, detail, kind=kind, headers=dict(exc.headers or {}))
 
 
+def _json_syntax(error: dict[str, Any], body: Any) -> ProblemIssue:
+    """A JSON syntax error with its line and column (a client's editor counts that way, not in bytes)."""
+    position = error.get("loc", ("body", 0))[-1]
+    reason = (error.get("ctx") or {}).get("error", "invalid JSON")
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    if not isinstance(body, str) or not isinstance(position, int):
+        return ProblemIssue(path="$", message=f"invalid JSON: {reason}")
+    line = body.count("\n", 0, position) + 1
+    column = position - (body.rfind("\n", 0, position) + 1) + 1
+    return ProblemIssue(path="$", message=f"invalid JSON at line {line}, column {column}: {reason}")
+
+
+def _bare_spec_hint(errors: list[dict[str, Any]], body: Any) -> ProblemIssue | None:
+    """A spec posted as the whole body, not wrapped in {"spec": ...}: say so, once."""
+    if not isinstance(body, dict) or "spec" in body or "specs" in body or not {"blocks", "input_shape"} & set(body):
+        return None
+    if not any(e.get("type") == "missing" and tuple(e.get("loc", ()))[-1:] == ("spec",) for e in errors):
+        return None
+    return ProblemIssue(
+        path="$", message='the body looks like a bare spec: send {"spec": <your spec>, "options": {...}} instead'
+    )
+
+
 async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
     issues = [
-        ProblemIssue(path=_location(tuple(error.get("loc", ()))), message=str(error.get("msg", "invalid")))
-        for error in exc.errors()
+        _json_syntax(error, exc.body)
+        if error.get("type") == "json_invalid"
+        else ProblemIssue(path=_location(tuple(error.get("loc", ()))), message=str(error.get("msg", "invalid")))
+        for error in errors
     ]
+    if hint := _bare_spec_hint(errors, exc.body):
+        issues.insert(0, hint)
     detail = "; ".join(f"{issue.path}: {issue.message}" for issue in issues) or "invalid request"
     return problem_response(request, 422, detail, kind="invalid-request", errors=issues)
 

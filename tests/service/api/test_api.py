@@ -152,6 +152,18 @@ def test_malformed_json_is_a_problem_not_a_crash(sqlite_api: httpx.Client) -> No
     assert_problem(response, 422)
 
 
+def test_a_json_syntax_error_names_its_line_and_column(sqlite_api: httpx.Client) -> None:
+    body = b'{\n  "spec": {\n    "input_shape": [4],,\n  }\n}'
+    response = sqlite_api.post("/v1/candidates", content=body, headers={"content-type": "application/json"})
+    problem = assert_problem(response, 422)
+    assert "line 3, column 24" in problem["errors"][0]["message"], problem
+
+
+def test_a_bare_spec_gets_a_hint_to_wrap_it(sqlite_api: httpx.Client) -> None:
+    problem = assert_problem(sqlite_api.post("/v1/candidates", json=spec()), 422)
+    assert problem["errors"][0]["path"] == "$" and '{"spec": <your spec>' in problem["errors"][0]["message"]
+
+
 def test_unknown_ids_are_404_problems(sqlite_api: httpx.Client) -> None:
     for method, path in [
         ("GET", "/v1/candidates/999"),
