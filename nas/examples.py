@@ -1,12 +1,12 @@
-"""Example specs, used by the docs, the CLI and tests."""
+"""Example specs, used by the docs, the CLI (``preflight example NAME``) and tests."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["EXAMPLE_MLP", "EXAMPLE_CNN"]
+__all__ = ["EXAMPLES", "EXAMPLE_CNN", "EXAMPLE_MLP", "EXAMPLE_RESNET"]
 
-# The example of shared/spec-format.md.
+# The format's own example: an MLP with one residual block.
 EXAMPLE_MLP: dict[str, Any] = {
     "name": "mlp-3x256",
     "input_shape": [64],
@@ -27,3 +27,44 @@ EXAMPLE_CNN: dict[str, Any] = {
         {"layers": [{"type": "global_avgpool"}, {"type": "linear", "out": 10}]},
     ],
 }
+
+# A small residual CNN: a strided stem, two residual blocks with BatchNorm (branch scaled by 1/sqrt(2)),
+# then global average pooling and the head; 1x28x28 inputs (Fashion-MNIST's size).
+EXAMPLE_RESNET: dict[str, Any] = {
+    "name": "resnet-tiny",
+    "input_shape": [1, 28, 28],
+    "init": {"scheme": "fan_in"},
+    "blocks": [
+        {
+            "name": "stem",
+            "layers": [
+                {"type": "conv2d", "out": 16, "kernel": 3, "stride": 2, "padding": 1},
+                {"type": "batchnorm"},
+                {"type": "relu"},
+            ],
+        },
+        *(
+            {
+                "name": f"res{i}",
+                "layers": [
+                    {
+                        "type": "residual",
+                        "beta": 0.707,
+                        "body": [
+                            {"type": "conv2d", "out": 16, "kernel": 3},
+                            {"type": "batchnorm"},
+                            {"type": "relu"},
+                            {"type": "conv2d", "out": 16, "kernel": 3},
+                            {"type": "batchnorm"},
+                        ],
+                    },
+                    {"type": "relu"},
+                ],
+            }
+            for i in range(2)
+        ),
+        {"layers": [{"type": "global_avgpool"}, {"type": "linear", "out": 10}]},
+    ],
+}
+
+EXAMPLES: dict[str, dict[str, Any]] = {"mlp": EXAMPLE_MLP, "cnn": EXAMPLE_CNN, "resnet": EXAMPLE_RESNET}

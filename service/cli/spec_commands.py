@@ -1,4 +1,4 @@
-"""`preflight schema`, `preflight validate` and `preflight describe`: the spec, offline."""
+"""`preflight schema`, `validate`, `describe` and `example`: the spec, offline."""
 
 from __future__ import annotations
 
@@ -24,6 +24,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     describe.add_argument("--json", action="store_true", help="print the summary as JSON")
     describe.add_argument("--seed", type=int, default=0)
     describe.set_defaults(handler=_describe)
+
+    from nas.examples import EXAMPLES
+
+    example = subparsers.add_parser("example", help="print an example spec (a starting point for your own)")
+    example.add_argument("name", choices=sorted(EXAMPLES), help="which example")
+    example.set_defaults(handler=_example)
 
 
 def read_spec_argument(argument: str) -> str:
@@ -86,4 +92,11 @@ def _describe(args: argparse.Namespace) -> int:
         f"canonical hash {spec_hash(spec)}; forward on a batch of 2 gives {list(out.shape)}, "
         f"output std {out.std().item():.3f}"
     )
+    return 0
+
+
+def _example(args: argparse.Namespace) -> int:
+    from nas.examples import EXAMPLES
+
+    print(json.dumps(EXAMPLES[args.name], indent=2))
     return 0

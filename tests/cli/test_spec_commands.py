@@ -42,3 +42,23 @@ def test_describe_runs_as_a_console_script() -> None:
     described = json.loads(done.stdout)
     assert described["summary"]["output_shape"] == [10]
     assert len(described["hash"]) == 64
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "resnet"])
+def test_every_example_prints_a_spec_that_builds_and_runs(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    from nas import build_model, parse_spec
+
+    assert main(["example", name]) == 0
+    spec = parse_spec(capsys.readouterr().out)
+    model = build_model(spec, seed=0)
+    with torch.no_grad():
+        out = model(torch.randn(2, *spec.input_shape))
+    assert out.shape[0] == 2 and torch.isfinite(out).all()
+
+
+def test_an_unknown_example_is_refused_with_the_names_there_are(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["example", "transformer"])
+    assert exit_.value.code == 2 and "choose from 'cnn', 'mlp', 'resnet'" in capsys.readouterr().err
