@@ -48,7 +48,7 @@ class ConditionOptions(BaseModel):
     steps: Annotated[int, Field(ge=0, le=1000)] = 10
     n_vectors: Annotated[int, Field(ge=1, le=64)] = 2
     batch_size: Annotated[int, Field(ge=2, le=4096)] = 64
-    seed: Annotated[int, Field(ge=0)] = 0
+    seed: Annotated[int, Field(ge=0, le=2**62)] = 0  # the engine adds stream offsets; torch takes < 2**64
     device: str = "auto"
     tolerance: Positive = 0.1  # |log J - log rho| at which a unit counts as critical
     # scaling paper, section 10; None: tune the head on J too. 0.5, not the paper's 0.05: the

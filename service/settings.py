@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["LOOPBACK_HOSTS", "Settings", "get_settings"]
@@ -46,6 +46,17 @@ class Settings(BaseSettings):
     poll_seconds: float = Field(0.5, gt=0)
     # Start-up refuses a database whose schema is not at the latest migration.
     check_migrations: bool = True
+
+    @model_validator(mode="after")
+    def _heartbeat_within_lease(self) -> Settings:
+        """A worker renews its lease every heartbeat: a heartbeat as long as the lease lets the lease
+        expire under a healthy worker, and another worker takes its job."""
+        if self.heartbeat_seconds >= self.lease_seconds:
+            raise ValueError(
+                f"heartbeat_seconds ({self.heartbeat_seconds:g}) must be shorter than lease_seconds "
+                f"({self.lease_seconds:g}); a third of it or less is safe"
+            )
+        return self
 
     @property
     def auth_required(self) -> bool:

@@ -232,7 +232,8 @@ def _encode_cursor(last_id: int) -> str:
 def _decode_cursor(cursor: str) -> int:
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        if not text.startswith("c") or not text[1:].isdigit():
+        # an id fits in 64 bits: a longer number would overflow the database's integer
+        if not text.startswith("c") or not text[1:].isdigit() or len(text) > 19:
             raise ValueError(cursor)
         return int(text[1:])
     except (ValueError, binascii.Error, UnicodeDecodeError):

@@ -6,6 +6,7 @@ tests need no engine; tests/service/test_workers.py runs the real one."""
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -238,6 +239,8 @@ def test_list_filters_and_pages_with_a_cursor(
     done = api.get("/v1/candidates", params={"status": "done", "verdict": "keep", "include_report": True}).json()
     assert [c["id"] for c in done["candidates"]] == [done_id] and done["candidates"][0]["report"] is not None
     assert_problem(api.get("/v1/candidates", params={"cursor": "!!"}), 422)
+    huge = base64.urlsafe_b64encode(b"c" + b"9" * 40).decode().rstrip("=")  # beyond a 64-bit id: not a 500
+    assert_problem(api.get("/v1/candidates", params={"cursor": huge}), 422)
     assert_problem(api.get("/v1/candidates", params={"status": "lost"}), 422)
 
 

@@ -127,6 +127,8 @@ def test_options_are_validated() -> None:
         ConditionOptions.model_validate({"device": "tpu"})
     with pytest.raises(ValidationError):
         ConditionOptions.model_validate({"stepz": 3})
+    with pytest.raises(ValidationError, match="less than or equal to 4611686018427387904"):
+        ConditionOptions.model_validate({"seed": 2**70})  # torch's generators take < 2**64: refuse it here
 
 
 def _cut(spec: dict[str, Any], cut: int) -> dict[str, Any]:
