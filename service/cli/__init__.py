@@ -33,13 +33,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Exit statuses of the failures a user can fix, each with one line on stderr (2 is argparse's usage error).
+EXIT_SERVICE = 3  # the service could not be reached, or answered with an error
+EXIT_AUTH = 4  # the service refused the token
+EXIT_DATABASE = 5  # the database could not be reached or is not migrated
+EXIT_MISSING_EXTRA = 6  # an optional dependency is not installed
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:500]
+
+
+def _failure(error: Exception) -> tuple[int, str] | None:
+    """(exit status, one-line message with the fix) for the failures a user can act on."""
+    from nas.errors import AuthenticationError, PreflightConnectionError, PreflightError
+
+    if isinstance(error, AuthenticationError):
+        fix = "set PREFLIGHT_API_TOKEN to a valid token (preflight token create NAME)"
+        return EXIT_AUTH, f"the service refused the token ({_one_line(error)}); {fix}"
+    if isinstance(error, PreflightConnectionError):
+        return EXIT_SERVICE, f"{_one_line(error)}; is `preflight serve` running at that URL (PREFLIGHT_URL)?"
+    if isinstance(error, PreflightError):
+        return EXIT_SERVICE, _one_line(error)
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        extra = {"matplotlib": "demo", "sklearn": "demo", "psycopg": "postgres"}.get(error.name.split(".")[0])
+        fix = f'pip install "nas-preflight[{extra}]"' if extra else f"pip install {error.name.split('.')[0]}"
+        return EXIT_MISSING_EXTRA, f"this command needs {error.name.split('.')[0]!r}, which is not installed: {fix}"
+    try:
+        from sqlalchemy.exc import OperationalError
+    except ModuleNotFoundError:
+        return None
+    if isinstance(error, OperationalError):
+        return (
+            EXIT_DATABASE,
+            f"the database is unavailable: {_one_line(error.orig or error)}; check PREFLIGHT_DATABASE_URL",
+        )
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit status."""
+    """Entry point of the console script; returns the exit status. A failure the user can fix
+    (service down, token refused, database unavailable, extra missing) is one line on stderr and
+    its own exit status, not a traceback."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except Exception as error:
+        failure = _failure(error)
+        if failure is None:
+            raise
+        status, message = failure
+        print(f"preflight {args.command}: {message}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

@@ -69,6 +69,15 @@ def test_tokens_are_created_once_listed_and_revoked(tmp_path: Path) -> None:
     assert preflight(db, "token", "revoke", "optuna-box").returncode == 1
 
 
+def test_an_unreachable_database_is_one_line_naming_the_setting_and_its_own_exit_status(tmp_path: Path) -> None:
+    closed = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing?connect_timeout=5"
+    result = preflight(tmp_path / "unused.db", "token", "list", PREFLIGHT_DATABASE_URL=closed)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 5 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("preflight token: the database is unavailable") and "PREFLIGHT_DATABASE_URL" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.slow
 def test_serve_with_embedded_worker_end_to_end(tmp_path: Path) -> None:
     db, port = tmp_path / "p.db", free_port()

@@ -1,0 +1,46 @@
+"""A failure the user can fix is one line on stderr with its own exit status, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+import service.cli as cli
+from nas.errors import AuthenticationError, PreflightConnectionError, ServerError
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "words"),
+    [
+        (PreflightConnectionError("could not reach http://127.0.0.1:9"), cli.EXIT_SERVICE, "PREFLIGHT_URL"),
+        (AuthenticationError(401, {"title": "Unauthorized", "detail": "bad token"}), cli.EXIT_AUTH, "token create"),
+        (ServerError(503, {"title": "Service Unavailable"}), cli.EXIT_SERVICE, "HTTP 503"),
+        (ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"), cli.EXIT_MISSING_EXTRA, "[demo]"),
+    ],
+)
+def test_each_fixable_failure_has_its_exit_status_and_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], error: Exception, status: int, words: str
+) -> None:
+    def fail(_args: argparse.Namespace) -> int:
+        raise error
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    args = parser.parse_args(["schema"])
+    monkeypatch.setattr(parser, "parse_args", lambda _argv=None: argparse.Namespace(**{**vars(args), "handler": fail}))
+    assert cli.main(["schema"]) == status
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err and err.startswith("preflight schema: ")
+
+
+def test_a_bug_still_raises_with_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(_args: argparse.Namespace) -> int:
+        raise ZeroDivisionError("a bug")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    args = parser.parse_args(["schema"])
+    monkeypatch.setattr(parser, "parse_args", lambda _argv=None: argparse.Namespace(**{**vars(args), "handler": fail}))
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["schema"])
