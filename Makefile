@@ -11,6 +11,7 @@ CPU_TORCH ?= torch==2.13.0
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@echo "setup: creating the virtual environment $(VENV) (once; a few minutes)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
@@ -20,8 +21,10 @@ $(STAMP): pyproject.toml
 		$(BIN)/python -m pip install -q "$(CPU_TORCH)" || \
 		$(BIN)/python -m pip install -q "$(CPU_TORCH)" --index-url https://download.pytorch.org/whl/cpu; \
 	fi
+	@echo "setup: installing Preflight and its extras (postgres, demo, bench, test)"
 	$(BIN)/python -m pip install -q -e ".[postgres,demo,bench,test]"
 	touch $(STAMP)
+	@echo "setup: done"
 
 demo: $(STAMP)
 	$(BIN)/preflight demo
