@@ -1,6 +1,7 @@
 """``python -m bench.v2`` (= ``make bench``): benchmark v2, end to end.
 
-Stages are cached under ``bench/out/v2/`` (``--out``), so a rerun computes only what is missing
+Stages are cached under ``bench/results/v2/`` (``--out``; committed, so the figures can be checked
+and a later run resumes), so a rerun computes only what is missing
 and ``--report-only`` rewrites ``docs/benchmarks.md`` from the cache. ``--smoke`` is the tiny
 version the test suite runs (a few candidates, two seeds, half the epochs, a small Fashion-MNIST
 subset) and writes its report under its output folder instead of ``docs/``.
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench.pipeline.fashion_mnist import find_dir
 
     find_dir()  # a clear message now, not a traceback in a worker, when the data is absent
-    out = args.out or ROOT / "bench" / "out" / ("v2-smoke" if args.smoke else "v2")
+    default = ROOT / "bench" / "out" / "v2-smoke" if args.smoke else ROOT / "bench" / "results" / "v2"
+    out = args.out or default
     seeds = args.seeds or (2 if args.smoke else SEEDS)
     scale = 0.5 if args.smoke else 1.0
     sets = _sets(args.smoke, args.only)
