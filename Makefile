@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The CPU wheel of torch that a machine without a GPU gets (small, no CUDA download).
 CPU_TORCH ?= torch==2.13.0
 
-.PHONY: demo test bench bench-v1 lint setup clean
+.PHONY: demo test test-fast bench bench-v1 lint setup clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,11 @@ test: lint
 
 # Benchmark v2 (docs/benchmarks.md): resumable, about 8-12 hours on a 2-core CPU; needs Fashion-MNIST
 # (apt-get install dataset-fashion-mnist, or PREFLIGHT_FASHION_MNIST_DIR).
+# The quick loop while developing: every test not marked slow (no subprocess servers, no benchmark
+# smoke runs, no worker kills), without the static checks. `make test` stays the complete suite.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
 bench: $(STAMP)
 	$(BIN)/python -m bench.v2
 

@@ -10,6 +10,7 @@ import pytest
 from service.cli import build_parser, main
 
 
+@pytest.mark.slow
 def test_the_demo_runs_four_searches_and_writes_its_table_and_figures(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -42,6 +42,7 @@ def wait_until_ready(url: str, server: subprocess.Popen[str], seconds: float = 3
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_db_current_and_upgrade(tmp_path: Path) -> None:
     db = tmp_path / "p.db"
     empty = preflight(db, "db", "current")
@@ -51,11 +52,13 @@ def test_db_current_and_upgrade(tmp_path: Path) -> None:
     assert current.returncode == 0 and "up to date" in current.stdout
 
 
+@pytest.mark.slow
 def test_worker_refuses_a_database_without_migrations(tmp_path: Path) -> None:
     result = preflight(tmp_path / "p.db", "worker", "--burst", "--device", "cpu")
     assert result.returncode == 2 and "preflight db upgrade" in result.stderr
 
 
+@pytest.mark.slow
 def test_tokens_are_created_once_listed_and_revoked(tmp_path: Path) -> None:
     db = tmp_path / "p.db"
     preflight(db, "db", "upgrade")
@@ -122,6 +125,7 @@ def test_version_is_printed() -> None:
     assert result.returncode == 0 and result.stdout.startswith("preflight ") and len(result.stdout.split()) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_serve_creates_and_migrates_a_new_sqlite_database_and_says_what_it_runs(tmp_path: Path) -> None:
     db, port = tmp_path / "fresh" / "p.db", free_port()

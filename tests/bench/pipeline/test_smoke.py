@@ -16,6 +16,7 @@ SMOKE_CPU_SECONDS = 60
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     start = time.process_time()
     assert main(["--smoke", "--out", str(tmp_path), "--jobs", "1", "--quiet"]) == 0
@@ -47,6 +48,7 @@ def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     assert cpu < SMOKE_CPU_SECONDS, f"smoke benchmark took {cpu:.0f} CPU seconds"
 
 
+@pytest.mark.slow
 def test_report_only_reuses_the_cache_without_training(tmp_path):
     assert (
         main(

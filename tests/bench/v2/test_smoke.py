@@ -10,6 +10,7 @@ from bench.v2.__main__ import SMOKE_IDS, main
 from bench.v2.stages import INIT_PEERS
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_smoke_benchmark_computes_every_stage_and_writes_the_report(tmp_path, fashion_mnist_dir):
     assert main(["--smoke", "--out", str(tmp_path), "--jobs", "1", "--quiet"]) == 0

@@ -7,7 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 
+
+@pytest.mark.slow
 def test_after_the_warm_up_conditioning_a_candidate_loads_no_further_module() -> None:
     """The first candidate's timings measure the candidate: every module conditioning needs
     (PyTorch loads some lazily on first use, e.g. ``torch._dynamo`` from ``torch.optim``) is
