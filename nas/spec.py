@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -32,6 +33,19 @@ def _integer(value: Any) -> Any:
     return int(value)
 
 
+def storable_text(value: str) -> str:
+    """A name a database can store and every client can print: no NUL character (PostgreSQL's
+    text refuses it) and no lone surrogate (not encodable as UTF-8)."""
+    if "\x00" in value:
+        raise ValueError("must not contain the NUL character (\\u0000)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (it holds a lone surrogate such as \\ud800)") from None
+    return value
+
+
+Name = Annotated[str, AfterValidator(storable_text)]
 PositiveInt = Annotated[int, BeforeValidator(_integer), Field(gt=0)]
 NonNegativeInt = Annotated[int, BeforeValidator(_integer), Field(ge=0)]
 
@@ -213,14 +227,14 @@ WEIGHTED_LAYER_TYPES: tuple[str, ...] = ("linear", "conv2d")
 class Block(_Strict):
     """A run of layers; block boundaries are where APJN and K are measured."""
 
-    name: str | None = None
+    name: Name | None = None
     layers: Annotated[list[Layer], Field(min_length=1)]
 
 
 class ArchitectureSpec(_Strict):
     """One candidate architecture (format v1)."""
 
-    name: str | None = None
+    name: Name | None = None
     input_shape: Annotated[list[PositiveInt], Field(min_length=1, max_length=3)]
     init: Init = Field(default_factory=Init)
     blocks: Annotated[list[Block], Field(min_length=1, max_length=512)]

@@ -6,9 +6,10 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 from sqlalchemy import Row
 
+from nas.spec import storable_text
 from service.store.models import Candidate, Status
 
 __all__ = [
@@ -33,7 +34,7 @@ class CandidateOptions(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    study: str | None = Field(None, min_length=1, max_length=200)
+    study: Annotated[str, AfterValidator(storable_text)] | None = Field(None, min_length=1, max_length=200)
     trial: int | None = Field(None, ge=0, le=2**62)
     priority: int = Field(0, ge=-1000, le=1000, description="higher runs first")
     device: str = Field(

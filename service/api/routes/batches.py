@@ -57,7 +57,8 @@ def _shape(engine: Engine, key: str) -> data_batches.BatchShape | None:
 
 @router.get("/{batch_id}", response_model=DataBatchPublic, summary="A data batch's shape")
 async def get_batch(engine: EngineDep, batch_id: Annotated[str, Path(max_length=64)]) -> DataBatchPublic:
-    shape = await run_in_threadpool(_shape, engine, batch_id)
+    # ids are hex digests: anything else (a NUL byte, a lone surrogate) is no batch, not a query
+    shape = await run_in_threadpool(_shape, engine, batch_id) if batch_id.isascii() and batch_id.isalnum() else None
     if shape is None:
         raise ProblemError(404, f"no data batch with id {batch_id}", kind="not-found")
     return _public(shape, batch_id)

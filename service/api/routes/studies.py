@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from nas.spec import storable_text
 from service.api.deps import AuthDep, SessionDep
 from service.api.problems import ProblemError
 from service.api.schemas import ScoreSummary, StudySummary
@@ -37,6 +38,10 @@ def study_summary(
 ) -> StudySummary:
     """Candidates a study submitted (each counted once, however often it was submitted).
     Scores are of done candidates; an unknown study has zero counts."""
+    try:
+        storable_text(study)
+    except ValueError as error:
+        raise ProblemError(422, f"study name {error}", kind="invalid-request") from None
     quantiles = q if q else DEFAULT_QUANTILES
     for value in quantiles:
         if not 0.0 <= value <= 1.0 or math.isnan(value):

@@ -7,6 +7,7 @@ tests need no engine; tests/service/test_workers.py runs the real one."""
 from __future__ import annotations
 
 import base64
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -344,3 +345,29 @@ def test_many_concurrent_cancels_do_not_starve_the_thread_pool(
             thread.join(30)
         assert sorted(statuses) == [200] * len(ids)
         assert all(client.get(f"/v1/candidates/{i}").json()["status"] == "cancelled" for i in ids)
+
+
+LINEAR = {"type": "linear", "out": 2}
+VALID = {"input_shape": [4], "blocks": [{"layers": [LINEAR]}]}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/v1/candidates", {"spec": {"name": "a\u0000b", **VALID}}),
+        ("POST", "/v1/candidates", {"spec": {"name": "a\ud800", **VALID}}),
+        ("POST", "/v1/candidates", {"spec": {**VALID, "blocks": [{"name": "\u0000", "layers": [LINEAR]}]}}),
+        ("POST", "/v1/candidates", {"spec": VALID, "options": {"study": "s\u0000"}}),
+        ("POST", "/v1/candidates", {"spec": VALID, "options": {"study": "\udfff"}}),
+        ("GET", "/v1/studies/a%00b/summary", None),
+        ("GET", "/v1/batches/a%00b", None),
+    ],
+)
+def test_nul_characters_and_lone_surrogates_are_refused_not_a_server_error(
+    api: httpx.Client, method: str, path: str, body: Any
+) -> None:
+    content = None if body is None else json.dumps(body).encode()  # ensure_ascii: a lone surrogate as \\ud800
+    response = api.request(method, path, content=content, headers={"content-type": "application/json"})
+    assert response.status_code in (404, 422), (response.status_code, response.text)
+    if response.status_code == 422:
+        assert_problem(response, 422)
