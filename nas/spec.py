@@ -306,11 +306,20 @@ def _message(error: Mapping[str, Any]) -> str:
     if kind == "missing":
         return "required field is missing"
     if kind == "int_type":
-        return f"expected an integer, got {error['input']!r} (write it as a JSON number without quotes or decimals)"
+        return (
+            f"expected an integer, got {_short(error['input'])} (write it as a JSON number without quotes or decimals)"
+        )
     message = str(error["msg"])
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
-    return f"{message} (got {error['input']!r})" if kind != "value_error" else message
+    return f"{message} (got {_short(error['input'])})" if kind != "value_error" else message
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """The offending input as the message quotes it, cut to ``limit`` characters: an error about a
+    large value must not echo it back whole."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 12]}... ({len(text)} characters)"
 
 
 def issues_from_validation_error(exc: ValidationError) -> list[SpecIssue]:

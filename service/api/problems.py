@@ -92,7 +92,7 @@ class ProblemError(Exception):
             ProblemIssue(path=field if issue.path == "$" else f"{field}.{issue.path}", message=issue.message)
             for issue in exc.issues
         ]
-        detail = "; ".join(f"{issue.path}: {issue.message}" for issue in issues) or "invalid spec"
+        detail, issues = bounded(issues, "invalid spec")
         return cls(422, detail, kind="invalid-spec", errors=issues)
 
     @classmethod
@@ -104,6 +104,22 @@ class ProblemError(Exception):
             kind="invalid-request",
             errors=[ProblemIssue(path=exc.path, message=exc.message)],
         )
+
+
+MAX_ISSUES = 50  # listed in errors; the detail names the first few
+DETAIL_ISSUES = 3
+
+
+def bounded(issues: list[ProblemIssue], empty: str) -> tuple[str, list[ProblemIssue]]:
+    """The detail (the first few issues) and the issues list, both bounded: a body with thousands of
+    faults gets a problem of a few kilobytes, not an echo of the body."""
+    detail = "; ".join(f"{issue.path}: {issue.message}" for issue in issues[:DETAIL_ISSUES]) or empty
+    if len(issues) > DETAIL_ISSUES:
+        detail += f"; and {len(issues) - DETAIL_ISSUES} more (see errors)"
+    if len(issues) > MAX_ISSUES:
+        more = ProblemIssue(path="$", message=f"{len(issues) - MAX_ISSUES} more issues not listed")
+        issues = [*issues[:MAX_ISSUES], more]
+    return detail, issues
 
 
 def problem_response(
@@ -190,7 +206,7 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     ]
     if hint := _bare_spec_hint(errors, exc.body):
         issues.insert(0, hint)
-    detail = "; ".join(f"{issue.path}: {issue.message}" for issue in issues) or "invalid request"
+    detail, issues = bounded(issues, "invalid request")
     return problem_response(request, 422, detail, kind="invalid-request", errors=issues)
 
 

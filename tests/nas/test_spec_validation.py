@@ -306,3 +306,12 @@ def test_an_integral_number_of_any_type_is_an_integer() -> None:
     spec = {"input_shape": [np.int64(4)], "blocks": [{"layers": [{"type": "linear", "out": np.int32(16)}]}]}
     parsed = parse_spec(spec)
     assert parsed.input_shape == [4] and type(parsed.blocks[0].layers[0].out) is int
+
+
+def test_an_error_about_a_large_value_quotes_it_cut_short() -> None:
+    huge = {"k": "x" * 100_000}
+    spec = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": huge}]}]}
+    with pytest.raises(SpecError) as error:
+        parse_spec(spec)
+    (issue,) = error.value.issues
+    assert len(issue.message) < 300 and "characters)" in issue.message

@@ -371,3 +371,11 @@ def test_nul_characters_and_lone_surrogates_are_refused_not_a_server_error(
     assert response.status_code in (404, 422), (response.status_code, response.text)
     if response.status_code == 422:
         assert_problem(response, 422)
+
+
+def test_a_spec_with_thousands_of_faults_gets_a_bounded_problem(sqlite_api: httpx.Client) -> None:
+    bad = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": "x" * 200}]} for _ in range(500)]}
+    response = sqlite_api.post("/v1/candidates", json={"spec": bad})
+    problem = assert_problem(response, 422)
+    assert len(response.content) < 20_000, len(response.content)
+    assert len(problem["errors"]) <= 51 and "more (see errors)" in problem["detail"]
