@@ -47,6 +47,9 @@ MAX_RANK = 5  # [N, C, H, W] is 4; deeper nesting is refused before it is walked
 BatchShape = dict[str, Any]
 
 
+MAX_INTEGER = 2**53  # the largest integer a float32 / float64 batch can take without loss of meaning
+
+
 def _invalid(path: str, message: str) -> InvalidBatch:
     return InvalidBatch(path, message)
 
@@ -58,6 +61,8 @@ def _shape(value: Any, path: str, depth: int = 0) -> list[int]:
     if isinstance(value, bool) or value is None or isinstance(value, str | dict):
         raise _invalid(path, f"expected a number or a list, got {type(value).__name__}")
     if not isinstance(value, list):
+        if isinstance(value, int) and abs(value) > MAX_INTEGER:  # math.isfinite would overflow on it
+            raise _invalid(path, f"integer beyond +-2**53 (not exactly a float): {str(value)[:20]}...")
         if not isinstance(value, int | float) or not math.isfinite(value):
             raise _invalid(path, f"expected a finite number, got {value!r}")
         return []

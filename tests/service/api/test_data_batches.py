@@ -63,6 +63,8 @@ def test_a_batch_is_stored_once_under_the_hash_of_its_content(api: httpx.Client)
         ({"x": [[1.0, 2.0], [3.0, 4.0]], "z": 1}, "z"),
         ({"y": [0, 1]}, "x"),
         ({"x": [[[[[[[1.0]]]]]], [[[[[[1.0]]]]]]]}, "x[0][0][0][0][0][0]"),  # nested too deep
+        ({"x": [[1.0, 10**400], [3.0, 4.0]]}, "x[0][1]"),  # a 401-digit integer: was an OverflowError, a 500
+        ({"x": [[1.0, 2.0], [3.0, 4.0]], "y": [0, 10**30]}, "y[1]"),  # a label beyond 2**53
     ],
 )
 def test_a_bad_batch_is_refused_with_the_json_path_at_fault(
