@@ -311,7 +311,9 @@ def test_tokens_are_required_beyond_localhost_or_when_asked(
         assert_problem(client.get("/v1/candidates", headers={"authorization": "Bearer pf_wrong"}), 401)
         assert_problem(client.get("/v1/candidates", headers={"authorization": f"Basic {token}"}), 401)
         assert_problem(client.get("/metrics"), 401)
+        assert_problem(client.get("/v1/schema"), 401)  # every /v1 route, the schema too
         good = {"authorization": f"Bearer {token}"}
+        assert client.get("/v1/schema", headers=good).json()["$id"].endswith("architecture-spec-v1.json")
         assert client.post("/v1/candidates", json={"spec": spec()}, headers=good).status_code == 202
         assert client.get("/healthz").status_code == 200
         with session_scope(sessions, write=True) as session:
