@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from bench.pipeline.candidates import Candidate
-from bench.pipeline.metrics import kendall, precision_at_recall
+from bench.pipeline.metrics import kendall, precision_at_recall, spearman
 from bench.pipeline.run import read_json
 from bench.v2.stages import INIT_PEERS, Stage, cached
 from bench.v2.stats import Interval, bootstrap, paired_difference, spearman_rows
@@ -312,6 +312,12 @@ def figures(rows: list[Row], resamples: int) -> dict[str, Any]:
         for protocol in ("sgd", "adamw"):
             entry["tuning"][protocol] = tuning(members, protocol, resamples)
         entry["stage_costs"] = stage_costs(members)
+        scored = [r.preflight for r in members if r.preflight and r.preflight.get("probe_loss") is not None]
+        entry["score_vs_probe"] = (
+            spearman([float(p["score"]) for p in scored], [-float(p["probe_loss"]) for p in scored])
+            if len(scored) >= 3
+            else None
+        )
         entry["components"] = components(members, resamples)
         entry["families"] = sorted({r.family for r in members})
         result[group] = entry

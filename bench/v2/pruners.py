@@ -86,6 +86,11 @@ def _ranked(scores: np.ndarray, score_cost: np.ndarray, full: np.ndarray, accura
     return best
 
 
+def _mean_defined(values: list[float]) -> float:
+    array = np.asarray(values, dtype=float)
+    return float(array[~np.isnan(array)].mean()) if (~np.isnan(array)).any() else math.nan
+
+
 def replay(rows: list[Row], orders: int = ORDERS) -> dict[str, Any]:
     """Compute ratio and regret of each pruner, of Preflight's gate, and of the score-ranked
     searches at each pruner's compute (means over the random orders)."""
@@ -120,12 +125,13 @@ def replay(rows: list[Row], orders: int = ORDERS) -> dict[str, Any]:
             regrets.append(pool_best - best)
             ranked_pre.append(pool_best - _ranked(scores, pre_cost, full_tuned, acc_tuned, compute))
             ranked_probe.append(pool_best - _ranked(probe, probe_cost, full_specs, acc_spec, compute))
-        # np.mean is nan when, on any order, scoring every candidate alone costs more than the pruner spent
         results[name] = {
             "compute_ratio": float(np.mean(computes)),
             "regret": float(np.mean(regrets)),
-            "preflight_ranked_regret": float(np.mean(ranked_pre)),
-            "probe_ranked_regret": float(np.mean(ranked_probe)),
+            # over the orders on which the ranked search could pay its scoring and train one candidate
+            "preflight_ranked_regret": _mean_defined(ranked_pre),
+            "probe_ranked_regret": _mean_defined(ranked_probe),
+            "ranked_undefined_orders": int(np.isnan(ranked_pre).sum()),
         }
     results["preflight_gate"] = {
         "compute_ratio": gate_compute / full_spec,

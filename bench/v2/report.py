@@ -177,17 +177,20 @@ def _pruner_table(result: dict[str, Any]) -> list[str]:
         f"{result['pool_best']:.3f}.",
         "",
         "| search | compute (x training all) | regret | Preflight-ranked regret at that compute | "
-        "probe-ranked regret at that compute |",
-        "|---|---|---|---|---|",
+        "probe-ranked regret at that compute | orders too short for a ranked search |",
+        "|---|---|---|---|---|---|",
     ]
     for name in pruners.PRUNERS:
         f = m[name]
         lines.append(
             f"| Optuna {name} | {f['compute_ratio']:.2f} | {f['regret']:.3f} | "
-            f"{_regret(f['preflight_ranked_regret'])} | {_regret(f['probe_ranked_regret'])} |"
+            f"{_regret(f['preflight_ranked_regret'])} | {_regret(f['probe_ranked_regret'])} | "
+            f"{f['ranked_undefined_orders']} of {result['orders']} |"
         )
     g = m["preflight_gate"]
-    lines.append(f"| Preflight gate ({g['skipped']} skipped) | {g['compute_ratio']:.2f} | {g['regret']:.3f} | - | - |")
+    lines.append(
+        f"| Preflight gate ({g['skipped']} skipped) | {g['compute_ratio']:.2f} | {g['regret']:.3f} | - | - | - |"
+    )
     return lines
 
 
@@ -399,10 +402,17 @@ def _answers(test: dict[str, Any], replays: dict[str, Any]) -> list[str]:
         if costs["n"]:
             counted = costs["counted"]
             total = counted.get("counted_steps", 0.0) + counted.get("probe_counted_steps", 0.0)
+            alone = entry.get("score_vs_probe")
             lines.append(
                 f"- **{name}, cost**: Preflight counts {total:.1f} training steps per candidate, "
-                f"{counted.get('probe_counted_steps', 0.0):.0f} of them the probe; the score ranks (A/sgd) almost "
-                "exactly as its probe component alone (table below)."
+                f"{counted.get('probe_counted_steps', 0.0):.0f} of them the probe"
+                + (
+                    f"; Spearman between the score and its probe component alone: {alone:.2f} (what each "
+                    "component ranks alone is in the table below)"
+                    if alone is not None and math.isfinite(alone)
+                    else ""
+                )
+                + "."
             )
     return lines
 
