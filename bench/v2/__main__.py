@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], choices=("test", "dev"), help="compute one set")
     parser.add_argument("--report-only", action="store_true", help="no computation, rewrite the report")
     parser.add_argument("--fashion-mnist-dir", default=None, help="folder of the Fashion-MNIST IDX files")
+    parser.add_argument("--note", default="", help="a paragraph for the top of the report (e.g. what this run covers)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     if args.fashion_mnist_dir:
@@ -69,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     docs = out / "docs" if args.smoke else ROOT / "docs"
     planned = seeds if args.smoke else SEEDS
     sets_all = dict(_sets(args.smoke, []))
-    path = report.write(sets_all, out, docs, seeds=seeds, scale=scale, walls=walls, planned_seeds=planned)
+    path = report.write(
+        sets_all, out, docs, seeds=seeds, scale=scale, walls=walls, planned_seeds=planned, note=args.note
+    )
     log(f"wrote {path} in {time.perf_counter() - start:.0f} s")
     return 0
 

@@ -467,6 +467,7 @@ def write(
     scale: float,
     walls: dict[str, float],
     planned_seeds: int | None = None,
+    note: str = "",
 ) -> Path:
     """Analyze the cache (the first ``seeds`` seeds) and write ``docs/benchmarks.md``, its plots and
     ``<out>/figures.json``; the size estimate is for ``planned_seeds`` (default ``seeds``)."""
@@ -508,7 +509,7 @@ def write(
             group_rows = [r for r in rows if r.group == group]
             plots = _plots(group_rows, entry, docs / PLOT_DIR, stem) if set_name == "test" else {}
             body += _section(f"{analysis.GROUPS[group]} ({set_name})", entry, replays[group], plots)
-    lines[7:7] = [
+    lines[7:7] = ([f"**This run.** {note}", ""] if note else []) + [
         f"Seeds read for this report: {seeds}. Size: the whole benchmark (both sets, every stage, "
         f"{planned_seeds or seeds} seeds) takes {_cost_estimate(out, sets, planned_seeds or seeds)}, estimated "
         "from the tasks computed so far.",
