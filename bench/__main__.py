@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from bench.machine import cpu_model
 from bench.papers import scaling_table
 from bench.pipeline import analysis, e2e, report
 from bench.pipeline.candidates import sample_candidates
@@ -49,16 +50,8 @@ EXTRA_MODULES = {
 
 
 def _machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return (
-        f"{model}, {os.cpu_count()} logical CPUs, no GPU used, torch {torch.__version__}, Python "
+        f"{cpu_model()}, {os.cpu_count()} logical CPUs, no GPU used, torch {torch.__version__}, Python "
         f"{platform.python_version()}"
     )
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from bench.v2.candidates import dev_set, test_set
+from bench.v2.stages import SMOKE_SCALE
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = 3
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     default = ROOT / "bench" / "out" / "v2-smoke" if args.smoke else ROOT / "bench" / "results" / "v2"
     out = args.out or default
     seeds = args.seeds or (2 if args.smoke else SEEDS)
-    scale = 0.5 if args.smoke else 1.0
+    scale = SMOKE_SCALE if args.smoke else 1.0
     sets = _sets(args.smoke, args.only)
     walls: dict[str, float] = {}
     if not args.report_only:

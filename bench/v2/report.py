@@ -7,12 +7,12 @@ import datetime as dt
 import json
 import math
 import os
-import platform
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from bench.machine import cpu_model
 from bench.pipeline.fashion_mnist import RESOLUTION, TEST_PER_CLASS, TRAIN_PER_CLASS
 from bench.pipeline.run import write_json
 from bench.v2 import analysis, pruners
@@ -51,16 +51,8 @@ def _signed(figure: dict[str, Any]) -> str:
 
 
 def _machine() -> str:
-    model = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU used"
-    return f"{model}, {os.cpu_count()} logical CPUs, {gpu}, torch {torch.__version__}"
+    return f"{cpu_model()}, {os.cpu_count()} logical CPUs, {gpu}, torch {torch.__version__}"
 
 
 def _completeness(rows: list[analysis.Row], seeds: int) -> str:
@@ -80,12 +72,12 @@ def _cost_estimate(out: Path, sets: dict[str, list[Any]], seeds: int) -> str:
 
     from bench.pipeline.run import read_json
 
+    group_of_id = {c.id: analysis.group_of(c.dataset) for candidates in sets.values() for c in candidates}
     seen: dict[tuple[str, str], list[float]] = {}
     for path in out.glob("*/**/*.json"):
-        kind = path.relative_to(out).parts[0]
-        group = analysis.group_of(
-            "fashion_mnist" if "fm_" in path.stem else ("breast_cancer" if "mlp_bc" in path.stem else "digits")
-        )
+        kind, group = path.relative_to(out).parts[0], group_of_id.get(path.stem)
+        if group is None:  # not a candidate's result (figures.json), or a candidate no longer sampled
+            continue
         try:
             seen.setdefault((group, kind), []).append(float(read_json(path)["wall_seconds"]))
         except (KeyError, ValueError):

@@ -41,7 +41,6 @@ def run(
     for name, candidates in sets:
         start = time.perf_counter()
         for index, tasks in enumerate(_todo(waves, candidates, out, scale)):
-            # a wave's tasks are listed per stage; interleave candidates so a partial wave covers all
             if not tasks:
                 continue
             log(f"[{name}] wave {index + 1}/{len(waves)}: {len(tasks)} tasks")
