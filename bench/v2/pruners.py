@@ -54,7 +54,13 @@ def _trial_data(row: Row, init: str) -> dict[str, Any] | None:
 
 
 def _search(order: list[int], trials: list[dict[str, Any]], make: Callable[[], optuna.pruners.BasePruner]) -> tuple:
-    study = optuna.create_study(direction="minimize", pruner=make(), sampler=optuna.samplers.RandomSampler(seed=0))
+    # a fixed name: Hyperband assigns brackets by a hash of the study's name, a random one by default
+    study = optuna.create_study(
+        study_name="replay",
+        direction="minimize",
+        pruner=make(),
+        sampler=optuna.samplers.RandomSampler(seed=0),
+    )
     compute, best = 0.0, -math.inf
     for index in order:
         data = trials[index]

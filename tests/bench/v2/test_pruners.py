@@ -67,3 +67,8 @@ def test_a_score_that_ranks_perfectly_finds_the_best_at_any_compute_that_trains_
 
 def test_too_few_candidates_give_no_replay():
     assert replay([_row(i, True, 0.0) for i in range(3)]) == {"n": 3}
+
+
+def test_the_replay_repeats_exactly():
+    rows = [_row(i, good=i % 3 != 0, score=-float(i)) for i in range(24)]
+    assert replay(rows, orders=3) == replay(rows, orders=3)
