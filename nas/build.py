@@ -3,7 +3,10 @@
 Parameter names follow the spec's structure: layer ``j`` of block ``i`` is module
 ``blocks.i.j`` (so ``blocks.0.0.weight``); inside a residual layer its paths are ``body.k``
 and ``shortcut.k`` (``blocks.1.0.body.0.weight``). A ``scale`` layer keeps its factor as
-the buffer ``blocks.i.j.factor``. These names are the keys of ``scales``.
+the buffer ``blocks.i.j.factor``. A cell's edge from node i to node j is ``edges.e{i}_{j}``
+(``blocks.0.0.edges.e0_3.1.weight``; parallel edges ``e0_3_1``...), an attention layer's
+projections ``q``, ``k``, ``v`` and ``o``, a ``pos_embed`` its tensor ``embedding``. These names
+are the keys of ``scales``.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from typing import Any, Literal, cast, overload
 import torch
 from torch import Tensor, nn
 
-from nas.shapes import LayerInfo, ShapeTrace, conv_padding
+from nas.shapes import LayerInfo, ShapeTrace, cell_edge_modules, conv_padding
 from nas.spec import (
     ActivationLayer,
     ArchitectureSpec,
+    AttentionLayer,
+    CellLayer,
     Conv2dLayer,
     DropoutLayer,
     FlattenLayer,
@@ -26,16 +31,35 @@ from nas.spec import (
     GroupNormLayer,
     Init,
     Layer,
+    LayerNormLayer,
     LeakyReluLayer,
     LinearLayer,
     NormLayer,
+    PatchEmbedLayer,
     PoolLayer,
+    PosEmbedLayer,
     ResidualLayer,
     ScaleLayer,
+    TokenMeanLayer,
+    ZeroLayer,
 )
 from nas.validate import parse_and_trace
 
-__all__ = ["GlobalAvgPool", "PreflightNet", "Residual", "Scale", "SameConv2d", "build_model", "init_variance"]
+__all__ = [
+    "Cell",
+    "GlobalAvgPool",
+    "PatchEmbed",
+    "PosEmbed",
+    "PreflightNet",
+    "Residual",
+    "Scale",
+    "SameConv2d",
+    "SelfAttention",
+    "TokenMean",
+    "Zero",
+    "build_model",
+    "init_variance",
+]
 
 
 class Scale(nn.Module):
@@ -76,6 +100,98 @@ class Residual(nn.Module):
         return f"alpha={self.alpha}, beta={self.beta}"
 
 
+class Zero(nn.Module):
+    """Zeros of the input's shape, as ``x * 0`` (NAS-Bench-201's ``none``): the output stays in
+    the autograd graph, so a cell whose paths are all zero has a zero Jacobian, not a missing one."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.mul(0.0)
+
+
+class Cell(nn.Module):
+    """A DAG cell: node 0 is the input; node j > 0 sums ``edges[name](node i)`` over its incoming
+    edges; the output is the last node or the concatenation of nodes 1.. along channels."""
+
+    def __init__(self, nodes: int, plan: list[tuple[int, int, str]], edges: nn.ModuleDict, output: str) -> None:
+        super().__init__()
+        self.nodes = nodes
+        self.plan = sorted(plan, key=lambda e: (e[1], e[0], e[2]))  # (from, to, module name), by target node
+        self.edges = edges
+        self.output = output
+
+    def forward(self, x: Tensor) -> Tensor:
+        values: list[Tensor | None] = [x] + [None] * (self.nodes - 1)
+        for source, target, name in self.plan:
+            contribution = self.edges[name](values[source])
+            current = values[target]
+            values[target] = contribution if current is None else current + contribution
+        if self.output == "last":
+            return cast(Tensor, values[-1])
+        return torch.cat([cast(Tensor, v) for v in values[1:]], dim=1)
+
+    def extra_repr(self) -> str:
+        return f"nodes={self.nodes}, output={self.output!r}"
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention on [N, T, D]: ``o(softmax(q k^T / sqrt(D / heads)) v)`` per head,
+    written out (not ``scaled_dot_product_attention``) so every function transform of the engine
+    (vjp, functional_call) sees plain operations."""
+
+    def __init__(self, width: int, heads: int, causal: bool, bias: bool) -> None:
+        super().__init__()
+        self.heads = heads
+        self.causal = causal
+        self.q = nn.Linear(width, width, bias=bias)
+        self.k = nn.Linear(width, width, bias=bias)
+        self.v = nn.Linear(width, width, bias=bias)
+        self.o = nn.Linear(width, width, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        n, t, d = x.shape
+        h = self.heads
+
+        def split(y: Tensor) -> Tensor:
+            return y.reshape(n, t, h, d // h).transpose(1, 2)  # [N, heads, T, D / heads]
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        logits = q @ k.transpose(-2, -1) / math.sqrt(d // h)
+        if self.causal:
+            future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+            logits = logits.masked_fill(future, float("-inf"))
+        mixed = torch.softmax(logits, dim=-1) @ v
+        return cast(Tensor, self.o(mixed.transpose(1, 2).reshape(n, t, d)))
+
+    def extra_repr(self) -> str:
+        return f"heads={self.heads}, causal={self.causal}"
+
+
+class PatchEmbed(nn.Conv2d):
+    """[N, C, H, W] to [N, T, out]: a conv with kernel = stride = patch, positions as tokens
+    (row-major). A conv, so the weighted-layer machinery (fans, init, scales) applies as is."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x).flatten(2).transpose(1, 2)
+
+
+class PosEmbed(nn.Module):
+    """Adds a learned [T, D] tensor, drawn N(0, std^2)."""
+
+    def __init__(self, shape: tuple[int, ...], std: float) -> None:
+        super().__init__()
+        self.embedding = nn.Parameter(torch.empty(shape).normal_(0.0, std))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.embedding
+
+
+class TokenMean(nn.Module):
+    """[N, T, D] -> [N, D]."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.mean(dim=1)
+
+
 class SameConv2d(nn.Conv2d):
     """A stride-1 conv with an even kernel and "same" padding, padded asymmetrically as
     PyTorch's ``padding="same"`` does, without its per-call warning and input copy."""
@@ -110,7 +226,8 @@ class PreflightNet(nn.Module):
         return (x, boundaries) if return_boundaries else x
 
     def weighted_layers(self) -> list[tuple[LayerInfo, nn.Linear | nn.Conv2d]]:
-        """(shape info, module) for every linear and conv2d layer, in forward order."""
+        """(shape info, module) for every linear and conv2d layer (an attention layer's projections
+        and a patch embedding included), in forward order."""
         return [
             (info, cast(nn.Linear | nn.Conv2d, self.get_submodule(info.module)))
             for info in self.trace.layers
@@ -185,7 +302,7 @@ _ACTIVATIONS: dict[str, type[nn.Module]] = {
 def _module(layer: Layer, info: LayerInfo, infos: dict[str, LayerInfo], default_init: Init) -> nn.Module:
     x = info.in_shape
     if isinstance(layer, LinearLayer):
-        linear = nn.Linear(x[0], layer.out, bias=layer.bias)
+        linear = nn.Linear(x[-1], layer.out, bias=layer.bias)
         _init_weighted_(linear, layer.init or default_init)
         return linear
     if isinstance(layer, Conv2dLayer):
@@ -203,9 +320,9 @@ def _module(layer: Layer, info: LayerInfo, infos: dict[str, LayerInfo], default_
         _init_weighted_(conv, layer.init or default_init)
         return conv
     if isinstance(layer, NormLayer):
-        if layer.type == "layernorm":
-            return nn.LayerNorm(list(x))
         return nn.BatchNorm1d(x[0]) if len(x) == 1 else nn.BatchNorm2d(x[0])
+    if isinstance(layer, LayerNormLayer):
+        return nn.LayerNorm(x[-1] if layer.over == "last" else list(x))
     if isinstance(layer, GroupNormLayer):
         return nn.GroupNorm(layer.groups, x[0])
     if isinstance(layer, ActivationLayer):
@@ -213,8 +330,9 @@ def _module(layer: Layer, info: LayerInfo, infos: dict[str, LayerInfo], default_
     if isinstance(layer, LeakyReluLayer):
         return nn.LeakyReLU(layer.slope)
     if isinstance(layer, PoolLayer):
-        pool = nn.MaxPool2d if layer.type == "maxpool" else nn.AvgPool2d
-        return pool(layer.kernel, stride=layer.effective_stride)
+        if layer.type == "maxpool":
+            return nn.MaxPool2d(layer.kernel, stride=layer.effective_stride, padding=layer.padding)
+        return nn.AvgPool2d(layer.kernel, stride=layer.effective_stride, padding=layer.padding, count_include_pad=False)
     if isinstance(layer, GlobalAvgPoolLayer):
         return GlobalAvgPool()
     if isinstance(layer, FlattenLayer):
@@ -230,6 +348,31 @@ def _module(layer: Layer, info: LayerInfo, infos: dict[str, LayerInfo], default_
             layer.alpha,
             layer.beta,
         )
+    if isinstance(layer, ZeroLayer):
+        return Zero()
+    if isinstance(layer, AttentionLayer):
+        attention = SelfAttention(x[-1], layer.heads, layer.causal, layer.bias)
+        for projection in (attention.q, attention.k, attention.v, attention.o):
+            _init_weighted_(projection, layer.init or default_init)
+        return attention
+    if isinstance(layer, PatchEmbedLayer):
+        patch = PatchEmbed(x[0], layer.out, layer.patch, stride=layer.patch, bias=layer.bias)
+        _init_weighted_(patch, layer.init or default_init)
+        return patch
+    if isinstance(layer, PosEmbedLayer):
+        return PosEmbed(x, layer.std)
+    if isinstance(layer, TokenMeanLayer):
+        return TokenMean()
+    if isinstance(layer, CellLayer):
+        names = cell_edge_modules(layer, default_init)
+        edges = nn.ModuleDict(
+            {
+                name: _sequence(edge.op, f"{info.module}.edges.{name}", infos, default_init)
+                for name, edge in sorted(zip(names, layer.edges, strict=True), key=lambda p: p[0])
+            }
+        )
+        plan = [(edge.source, edge.to, name) for name, edge in zip(names, layer.edges, strict=True)]
+        return Cell(layer.nodes, plan, edges, layer.output)
     raise TypeError(f"unsupported layer {layer.type!r}")  # unreachable: the union is closed
 
 

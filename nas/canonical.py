@@ -2,8 +2,10 @@
 
 Two specs that mean the same network (key order, whitespace, omitted vs explicit
 defaults, a spec-wide init vs the same init on each layer, ``"same"`` vs the equivalent
-integer padding) get the same canonical JSON; any change of meaning changes it. Names are
-labels, not meaning, and are left out.
+integer padding, the order a cell's edges are listed in) get the same canonical JSON; any change
+of meaning changes it. Names are labels, not meaning, and are left out. A spec that uses nothing
+of format 1.1 has the canonical form (and hash) it had under v1, whatever its ``format`` says;
+the fields 1.1 adds to v1 layers are written only where they differ from v1's meaning.
 """
 
 from __future__ import annotations
@@ -13,19 +15,32 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from nas.shapes import conv_padding
 from nas.spec import (
     SPEC_FORMAT_VERSION,
     ArchitectureSpec,
+    AttentionLayer,
+    CellLayer,
     Conv2dLayer,
     Init,
     Layer,
+    LayerNormLayer,
     LinearLayer,
+    PatchEmbedLayer,
     PoolLayer,
     ResidualLayer,
+    needs_v11,
 )
 
-__all__ = ["DATA_OPTION", "NOT_IN_KEY", "cache_key", "canonical_dict", "canonical_json", "spec_hash"]
+__all__ = [
+    "DATA_OPTION",
+    "NOT_IN_KEY",
+    "cache_key",
+    "canonical_dict",
+    "canonical_json",
+    "canonical_layer",
+    "spec_hash",
+    "uses_v11",
+]
 
 # Where a job runs is the worker's choice among those its device preference allows; it is
 # not part of what the job computes, so not part of the cache key.
@@ -37,10 +52,23 @@ DATA_OPTION = "data"
 def canonical_dict(spec: ArchitectureSpec) -> dict[str, Any]:
     """The spec with every default filled in and every inherited init resolved."""
     return {
-        "format": SPEC_FORMAT_VERSION,
+        "format": "1.1" if uses_v11(spec) else SPEC_FORMAT_VERSION,
         "input_shape": list(spec.input_shape),
-        "blocks": [[_layer(layer, spec.init) for layer in block.layers] for block in spec.blocks],
+        "blocks": [[canonical_layer(layer, spec.init) for layer in block.layers] for block in spec.blocks],
     }
+
+
+def uses_v11(spec: ArchitectureSpec) -> bool:
+    """Whether any layer, at any depth, needs format 1.1."""
+    return any(_needs_v11_nested(layer) for block in spec.blocks for layer in block.layers)
+
+
+def _needs_v11_nested(layer: Layer) -> bool:
+    if needs_v11(layer):
+        return True
+    if isinstance(layer, ResidualLayer):
+        return any(_needs_v11_nested(child) for child in (*layer.body, *layer.shortcut))
+    return False  # a cell needs 1.1 itself
 
 
 def canonical_json(spec: ArchitectureSpec) -> str:
@@ -60,20 +88,31 @@ def _init(init: Init) -> dict[str, Any]:
     return {"scheme": init.scheme, "gain": init.gain}
 
 
-def _layer(layer: Layer, default_init: Init) -> dict[str, Any]:
-    data = layer.model_dump(mode="json")
-    if isinstance(layer, (LinearLayer, Conv2dLayer)):
+def canonical_layer(layer: Layer, default_init: Init) -> dict[str, Any]:
+    """One layer's canonical form, its children's included."""
+    data = layer.model_dump(mode="json", by_alias=True)
+    if isinstance(layer, (LinearLayer, Conv2dLayer, AttentionLayer, PatchEmbedLayer)):
         data["init"] = _init(layer.init or default_init)
+    if isinstance(layer, LayerNormLayer) and layer.over == "all":
+        del data["over"]  # v1's layernorm, written as v1 wrote it
     if isinstance(layer, Conv2dLayer):
-        padding = conv_padding(layer)
+        padding = layer.effective_padding
         if padding == "same" and layer.kernel % 2:
             padding = (layer.kernel - 1) // 2  # odd kernel, stride 1: "same" is symmetric
         data["padding"] = padding
     if isinstance(layer, PoolLayer):
         data["stride"] = layer.effective_stride
+        if not layer.padding:
+            del data["padding"]  # v1's pool
     if isinstance(layer, ResidualLayer):
-        data["body"] = [_layer(child, default_init) for child in layer.body]
-        data["shortcut"] = [_layer(child, default_init) for child in layer.shortcut]
+        data["body"] = [canonical_layer(child, default_init) for child in layer.body]
+        data["shortcut"] = [canonical_layer(child, default_init) for child in layer.shortcut]
+    if isinstance(layer, CellLayer):
+        edges = [
+            {"from": e.source, "to": e.to, "op": [canonical_layer(op, default_init) for op in e.op]}
+            for e in layer.edges
+        ]
+        data["edges"] = sorted(edges, key=lambda e: json.dumps(e, sort_keys=True))  # a set of edges, not a list
     return data
 
 

@@ -7,32 +7,45 @@ each layer's input shape from here instead of inferring it again).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
+from nas.canonical import canonical_layer
 from nas.spec import (
     ActivationLayer,
     ArchitectureSpec,
+    AttentionLayer,
+    CellLayer,
     Conv2dLayer,
     DropoutLayer,
     FlattenLayer,
     GlobalAvgPoolLayer,
     GroupNormLayer,
+    Init,
     Layer,
+    LayerNormLayer,
     LeakyReluLayer,
     LinearLayer,
     NormLayer,
+    PatchEmbedLayer,
     PoolLayer,
+    PosEmbedLayer,
     ResidualLayer,
     ScaleLayer,
     SpecError,
+    TokenMeanLayer,
+    ZeroLayer,
+    needs_v11,
 )
 
-__all__ = ["LayerInfo", "ShapeTrace", "conv_padding", "trace_shapes"]
+__all__ = ["ATTENTION_PROJECTIONS", "LayerInfo", "ShapeTrace", "cell_edge_modules", "conv_padding", "trace_shapes"]
 
 Shape = tuple[int, ...]
 
-# Nested residuals deeper than this are almost certainly a malformed generator, and would
+# An attention layer's projections, as child modules of the layer (q, k, v: D -> D; o: the output)
+ATTENTION_PROJECTIONS = ("q", "k", "v", "o")
+# Nested residuals and cells deeper than this are almost certainly a malformed generator, and would
 # make every recursive walk (pydantic, this one, the builder) deep.
 MAX_NESTING = 16
 
@@ -51,6 +64,7 @@ class LayerInfo:
     macs: int  # multiply-accumulates for one sample
     fan_in: int | None  # weighted layers only
     fan_out: int | None
+    internal_elements: int = 0  # per sample, kept for backward beyond the output (attention scores, cell nodes)
 
 
 @dataclass(frozen=True)
@@ -71,28 +85,48 @@ class ShapeTrace:
     @property
     def activation_elements(self) -> int:
         """Elements one sample keeps alive for a backward pass (every layer's output)."""
-        return math.prod(self.boundaries[0]) + sum(math.prod(i.out_shape) for i in self.layers)
+        return math.prod(self.boundaries[0]) + sum(math.prod(i.out_shape) + i.internal_elements for i in self.layers)
 
     def by_module(self) -> dict[str, LayerInfo]:
         return {info.module: info for info in self.layers}
 
 
 def conv_padding(layer: Conv2dLayer) -> int | str:
-    """The padding a conv layer uses: ``"same"`` keeps H, W at stride 1; with a larger
-    stride it pads ``(kernel - 1) // 2`` on each side (output ``ceil(H / stride)`` for odd
-    kernels), since PyTorch's ``padding="same"`` refuses strides above 1."""
-    if layer.padding != "same":
-        return layer.padding
-    return "same" if layer.stride == 1 else (layer.kernel - 1) // 2
+    """The padding a conv layer uses (``Conv2dLayer.effective_padding``)."""
+    return layer.effective_padding
+
+
+@dataclass(frozen=True)
+class _Context:
+    v11: bool  # the spec says format 1.1
+    init: Init  # the spec-wide init, which the canonical form of a cell's ops resolves
+
+
+def cell_edge_modules(cell: CellLayer, default_init: Init) -> list[str]:
+    """The module name of each edge of a cell, in the spec's listing order: ``e{from}_{to}``,
+    with ``_1``, ``_2``... for parallel edges, numbered in a canonical order of their ops, so that
+    the names (the keys of ``scales``) do not depend on the order the edges are listed in, as the
+    canonical hash does not."""
+    keys = [(e.source, e.to, json.dumps([canonical_layer(op, default_init) for op in e.op], sort_keys=True)) for e in cell.edges]
+    names: list[str] = [""] * len(keys)
+    seen: dict[tuple[int, int], int] = {}
+    for i in sorted(range(len(keys)), key=lambda i: keys[i]):
+        pair = keys[i][:2]
+        n = seen.get(pair, 0)
+        seen[pair] = n + 1
+        names[i] = f"e{pair[0]}_{pair[1]}" + (f"_{n}" if n else "")
+    return names
 
 
 def trace_shapes(spec: ArchitectureSpec) -> ShapeTrace:
-    """Infer every layer's shapes; raise SpecError naming the first impossible layer."""
+    """Infer every layer's shapes; raise SpecError naming the first impossible layer (or the
+    first layer that needs format 1.1 in a 1.0 spec)."""
     layers: list[LayerInfo] = []
     shape: Shape = tuple(spec.input_shape)
     boundaries = [shape]
+    ctx = _Context(v11=spec.format == "1.1", init=spec.init)
     for b, block in enumerate(spec.blocks):
-        shape = _trace_sequence(block.layers, shape, f"blocks[{b}].layers", f"blocks.{b}", b, layers, depth=0)
+        shape = _trace_sequence(block.layers, shape, f"blocks[{b}].layers", f"blocks.{b}", b, layers, 0, ctx)
         boundaries.append(shape)
     return ShapeTrace(layers=tuple(layers), boundaries=tuple(boundaries))
 
@@ -105,17 +139,23 @@ def _trace_sequence(
     block: int,
     out: list[LayerInfo],
     depth: int,
+    ctx: _Context,
 ) -> Shape:
     for i, layer in enumerate(sequence):
-        shape = _trace_layer(layer, shape, f"{path}[{i}]", f"{module}.{i}", block, out, depth)
+        shape = _trace_layer(layer, shape, f"{path}[{i}]", f"{module}.{i}", block, out, depth, ctx)
     return shape
 
 
-def _trace_layer(layer: Layer, x: Shape, path: str, module: str, block: int, out: list[LayerInfo], depth: int) -> Shape:
+def _trace_layer(
+    layer: Layer, x: Shape, path: str, module: str, block: int, out: list[LayerInfo], depth: int, ctx: _Context
+) -> Shape:
     label = f"{path} ({layer.type})"
 
     def fail(reason: str) -> SpecError:
         return SpecError.at(label, reason)
+
+    if not ctx.v11 and (feature := needs_v11(layer)):
+        raise fail(f'{feature} needs spec format 1.1; add "format": "1.1" at the top of the spec')
 
     def record(y: Shape, parameters: int = 0, macs: int = 0, fans: tuple[int, int] | None = None) -> Shape:
         fan_in, fan_out = fans if fans else (None, None)
@@ -123,11 +163,14 @@ def _trace_layer(layer: Layer, x: Shape, path: str, module: str, block: int, out
         return y
 
     if isinstance(layer, LinearLayer):
-        if len(x) != 1:
-            raise fail(f"expects a vector input but receives {list(x)}; add a flatten or global_avgpool")
-        (d,) = x
+        if len(x) == 2 and not ctx.v11:
+            raise fail('a linear layer on a sequence [T, D] needs spec format 1.1; add "format": "1.1"')
+        if len(x) not in (1, 2):
+            accepted = "a vector [D] or a sequence [T, D]" if ctx.v11 else "a vector input"
+            raise fail(f"expects {accepted} but receives {list(x)}; add a flatten or global_avgpool")
+        d, tokens = x[-1], (x[0] if len(x) == 2 else 1)
         params = d * layer.out + (layer.out if layer.bias else 0)
-        return record((layer.out,), params, d * layer.out, (d, layer.out))
+        return record((*x[:-1], layer.out), params, tokens * d * layer.out, (d, layer.out))
 
     if isinstance(layer, Conv2dLayer):
         if len(x) != 3:
@@ -150,10 +193,12 @@ def _trace_layer(layer: Layer, x: Shape, path: str, module: str, block: int, out
         return record((layer.out, oh, ow), params, layer.out * oh * ow * per_out, (per_out, layer.out * k2))
 
     if isinstance(layer, NormLayer):
-        if layer.type == "batchnorm" and len(x) not in (1, 3):
+        if len(x) not in (1, 3):
             raise fail(f"needs a [D] or [C, H, W] input but receives {list(x)}")
-        affine = x[0] if layer.type == "batchnorm" else math.prod(x)
-        return record(x, 2 * affine)
+        return record(x, 2 * x[0])
+
+    if isinstance(layer, LayerNormLayer):
+        return record(x, 2 * (x[-1] if layer.over == "last" else math.prod(x)))
 
     if isinstance(layer, GroupNormLayer):
         if len(x) != 3:
@@ -162,17 +207,56 @@ def _trace_layer(layer: Layer, x: Shape, path: str, module: str, block: int, out
             raise fail(f"groups={layer.groups} must divide the {x[0]} channels")
         return record(x, 2 * x[0])
 
-    if isinstance(layer, (ActivationLayer, LeakyReluLayer, DropoutLayer, ScaleLayer)):
+    if isinstance(layer, (ActivationLayer, LeakyReluLayer, DropoutLayer, ScaleLayer, ZeroLayer)):
         return record(x)
 
     if isinstance(layer, PoolLayer):
         if len(x) != 3:
             raise fail(f"expects an image input [C, H, W] but receives {list(x)}")
         c, h, w = x
-        if layer.kernel > h or layer.kernel > w:
-            raise fail(f"kernel {layer.kernel} is larger than the {h}x{w} input")
+        p = layer.padding
+        if layer.kernel > h + 2 * p or layer.kernel > w + 2 * p:
+            raise fail(f"kernel {layer.kernel} is larger than the {h}x{w} input (padding {p})")
         s = layer.effective_stride
-        return record((c, (h - layer.kernel) // s + 1, (w - layer.kernel) // s + 1))
+        return record((c, (h + 2 * p - layer.kernel) // s + 1, (w + 2 * p - layer.kernel) // s + 1))
+
+    if isinstance(layer, AttentionLayer):
+        if len(x) != 2:
+            raise fail(f"expects a sequence [T, D] but receives {list(x)}; start with a patch_embed")
+        t, d = x
+        if d % layer.heads:
+            raise fail(f"heads={layer.heads} must divide the width D={d}")
+        bias = d if layer.bias else 0
+        out.append(LayerInfo(label, module, layer.type, block, x, x, 0, 2 * t * t * d, None, None, 3 * t * d + 2 * layer.heads * t * t))
+        for name in ATTENTION_PROJECTIONS:  # q, k, v, o: linear D -> D on every token
+            out.append(LayerInfo(f"{label}.{name}", f"{module}.{name}", "linear", block, x, x, d * d + bias, t * d * d, d, d))
+        return x
+
+    if isinstance(layer, PatchEmbedLayer):
+        if len(x) != 3:
+            raise fail(f"expects an image input [C, H, W] but receives {list(x)}")
+        c, h, w = x
+        p = layer.patch
+        if h % p or w % p:
+            raise fail(f"patch={p} must divide the {h}x{w} input")
+        tokens = (h // p) * (w // p)
+        params = layer.out * c * p * p + (layer.out if layer.bias else 0)
+        return record((tokens, layer.out), params, tokens * layer.out * c * p * p, (c * p * p, layer.out * p * p))
+
+    if isinstance(layer, PosEmbedLayer):
+        if len(x) != 2:
+            raise fail(f"expects a sequence [T, D] but receives {list(x)}; start with a patch_embed")
+        return record(x, math.prod(x))
+
+    if isinstance(layer, TokenMeanLayer):
+        if len(x) != 2:
+            raise fail(f"expects a sequence [T, D] but receives {list(x)}")
+        return record((x[1],))
+
+    if isinstance(layer, CellLayer):
+        if depth >= MAX_NESTING:
+            raise fail(f"cells and residual layers nest deeper than {MAX_NESTING}")
+        return _trace_cell(layer, x, label, module, block, out, depth, ctx)
 
     if isinstance(layer, GlobalAvgPoolLayer):
         if len(x) != 3:
@@ -187,11 +271,62 @@ def _trace_layer(layer: Layer, x: Shape, path: str, module: str, block: int, out
             raise fail(f"residual layers nest deeper than {MAX_NESTING}")
         index = len(out)
         out.append(LayerInfo(label, module, layer.type, block, x, x, 0, 0, None, None))  # placeholder
-        body = _trace_sequence(layer.body, x, f"{label}.body", f"{module}.body", block, out, depth + 1)
-        short = _trace_sequence(layer.shortcut, x, f"{label}.shortcut", f"{module}.shortcut", block, out, depth + 1)
+        body = _trace_sequence(layer.body, x, f"{label}.body", f"{module}.body", block, out, depth + 1, ctx)
+        short = _trace_sequence(layer.shortcut, x, f"{label}.shortcut", f"{module}.shortcut", block, out, depth + 1, ctx)
         if body != short:
             raise fail(f"body gives {list(body)} but shortcut gives {list(short)}; both paths must give the same shape")
         out[index] = LayerInfo(label, module, layer.type, block, x, body, 0, 0, None, None)
         return body
 
     raise fail(f"unsupported layer type {layer.type!r}")  # unreachable: the union is closed
+
+
+def _trace_cell(
+    cell: CellLayer, x: Shape, label: str, module: str, block: int, out: list[LayerInfo], depth: int, ctx: _Context
+) -> Shape:
+    """Nodes in order (edges go from a lower node to a higher one): node 0 is ``x``; every node
+    j > 0 needs an incoming edge, and all of its incoming edges must give the same shape."""
+    n = cell.nodes
+    for k, edge in enumerate(cell.edges):
+        where = f"{label}.edges[{k}]"
+        if edge.to >= n:
+            raise SpecError.at(f"{where}.to", f"node {edge.to} does not exist: the cell has nodes 0..{n - 1}")
+        if edge.source >= edge.to:
+            raise SpecError.at(
+                where, f"edge {edge.source} -> {edge.to} goes backwards; edges go from a lower node to a higher one"
+            )
+    fed = {edge.to for edge in cell.edges}
+    if missing := [j for j in range(1, n) if j not in fed]:
+        raise SpecError.at(f"{label}.edges", f"node(s) {missing} have no incoming edge; every node after 0 needs one")
+    index = len(out)
+    out.append(LayerInfo(label, module, cell.type, block, x, x, 0, 0, None, None))  # placeholder
+    names = cell_edge_modules(cell, ctx.init)
+    nodes: list[Shape] = [x]
+    for j in range(1, n):
+        incoming: list[tuple[int, Shape]] = []
+        for k, edge in enumerate(cell.edges):
+            if edge.to == j:
+                path, sub = f"{label}.edges[{k}].op", f"{module}.edges.{names[k]}"
+                y = _trace_sequence(edge.op, nodes[edge.source], path, sub, block, out, depth + 1, ctx)
+                incoming.append((k, y))
+        first_k, shape = incoming[0]
+        for k, y in incoming[1:]:
+            if y != shape:
+                raise SpecError.at(
+                    f"{label}.edges[{k}]",
+                    f"gives {list(y)} into node {j} but edges[{first_k}] gives {list(shape)}; "
+                    "the edges into a node must give the same shape",
+                )
+        nodes.append(shape)
+    if cell.output == "last":
+        y = nodes[-1]
+    else:
+        inner = nodes[1:]
+        if any(s[1:] != inner[0][1:] for s in inner):
+            raise SpecError.at(
+                f"{label}.output", f'"concat" needs nodes 1.. to agree beyond dim 0, got {[list(s) for s in inner]}'
+            )
+        y = (sum(s[0] for s in inner), *inner[0][1:])
+    internal = sum(math.prod(s) for s in nodes[1:])
+    out[index] = LayerInfo(label, module, cell.type, block, x, y, 0, 0, None, None, internal)
+    return y

@@ -1,6 +1,9 @@
-"""Architecture spec v1: the wire contract between NAS controllers, the service and workers.
+"""Architecture spec v1.1: the wire contract between NAS controllers, the service and workers.
 
-The format is `shared/spec-format.md`. A spec is parsed once, where it enters, into frozen
+The format is documented in ``docs/spec.md``. Version 1.1 adds cells (DAGs of ops, as in
+NAS-Bench-201) and transformer layers; a spec without ``"format": "1.1"`` is a 1.0 spec, which
+keeps v1's meaning and hash and may not use them (``nas.shapes`` names the version a layer needs).
+A spec is parsed once, where it enters, into frozen
 pydantic models; every error names the JSON path at fault (``blocks[3].layers[1] (linear)``)
 and says how to fix it.
 """
@@ -52,7 +55,10 @@ NonNegativeInt = Annotated[int, BeforeValidator(_integer), Field(ge=0)]
 __all__ = [
     "ActivationLayer",
     "ArchitectureSpec",
+    "AttentionLayer",
     "Block",
+    "CellEdge",
+    "CellLayer",
     "Conv2dLayer",
     "DropoutLayer",
     "FlattenLayer",
@@ -61,19 +67,36 @@ __all__ = [
     "Init",
     "LAYER_TYPES",
     "Layer",
+    "LayerNormLayer",
     "LeakyReluLayer",
     "LinearLayer",
     "NormLayer",
+    "PatchEmbedLayer",
     "PoolLayer",
+    "PosEmbedLayer",
     "ResidualLayer",
     "ScaleLayer",
     "SpecError",
     "SpecIssue",
+    "TokenMeanLayer",
+    "V11_LAYER_TYPES",
     "WEIGHTED_LAYER_TYPES",
+    "ZeroLayer",
     "json_path",
+    "needs_v11",
 ]
 
-SPEC_FORMAT_VERSION = 1
+SPEC_FORMAT_VERSION = 1  # the canonical form's "format" of a spec that uses nothing from 1.1
+
+
+def _format_string(value: Any) -> Any:
+    """``"format": 1.1`` (a number) is the likeliest slip; say how to write it."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise PydanticCustomError("format_number", 'write the format version as a string, "1.0" or "1.1"')
+    return value
+
+
+SpecFormat = Annotated[Literal["1.0", "1.1"], BeforeValidator(_format_string)]
 
 
 class _Strict(BaseModel):
@@ -118,6 +141,15 @@ class Conv2dLayer(_Strict):
     bias: bool = True
     init: Init | None = None
 
+    @property
+    def effective_padding(self) -> int | Literal["same"]:
+        """``"same"`` keeps H, W at stride 1; with a larger stride it pads ``(kernel - 1) // 2``
+        on each side (output ``ceil(H / stride)`` for odd kernels), since PyTorch's
+        ``padding="same"`` refuses strides above 1."""
+        if self.padding != "same":
+            return self.padding
+        return "same" if self.stride == 1 else (self.kernel - 1) // 2
+
     @model_validator(mode="after")
     def _groups_divide_out(self) -> Conv2dLayer:
         if self.out % self.groups:
@@ -126,9 +158,17 @@ class Conv2dLayer(_Strict):
 
 
 class NormLayer(_Strict):
-    """BatchNorm (1d or 2d from the input rank) or LayerNorm; affine weight 1, bias 0."""
+    """BatchNorm, 1d or 2d from the input rank; affine weight 1, bias 0."""
 
-    type: Literal["batchnorm", "layernorm"]
+    type: Literal["batchnorm"]
+
+
+class LayerNormLayer(_Strict):
+    """LayerNorm over every per-sample dimension (``"all"``, v1) or the last one (``"last"``,
+    v1.1, as transformers use it); affine weight 1, bias 0."""
+
+    type: Literal["layernorm"]
+    over: Literal["all", "last"] = "all"
 
 
 class GroupNormLayer(_Strict):
@@ -149,6 +189,13 @@ class PoolLayer(_Strict):
     type: Literal["maxpool", "avgpool"]
     kernel: PositiveInt
     stride: PositiveInt | None = None  # None means "= kernel"
+    padding: NonNegativeInt = 0  # v1.1; an average counts only the real inputs at the border
+
+    @model_validator(mode="after")
+    def _padding_at_most_half_the_kernel(self) -> PoolLayer:
+        if 2 * self.padding > self.kernel:
+            raise ValueError(f"padding={self.padding} must be at most half of kernel={self.kernel}")
+        return self
 
     @property
     def effective_stride(self) -> int:
@@ -183,10 +230,71 @@ class ResidualLayer(_Strict):
     beta: Annotated[float, Field(allow_inf_nan=False)] = 1.0
 
 
+class ZeroLayer(_Strict):
+    """Zeros of its input's shape (NAS-Bench-201's ``none`` op); v1.1."""
+
+    type: Literal["zero"]
+
+
+class AttentionLayer(_Strict):
+    """Multi-head self-attention on [T, D]: q, k, v and output projections D -> D and
+    ``softmax(q k^T / sqrt(D / heads)) v``; v1.1."""
+
+    type: Literal["attention"]
+    heads: PositiveInt
+    causal: bool = False
+    bias: bool = True
+    init: Init | None = None
+
+
+class PatchEmbedLayer(_Strict):
+    """[C, H, W] to [T, out]: a conv with kernel = stride = ``patch``, positions as tokens; v1.1."""
+
+    type: Literal["patch_embed"]
+    patch: PositiveInt
+    out: PositiveInt
+    bias: bool = True
+    init: Init | None = None
+
+
+class PosEmbedLayer(_Strict):
+    """Adds a learned [T, D] tensor drawn N(0, std^2); v1.1."""
+
+    type: Literal["pos_embed"]
+    std: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 0.02
+
+
+class TokenMeanLayer(_Strict):
+    """[T, D] to [D], the mean over positions; v1.1."""
+
+    type: Literal["token_mean"]
+
+
+class CellEdge(_Strict):
+    """``op`` applied to node ``from``, summed into node ``to`` (``[]`` is the identity)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    source: NonNegativeInt = Field(alias="from")
+    to: PositiveInt
+    op: list[Layer] = Field(default_factory=list)
+
+
+class CellLayer(_Strict):
+    """A DAG over ``nodes`` feature maps (v1.1): node 0 is the input, node j > 0 the sum of its
+    incoming edges' ops; ``"last"`` returns the last node, ``"concat"`` nodes 1.. along dim 0."""
+
+    type: Literal["cell"]
+    nodes: Annotated[int, BeforeValidator(_integer), Field(ge=2)]
+    edges: Annotated[list[CellEdge], Field(min_length=1)]
+    output: Literal["last", "concat"] = "last"
+
+
 Layer = Annotated[
     LinearLayer
     | Conv2dLayer
     | NormLayer
+    | LayerNormLayer
     | GroupNormLayer
     | ActivationLayer
     | LeakyReluLayer
@@ -195,10 +303,18 @@ Layer = Annotated[
     | FlattenLayer
     | DropoutLayer
     | ScaleLayer
-    | ResidualLayer,
+    | ResidualLayer
+    | ZeroLayer
+    | AttentionLayer
+    | PatchEmbedLayer
+    | PosEmbedLayer
+    | TokenMeanLayer
+    | CellLayer,
     Field(discriminator="type"),
 ]
 ResidualLayer.model_rebuild()
+CellEdge.model_rebuild()
+CellLayer.model_rebuild()
 
 LAYER_TYPES: tuple[str, ...] = (
     "linear",
@@ -220,8 +336,26 @@ LAYER_TYPES: tuple[str, ...] = (
     "dropout",
     "scale",
     "residual",
+    "cell",
+    "zero",
+    "attention",
+    "patch_embed",
+    "pos_embed",
+    "token_mean",
 )
+V11_LAYER_TYPES: frozenset[str] = frozenset({"cell", "zero", "attention", "patch_embed", "pos_embed", "token_mean"})
 WEIGHTED_LAYER_TYPES: tuple[str, ...] = ("linear", "conv2d")
+
+
+def needs_v11(layer: Layer) -> str | None:
+    """Why this layer itself (not its children) needs format 1.1, or None if 1.0 has it."""
+    if layer.type in V11_LAYER_TYPES:
+        return f"layer type {layer.type!r}"
+    if isinstance(layer, LayerNormLayer) and layer.over != "all":
+        return f'layernorm "over": {layer.over!r}'
+    if isinstance(layer, PoolLayer) and layer.padding:
+        return f'{layer.type} "padding"'
+    return None
 
 
 class Block(_Strict):
@@ -232,8 +366,9 @@ class Block(_Strict):
 
 
 class ArchitectureSpec(_Strict):
-    """One candidate architecture (format v1)."""
+    """One candidate architecture (format 1.0 when ``format`` is absent, or 1.1)."""
 
+    format: SpecFormat = "1.0"
     name: Name | None = None
     input_shape: Annotated[list[PositiveInt], Field(min_length=1, max_length=3)]
     init: Init = Field(default_factory=Init)

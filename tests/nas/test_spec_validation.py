@@ -31,7 +31,7 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
     ("rank-2 input", {"input_shape": [4, 4], "blocks": [{"layers": [LINEAR]}]}, "input_shape", "rank 2"),
     ("zero input size", {"input_shape": [0], "blocks": [{"layers": [LINEAR]}]}, "input_shape[0]", "greater than 0"),
     ("unknown top-level field", {**_mlp(LINEAR), "optimizer": "adam"}, "optimizer", "unknown field"),
-    ("unknown layer type", _mlp({"type": "attention"}), "blocks[0].layers[0]", "unknown layer type 'attention'"),
+    ("unknown layer type", _mlp({"type": "transformer"}), "blocks[0].layers[0]", "unknown layer type 'transformer'"),
     ("layer without type", _mlp({"out": 3}), "blocks[0].layers[0]", 'no "type"'),
     (
         "unknown layer field",

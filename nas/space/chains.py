@@ -1,8 +1,8 @@
-"""Search spaces: v1 specs from an Optuna trial.
+"""Chain search spaces (MLPs, CNNs, residual nets) and the helpers every space composes.
 
-A search space is any callable ``space(trial) -> dict`` that returns a v1 spec
-(``shared/spec-format.md``). Three families are ready to use, each a frozen dataclass
-whose fields are the ranges searched (variants are parameters, not copies):
+A search space is any callable ``space(trial) -> dict`` that returns a spec (``docs/spec.md``).
+Three chain families are here, each a frozen dataclass whose fields are the ranges searched
+(variants are parameters, not copies):
 
 - :class:`MLPSpace`: depth, width (shared or per layer), activation, normalization,
   init scheme and gain, for vector inputs.

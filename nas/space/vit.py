@@ -1,0 +1,97 @@
+"""A vision-transformer search space: pre-LN ViT blocks over patch tokens (format 1.1).
+
+Dosovitskiy et al., "An Image is Worth 16x16 Words" (ICLR 2021), with the pre-LN block of
+Xiong et al. (2020): ``x + attention(layernorm(x))``, then ``x + mlp(layernorm(x))``, the MLP
+``linear(r D), gelu, linear(D)``. The image becomes ``(H / p)(W / p)`` tokens by a patch
+embedding, a learned position embedding is added, and the head averages the tokens (no class
+token), normalizes and classifies. Each transformer block is one block of the spec, so APJN and
+K are measured between transformer blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nas.space.chains import Layer, Spec, _check_range, _suggest_int, _Trial
+
+__all__ = ["ViTSpace", "transformer_block", "vit_spec"]
+
+
+def transformer_block(width: int, heads: int, mlp_ratio: float = 4.0) -> list[Layer]:
+    """The two residual layers of a pre-LN transformer block on [T, width]."""
+    hidden = max(1, round(width * mlp_ratio))
+    attention = [{"type": "layernorm", "over": "last"}, {"type": "attention", "heads": heads}]
+    mlp = [
+        {"type": "layernorm", "over": "last"},
+        {"type": "linear", "out": hidden},
+        {"type": "gelu"},
+        {"type": "linear", "out": width},
+    ]
+    return [{"type": "residual", "body": attention}, {"type": "residual", "body": mlp}]
+
+
+def vit_spec(
+    depth: int,
+    width: int,
+    heads: int,
+    mlp_ratio: float = 4.0,
+    patch: int = 4,
+    input_shape: Sequence[int] = (1, 28, 28),
+    n_classes: int = 10,
+    init: dict[str, Any] | None = None,
+) -> Spec:
+    """A ViT: patch embedding and position embedding, ``depth`` pre-LN blocks, a mean-token head.
+
+    >>> import nas
+    >>> nas.parse_spec(vit_spec(depth=2, width=32, heads=4)).blocks[1].layers[0].type
+    'residual'
+    """
+    embed = [{"type": "patch_embed", "patch": patch, "out": width}, {"type": "pos_embed"}]
+    blocks: list[dict[str, Any]] = [{"name": "embed", "layers": embed}]
+    blocks += [{"name": f"block{i}", "layers": transformer_block(width, heads, mlp_ratio)} for i in range(depth)]
+    head = [{"type": "token_mean"}, {"type": "layernorm"}, {"type": "linear", "out": n_classes}]
+    blocks.append({"name": "head", "layers": head})
+    spec: Spec = {"format": "1.1", "input_shape": list(input_shape), "blocks": blocks}
+    if init is not None:
+        spec["init"] = init
+    return spec
+
+
+@dataclass(frozen=True)
+class ViTSpace:
+    """Depth, width, heads, MLP ratio and patch size of a ViT. ``head_dims`` are the per-head
+    widths searched (heads = width / head_dim; each must divide every width, so a parameter's
+    choices never change between trials); patch sizes that do not divide the image are refused
+    up front."""
+
+    input_shape: tuple[int, ...] = (1, 28, 28)
+    n_classes: int = 10
+    depth: tuple[int, int] = (1, 8)
+    widths: tuple[int, ...] = (32, 64, 96, 128)
+    head_dims: tuple[int, ...] = (16, 32)
+    mlp_ratios: tuple[float, ...] = (2.0, 4.0)
+    patches: tuple[int, ...] = (4, 7)
+
+    def __post_init__(self) -> None:
+        if len(self.input_shape) != 3:
+            raise ValueError(f"input_shape must be [C, H, W], but got input_shape={list(self.input_shape)}.")
+        _check_range("depth", self.depth, 1)
+        h, w = self.input_shape[1:]
+        for patch in self.patches:
+            if patch < 1 or h % patch or w % patch:
+                raise ValueError(f"patch {patch} must divide the {h}x{w} image, but got patches={self.patches}.")
+        for width in self.widths:  # fixed choices per parameter, as Optuna's samplers need
+            if any(d < 1 or width % d for d in self.head_dims):
+                raise ValueError(f"every head_dim must divide every width, but {width} and head_dims={self.head_dims}.")
+        if not self.mlp_ratios or any(r <= 0 for r in self.mlp_ratios):
+            raise ValueError(f"mlp_ratios must be positive, but got mlp_ratios={self.mlp_ratios}.")
+
+    def __call__(self, trial: _Trial) -> Spec:
+        depth = _suggest_int(trial, "depth", self.depth)
+        width = trial.suggest_categorical("width", list(self.widths))
+        head_dim = trial.suggest_categorical("head_dim", list(self.head_dims))
+        ratio = trial.suggest_categorical("mlp_ratio", list(self.mlp_ratios))
+        patch = trial.suggest_categorical("patch", list(self.patches))
+        return vit_spec(depth, width, width // head_dim, ratio, patch, self.input_shape, self.n_classes)

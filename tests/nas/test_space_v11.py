@@ -1,0 +1,82 @@
+"""The NAS-Bench-201 and ViT search spaces: the benchmark's ops and edge order, every cell a valid
+spec, and both usable in an Optuna objective exactly as the chain spaces are."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from nas.canonical import spec_hash
+from nas.space import (
+    NB201_EDGES,
+    NB201_OPS,
+    NASBench201Space,
+    ViTSpace,
+    nasbench201_arch_string,
+    nasbench201_cells,
+    nasbench201_spec,
+    parse_nasbench201_arch,
+)
+from nas.validate import parse_spec
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+# NAS-Bench-201's best CIFAR-10 cell, as the benchmark writes it
+BEST = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_3x3~1|nor_conv_3x3~2|"
+
+
+def test_the_space_has_the_benchmarks_ops_edges_and_15625_cells() -> None:
+    assert NB201_OPS == ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
+    assert NB201_EDGES == ((0, 1), (0, 2), (1, 2), (0, 3), (1, 3), (2, 3))
+    cells = list(nasbench201_cells())
+    assert len(cells) == len(set(cells)) == 15_625
+
+
+def test_arch_strings_round_trip_through_op_indices() -> None:
+    names = parse_nasbench201_arch(BEST)
+    assert names == ("nor_conv_3x3", "nor_conv_3x3", "nor_conv_3x3", "skip_connect", "nor_conv_3x3", "nor_conv_3x3")
+    indices = [NB201_OPS.index(n) for n in names]
+    assert nasbench201_arch_string(indices) == BEST
+    assert spec_hash(parse_spec(nasbench201_spec(BEST))) == spec_hash(parse_spec(nasbench201_spec(indices)))
+
+
+@pytest.mark.parametrize("bad", ["|conv~0|+|none~0|none~1|+|none~0|none~1|none~2|", "|none~1|", [0, 1, 2], [0] * 5 + [7]])
+def test_malformed_cells_are_refused(bad: object) -> None:
+    with pytest.raises(ValueError):
+        nasbench201_spec(bad)  # type: ignore[arg-type]
+
+
+def test_a_sample_of_cells_all_build_into_distinct_valid_specs() -> None:
+    cells = list(nasbench201_cells())[::97]
+    hashes = {spec_hash(parse_spec(nasbench201_spec(c, channels=4, cells_per_stage=1))) for c in cells}
+    assert len(hashes) == len(cells)
+
+
+def _objective(space: object) -> object:
+    def objective(trial: optuna.Trial) -> float:
+        spec = parse_spec(space(trial))  # type: ignore[operator]
+        return float(len(spec.blocks))
+
+    return objective
+
+
+def test_nasbench201_space_runs_in_an_optuna_study() -> None:
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    study.optimize(_objective(NASBench201Space(channels=4, cells_per_stage=1)), n_trials=12)
+    assert set(study.best_params) == {f"edge_{s}_{t}" for s, t in NB201_EDGES}
+    fixed = optuna.trial.FixedTrial({f"edge_{s}_{t}": "nor_conv_3x3" for s, t in NB201_EDGES})
+    assert NASBench201Space()(fixed)["name"] == nasbench201_arch_string([3] * 6)
+
+
+def test_vit_space_runs_in_an_optuna_study_and_refuses_impossible_ranges() -> None:
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    study.optimize(_objective(ViTSpace(depth=(1, 3))), n_trials=12)
+    assert set(study.best_params) == {"depth", "width", "head_dim", "mlp_ratio", "patch"}
+    spec = ViTSpace()(optuna.trial.FixedTrial({"depth": 2, "width": 64, "head_dim": 16, "mlp_ratio": 2.0, "patch": 7}))
+    attention = spec["blocks"][1]["layers"][0]["body"][1]
+    assert attention == {"type": "attention", "heads": 4}
+    assert spec["blocks"][0]["layers"][0] == {"type": "patch_embed", "patch": 7, "out": 64}
+    with pytest.raises(ValueError, match="patch 5 must divide"):
+        ViTSpace(patches=(5,))
+    with pytest.raises(ValueError, match="every head_dim must divide every width"):
+        ViTSpace(widths=(48,), head_dims=(32,))

@@ -1,0 +1,277 @@
+"""Spec format 1.1: cells and transformer layers are validated with JSON paths, v1 keeps its
+meaning and hash, a cell's hash ignores the order its edges are listed in, and every change of
+meaning changes the hash."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import random
+from typing import Any
+
+import pytest
+
+from nas.canonical import spec_hash
+from nas.examples import EXAMPLES
+from nas.schema import spec_json_schema
+from nas.shapes import trace_shapes
+from nas.space import nasbench201_spec, vit_spec
+from nas.spec import SpecError
+from nas.validate import SpecLimits, parse_spec
+
+# Hashes of the v1 examples computed by the v1 code (commit 200ede8), before format 1.1 existed.
+V1_HASHES = {
+    "mlp": "d45932cf0c9f0b569b1643dc0153f96a43421fdbe46c0abe70f61249f70435d7",
+    "cnn": "17a25dca782c4368472bd66f28db7544df1c8d0c796633d23ffa5ffa6f9f5b48",
+    "resnet": "4b5030c1b1823ed0ad94e8971f880b7bb59d863fe6b14446c5212985acbe8f4e",
+}
+V1_POOLS = {
+    "input_shape": [3, 8, 8],
+    "blocks": [
+        {
+            "layers": [
+                {"type": "conv2d", "out": 4, "kernel": 3},
+                {"type": "layernorm"},
+                {"type": "maxpool", "kernel": 2},
+                {"type": "avgpool", "kernel": 2, "stride": 1},
+                {"type": "flatten"},
+                {"type": "linear", "out": 3},
+            ]
+        }
+    ],
+}
+V1_POOLS_HASH = "4fe1b858cd1e5f0eb96e46d1d68400b3d60cecfecca81b9d4c6204978e4f7542"
+
+
+def _cell_spec(edges: list[dict[str, Any]], nodes: int = 4, output: str = "last") -> dict[str, Any]:
+    cell = {"type": "cell", "nodes": nodes, "edges": edges, "output": output}
+    return {"format": "1.1", "input_shape": [4, 8, 8], "blocks": [{"layers": [cell]}]}
+
+
+def _conv(k: int = 3, out: int = 4) -> list[dict[str, Any]]:
+    return [{"type": "relu"}, {"type": "conv2d", "out": out, "kernel": k, "bias": False}, {"type": "batchnorm"}]
+
+
+EDGES = [
+    {"from": 0, "to": 1, "op": _conv(3)},
+    {"from": 0, "to": 2, "op": []},
+    {"from": 1, "to": 2, "op": [{"type": "zero"}]},
+    {"from": 0, "to": 3, "op": [{"type": "avgpool", "kernel": 3, "stride": 1, "padding": 1}]},
+    {"from": 1, "to": 3, "op": _conv(1)},
+    {"from": 2, "to": 3, "op": _conv(3)},
+]
+
+
+@pytest.mark.parametrize("name", sorted(V1_HASHES))
+def test_v1_specs_keep_their_hash(name: str) -> None:
+    assert spec_hash(parse_spec(EXAMPLES[name])) == V1_HASHES[name]
+
+
+def test_v1_pools_and_layernorm_keep_their_hash_and_a_declared_11_without_new_features_too() -> None:
+    assert spec_hash(parse_spec(V1_POOLS)) == V1_POOLS_HASH
+    explicit = copy.deepcopy(V1_POOLS)
+    explicit["format"] = "1.1"
+    explicit["blocks"][0]["layers"][1]["over"] = "all"
+    explicit["blocks"][0]["layers"][2]["padding"] = 0
+    assert spec_hash(parse_spec(explicit)) == V1_POOLS_HASH
+
+
+@pytest.mark.parametrize(
+    ("layer", "feature"),
+    [
+        ({"type": "zero"}, "layer type 'zero'"),
+        ({"type": "cell", "nodes": 2, "edges": [{"from": 0, "to": 1}]}, "layer type 'cell'"),
+        ({"type": "layernorm", "over": "last"}, 'layernorm "over"'),
+        ({"type": "avgpool", "kernel": 3, "stride": 1, "padding": 1}, 'avgpool "padding"'),
+        ({"type": "patch_embed", "patch": 2, "out": 8}, "layer type 'patch_embed'"),
+    ],
+)
+def test_a_10_spec_using_a_11_feature_is_refused_naming_the_version(layer: dict[str, Any], feature: str) -> None:
+    spec = {"input_shape": [4, 8, 8], "blocks": [{"layers": [{"type": "relu"}, layer]}]}
+    with pytest.raises(SpecError) as caught:
+        parse_spec(spec)
+    (issue,) = caught.value.issues
+    assert issue.path == f"blocks[0].layers[1] ({layer['type']})"
+    assert feature in issue.message and "format 1.1" in issue.message and '"format": "1.1"' in issue.message
+    parse_spec({**spec, "format": "1.1"})  # the same layer is fine in 1.1
+
+
+def test_a_numeric_format_gets_a_hint() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"format": 1.1, **V1_POOLS})
+    assert caught.value.issues[0].path == "format"
+    assert '"1.1"' in caught.value.issues[0].message
+
+
+@pytest.mark.parametrize(
+    ("edges", "path", "reason"),
+    [
+        ([{"from": 0, "to": 1}, {"from": 1, "to": 3}], "blocks[0].layers[0] (cell).edges", "[2] have no incoming edge"),
+        ([{"from": 0, "to": 1}, {"from": 1, "to": 1}], "blocks[0].layers[0] (cell).edges[1]", "goes backwards"),
+        ([{"from": 0, "to": 1}, {"from": 0, "to": 5}], "blocks[0].layers[0] (cell).edges[1].to", "does not exist"),
+        (
+            [{"from": 0, "to": 1}, {"from": 0, "to": 1, "op": [{"type": "conv2d", "out": 8, "kernel": 1}]}],
+            "blocks[0].layers[0] (cell).edges[1]",
+            "the edges into a node must give the same shape",
+        ),
+        (
+            [{"from": 0, "to": 1, "op": [{"type": "linear", "out": 3}]}],
+            "blocks[0].layers[0] (cell).edges[0].op[0] (linear)",
+            "a vector [D] or a sequence [T, D]",
+        ),
+        (
+            [{"from": 0, "to": 1, "op": [{"type": "conv", "out": 3}]}],
+            "blocks[0].layers[0] (cell).edges[0].op[0]",
+            "unknown layer type 'conv'",
+        ),
+        ([{"from": 0, "to": 1, "extra": 1}], "blocks[0].layers[0] (cell).edges[0].extra", "unknown field"),
+    ],
+)
+def test_malformed_cells_are_refused_with_the_json_path(edges: list[dict[str, Any]], path: str, reason: str) -> None:
+    nodes = 4 if any(e.get("to") == 3 for e in edges) else 2
+    with pytest.raises(SpecError) as caught:
+        parse_spec(_cell_spec(edges, nodes=nodes))
+    by_path = {issue.path: issue.message for issue in caught.value.issues}
+    assert path in by_path, caught.value
+    assert reason in by_path[path]
+
+
+@pytest.mark.parametrize(
+    ("layers", "path", "reason"),
+    [
+        ([{"type": "attention", "heads": 2}], "blocks[0].layers[0] (attention)", "expects a sequence [T, D]"),
+        (
+            [{"type": "patch_embed", "patch": 3, "out": 8}],
+            "blocks[0].layers[0] (patch_embed)",
+            "patch=3 must divide the 8x8 input",
+        ),
+        (
+            [{"type": "patch_embed", "patch": 2, "out": 6}, {"type": "attention", "heads": 4}],
+            "blocks[0].layers[1] (attention)",
+            "heads=4 must divide the width D=6",
+        ),
+        ([{"type": "token_mean"}], "blocks[0].layers[0] (token_mean)", "expects a sequence"),
+        ([{"type": "pos_embed"}], "blocks[0].layers[0] (pos_embed)", "expects a sequence"),
+        (
+            [{"type": "patch_embed", "patch": 2, "out": 8}, {"type": "conv2d", "out": 4, "kernel": 1}],
+            "blocks[0].layers[1] (conv2d)",
+            "expects an image input",
+        ),
+        ([{"type": "maxpool", "kernel": 3, "padding": 2}], "blocks[0].layers[0] (maxpool)", "at most half of kernel"),
+    ],
+)
+def test_malformed_transformer_layers_are_refused_with_the_json_path(
+    layers: list[dict[str, Any]], path: str, reason: str
+) -> None:
+    spec = {"format": "1.1", "input_shape": [4, 8, 8], "blocks": [{"layers": layers}]}
+    with pytest.raises(SpecError) as caught:
+        parse_spec(spec)
+    by_path = {issue.path: issue.message for issue in caught.value.issues}
+    assert path in by_path, caught.value
+    assert reason in by_path[path]
+
+
+def test_shapes_flow_through_cells_and_sequences() -> None:
+    trace = trace_shapes(parse_spec(_cell_spec(EDGES)))
+    assert trace.boundaries == ((4, 8, 8), (4, 8, 8))
+    concat = trace_shapes(parse_spec(_cell_spec(EDGES, output="concat")))
+    assert concat.boundaries[-1] == (12, 8, 8)
+    vit = trace_shapes(parse_spec(vit_spec(depth=2, width=32, heads=4, patch=4, input_shape=(1, 28, 28))))
+    assert vit.boundaries == ((1, 28, 28), (49, 32), (49, 32), (49, 32), (10,))
+
+
+def test_permuted_edge_listings_hash_equal() -> None:
+    reference = spec_hash(parse_spec(_cell_spec(EDGES)))
+    rng = random.Random(0)
+    for _ in range(20):
+        edges = EDGES[:]
+        rng.shuffle(edges)
+        assert spec_hash(parse_spec(_cell_spec(edges))) == reference
+    for permutation in itertools.islice(itertools.permutations(EDGES), 0, 720, 37):
+        assert spec_hash(parse_spec(_cell_spec(list(permutation)))) == reference
+
+
+def _changed(change: str) -> dict[str, Any]:
+    edges = copy.deepcopy(EDGES)
+    spec = _cell_spec(edges)
+    cell = spec["blocks"][0]["layers"][0]
+    if change == "op on an edge":
+        edges[1]["op"] = [{"type": "zero"}]
+    elif change == "edge source":
+        edges[4]["from"] = 0
+    elif change == "edge dropped":
+        del edges[1]
+    elif change == "parallel edge added":
+        edges.append({"from": 0, "to": 3, "op": []})
+    elif change == "output":
+        cell["output"] = "concat"
+    elif change == "nodes":
+        cell["nodes"] = 5
+        edges.append({"from": 3, "to": 4, "op": []})
+    elif change == "conv kernel":
+        edges[5]["op"] = _conv(1)
+    elif change == "init":
+        spec["init"] = {"scheme": "fan_in", "gain": 2.0}
+    return spec
+
+
+CHANGES = ["op on an edge", "edge source", "edge dropped", "parallel edge added", "output", "nodes", "conv kernel", "init"]
+
+
+def test_every_change_of_a_cells_meaning_changes_its_hash() -> None:
+    hashes = {"original": spec_hash(parse_spec(_cell_spec(EDGES)))}
+    for change in CHANGES:
+        hashes[change] = spec_hash(parse_spec(_changed(change)))
+    assert len(set(hashes.values())) == len(hashes), hashes
+
+
+VIT_CHANGES: list[tuple[str, Any]] = [
+    ("heads", lambda s: s["blocks"][1]["layers"][0]["body"][1].update(heads=2)),
+    ("causal", lambda s: s["blocks"][1]["layers"][0]["body"][1].update(causal=True)),
+    ("attention bias", lambda s: s["blocks"][1]["layers"][0]["body"][1].update(bias=False)),
+    ("attention init", lambda s: s["blocks"][1]["layers"][0]["body"][1].update(init={"scheme": "fan_out"})),
+    ("layernorm over", lambda s: s["blocks"][1]["layers"][0]["body"][0].update(over="all")),
+    ("pos std", lambda s: s["blocks"][0]["layers"][1].update(std=0.1)),
+    ("patch", lambda s: s["blocks"][0]["layers"][0].update(patch=7)),
+    ("patch bias", lambda s: s["blocks"][0]["layers"][0].update(bias=False)),
+    ("mlp width", lambda s: s["blocks"][1]["layers"][1]["body"][1].update(out=96)),
+]
+
+
+def test_every_change_of_a_transformers_meaning_changes_its_hash() -> None:
+    base = vit_spec(depth=1, width=32, heads=4, mlp_ratio=4.0, patch=4)
+    hashes = {"original": spec_hash(parse_spec(base))}
+    for name, change in VIT_CHANGES:
+        spec = copy.deepcopy(base)
+        change(spec)
+        hashes[name] = spec_hash(parse_spec(spec))
+    assert len(set(hashes.values())) == len(hashes), hashes
+
+
+def test_attention_memory_counts_t_squared_per_head_before_anything_is_allocated() -> None:
+    def spec(heads: int) -> dict[str, Any]:
+        return {
+            "format": "1.1",
+            "input_shape": [3, 64, 64],
+            "blocks": [{"layers": [{"type": "patch_embed", "patch": 1, "out": 64}, {"type": "attention", "heads": heads}]}],
+        }
+
+    # T = 4096 tokens: each head's score matrix is 4096^2 elements per sample, kept twice (logits, softmax)
+    one, eight = (trace_shapes(parse_spec(spec(h), SpecLimits(max_activation_bytes=2**62))) for h in (1, 8))
+    assert eight.activation_elements - one.activation_elements == 2 * 7 * 4096**2
+    with pytest.raises(SpecError) as caught:
+        parse_spec(spec(8))
+    assert "PREFLIGHT_SPEC_MAX_ACTIVATION_BYTES" in str(caught.value)
+
+
+def test_the_published_schema_knows_the_11_types() -> None:
+    schema = spec_json_schema()
+    text = str(schema)
+    for name in ("cell", "zero", "attention", "patch_embed", "pos_embed", "token_mean"):
+        assert f"'{name}'" in text
+    assert schema["$id"].endswith("v1.1.json")
+
+
+def test_the_nasbench201_network_is_a_valid_11_spec() -> None:
+    spec = parse_spec(nasbench201_spec([3] * 6))
+    assert spec.format == "1.1" and len(spec.blocks) == 1 + 15 + 2 + 1
