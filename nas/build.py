@@ -5,7 +5,8 @@ Parameter names follow the spec's structure: layer ``j`` of block ``i`` is modul
 and ``shortcut.k`` (``blocks.1.0.body.0.weight``). A ``scale`` layer keeps its factor as
 the buffer ``blocks.i.j.factor``. A cell's edge from node i to node j is ``edges.e{i}_{j}``
 (``blocks.0.0.edges.e0_3.1.weight``; parallel edges ``e0_3_1``...), an attention layer's
-projections ``q``, ``k``, ``v`` and ``o``, a ``pos_embed`` its tensor ``embedding``. These names
+projections ``q``, ``k``, ``v`` and ``o``, a ``patch_embed`` its conv ``proj``, a ``pos_embed`` its
+tensor ``embedding``. These names
 are the keys of ``scales``.
 """
 
@@ -166,12 +167,17 @@ class SelfAttention(nn.Module):
         return f"heads={self.heads}, causal={self.causal}"
 
 
-class PatchEmbed(nn.Conv2d):
-    """[N, C, H, W] to [N, T, out]: a conv with kernel = stride = patch, positions as tokens
-    (row-major). A conv, so the weighted-layer machinery (fans, init, scales) applies as is."""
+class PatchEmbed(nn.Module):
+    """[N, C, H, W] to [N, T, out]: ``proj``, a conv with kernel = stride = patch, then the
+    positions as tokens (row-major). The conv is a module of its own so that the weighted-layer
+    machinery (fans, init, scales, the engine's measurements) sees a plain conv on an image."""
+
+    def __init__(self, channels: int, out: int, patch: int, bias: bool) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(channels, out, patch, stride=patch, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return super().forward(x).flatten(2).transpose(1, 2)
+        return self.proj(x).flatten(2).transpose(1, 2)
 
 
 class PosEmbed(nn.Module):
@@ -356,8 +362,8 @@ def _module(layer: Layer, info: LayerInfo, infos: dict[str, LayerInfo], default_
             _init_weighted_(projection, layer.init or default_init)
         return attention
     if isinstance(layer, PatchEmbedLayer):
-        patch = PatchEmbed(x[0], layer.out, layer.patch, stride=layer.patch, bias=layer.bias)
-        _init_weighted_(patch, layer.init or default_init)
+        patch = PatchEmbed(x[0], layer.out, layer.patch, layer.bias)
+        _init_weighted_(patch.proj, layer.init or default_init)
         return patch
     if isinstance(layer, PosEmbedLayer):
         return PosEmbed(x, layer.std)

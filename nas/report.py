@@ -20,6 +20,7 @@ __all__ = [
     "Environment",
     "LayerReport",
     "TuningReport",
+    "UnitReport",
     "finite_or_none",
     "float_or_nan",
 ]
@@ -85,6 +86,18 @@ class ProbeReport(_Model):
     curves: dict[str, list[float | None]]  # per rate: the loss before each step, then the final
 
 
+class UnitReport(_Model):
+    """One AutoInit tuning unit and which model of J(u) the tuner used for it. ``one_step_rate``:
+    AutoInit's one-step rate (eq. 19, u <- u - r / 2) is exact here (positively homogeneous,
+    equal path depths); elsewhere ``elasticity`` is the d log J / du the tuner measured or
+    modelled instead (2 where the rate holds; None where nothing is tunable)."""
+
+    blocks: list[int]
+    model: Literal["homogeneous", "non_homogeneous", "residual_stream", "scale_free_cell", "untunable"]
+    one_step_rate: bool
+    elasticity: float | None
+
+
 class TuningReport(_Model):
     steps: int
     converged: bool
@@ -108,6 +121,11 @@ class TuningReport(_Model):
     # weighted layers whose Hessian figures were computed (the others are null); None: all
     hessian_measured: list[str] | None = None
     probe: ProbeReport | None = None  # None: the probe was off or could not run
+    units: list[UnitReport] = Field(default_factory=list)
+    # per attention layer: the second moment of its logits q k^T / sqrt(d_h) at the spec's init
+    # (after balancing) and after conditioning (worker.engine.attention sets it to 1)
+    attention_logits_before: dict[str, float | None] = Field(default_factory=dict)
+    attention_logits_after: dict[str, float | None] = Field(default_factory=dict)
 
 
 class Environment(_Model):

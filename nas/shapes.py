@@ -43,7 +43,8 @@ __all__ = ["ATTENTION_PROJECTIONS", "LayerInfo", "ShapeTrace", "cell_edge_module
 
 Shape = tuple[int, ...]
 
-# An attention layer's projections, as child modules of the layer (q, k, v: D -> D; o: the output)
+# An attention layer's projections, as child modules of the layer (q, k, v: D -> D; o: the output);
+# a patch embedding's conv is its child "proj"
 ATTENTION_PROJECTIONS = ("q", "k", "v", "o")
 # Nested residuals and cells deeper than this are almost certainly a malformed generator, and would
 # make every recursive walk (pydantic, this one, the builder) deep.
@@ -241,7 +242,11 @@ def _trace_layer(
             raise fail(f"patch={p} must divide the {h}x{w} input")
         tokens = (h // p) * (w // p)
         params = layer.out * c * p * p + (layer.out if layer.bias else 0)
-        return record((tokens, layer.out), params, tokens * layer.out * c * p * p, (c * p * p, layer.out * p * p))
+        y = record((tokens, layer.out))
+        conv = (layer.out, h // p, w // p)  # its conv, module "proj": a plain conv on the image
+        fans = (c * p * p, layer.out * p * p)
+        out.append(LayerInfo(f"{label}.proj", f"{module}.proj", "conv2d", block, x, conv, params, tokens * fans[0] * layer.out, *fans))
+        return y
 
     if isinstance(layer, PosEmbedLayer):
         if len(x) != 2:

@@ -163,7 +163,7 @@ def test_average_pool_padding_averages_only_real_inputs() -> None:
 def test_patch_embedding_is_a_strided_conv_with_row_major_tokens() -> None:
     spec = {"format": "1.1", "input_shape": [3, 8, 8], "blocks": [{"layers": [{"type": "patch_embed", "patch": 4, "out": 5}]}]}
     model = build_model(spec, seed=0)
-    conv = model.blocks[0][0]
+    conv = model.blocks[0][0].proj
     x = torch.randn(2, 3, 8, 8)
     tokens = model(x)
     assert tokens.shape == (2, 4, 5)

@@ -159,6 +159,8 @@ def per_sample_weight_grad_sq(module: nn.Module, x: Tensor, dy: Tensor) -> float
     gradient of a summed loss with respect to the layer's output: batch-size-1 semantics
     (scaling paper, section 2). For a linear layer the mean factorises exactly.
     """
+    if isinstance(module, nn.Linear) and x.dim() == 3:
+        return _sequence_linear_grad_sq(x, dy, module.weight.numel())
     if isinstance(module, nn.Linear):
         x64, dy64 = x.detach().double().flatten(1), dy.detach().double().flatten(1)
         return float((dy64.pow(2).mean(1) * x64.pow(2).mean(1)).mean())
@@ -182,6 +184,18 @@ def per_sample_weight_grad_sq(module: nn.Module, x: Tensor, dy: Tensor) -> float
         g = dy[start : start + chunk].detach().double().reshape(n, groups, -1, cols.shape[-1])
         per_sample = torch.einsum("bgop,bgkp->bgok", g, cols)  # [n, G, Og, Cg*kh*kw]
         total = total + per_sample.pow(2).sum()
+    return float(total / (batch * weight_elems))
+
+
+def _sequence_linear_grad_sq(x: Tensor, dy: Tensor, weight_elems: int) -> float:
+    """``E[dW_b^2]`` of a linear layer on [N, T, D]: ``dW_b = sum_t dy_bt x_bt^T``, summed over the
+    sample's tokens as a conv sums over positions (the mean no longer factorises)."""
+    batch = x.shape[0]
+    chunk = max(1, _CHUNK_ELEMENTS // max(weight_elems, 1))
+    total = torch.zeros((), dtype=torch.float64, device=x.device)
+    for start in range(0, batch, chunk):
+        xs, g = x[start : start + chunk].detach().double(), dy[start : start + chunk].detach().double()
+        total = total + torch.einsum("bto,bti->boi", g, xs).pow(2).sum()
     return float(total / (batch * weight_elems))
 
 

@@ -19,6 +19,7 @@ from nas.report import (
     LayerReport,
     ProbeReport,
     TuningReport,
+    UnitReport,
     finite_or_none,
 )
 from worker.engine.autoinit import AutoInitResult
@@ -158,7 +159,33 @@ def _tuning(
         invariant=tuned.invariant,
         balancing=balancing,
         autoinit=tuned.scales,
+        units=_units(tuned),
+        attention_logits_before={k: finite_or_none(v) for k, v in tuned.logits_before.items()},
+        attention_logits_after={k: finite_or_none(v) for k, v in tuned.logits_after.items()},
     )
+
+
+def _units(tuned: AutoInitResult) -> list[UnitReport]:
+    """Which model of J(u) the tuner used per unit (``worker.engine.structure``): the one-step rate
+    only where it is exact; elsewhere the elasticity it measured (secants) or modelled (streams)."""
+    out = []
+    for i, unit in enumerate(tuned.units):
+        if not unit.tunable:
+            model = "untunable"
+        elif unit.stream:
+            model = "residual_stream" if unit.stream_floor else "scale_free_cell"
+        else:
+            model = "homogeneous" if unit.exact else "non_homogeneous"
+        elasticity = tuned.elasticities[i] if unit.tunable and i < len(tuned.elasticities) else None
+        out.append(
+            UnitReport(
+                blocks=list(unit.blocks),
+                model=model,
+                one_step_rate=unit.tunable and unit.exact and not unit.stream,
+                elasticity=finite_or_none(elasticity),
+            )
+        )
+    return out
 
 
 def _versions() -> dict[str, str]:

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from nas.build import PreflightNet
+from worker.engine.attention import attention_temperatures, logit_variances
 from worker.engine.budget import FORWARD_COST, profile_cost
 from worker.engine.jacobian import JacobianProfile, block_jacobians
 from worker.engine.structure import TuningUnit, analyse
@@ -71,6 +72,9 @@ class AutoInitResult:
     residuals: list[float] = field(default_factory=list)  # per unit, after tuning
     log_rho_k: list[float] = field(default_factory=list)  # per unit: pooling's measured effect on K
     cost: float = 0.0  # training steps, counted (worker.engine.budget's cost model)
+    elasticities: list[float] = field(default_factory=list)  # per unit: d log J / du at the end
+    logits_before: dict[str, float] = field(default_factory=dict)  # attention logit second moments
+    logits_after: dict[str, float] = field(default_factory=dict)
 
 
 @contextmanager
@@ -152,6 +156,10 @@ class _Tuner:
         self.n_vectors, self.tol, self.generator = n_vectors, tolerance, generator
         self.log_target_k = 2.0 * math.log(output_std) if output_std is not None else None
         self.base = dict(model.named_parameters()) | dict(model.named_buffers())
+        # attention temperatures (worker.engine.attention): fixed multipliers of the query and key
+        # projections, found once before tuning; the units' compensating gains keep them valid
+        self.logits_before = logit_variances(model, x)
+        self.fixed = attention_temperatures(model, x, variances=self.logits_before)
         self.u = [0.0] * len(units)
         self.e_j = [2.0] * len(units)
         self.e_k = [2.0] * len(units)
@@ -159,12 +167,16 @@ class _Tuner:
         # shortcut only lowers it, so u - r/2 undershoots); half steps where curvature couples units
         self.damping = [1.0 if unit.homogeneous else 0.5 for unit in units]
         self.frozen = [not unit.tunable for unit in units]
+        # residual-stream units (stream_model): branch share of K_out, d log J / d log K_in
+        self.branch = [0.0] * len(units)
+        self.k_slope = [0.0] * len(units)
         self.learn = False  # secants along a Jacobi trajectory mix in the other units' moves
         # noise floor of the stopping rule: the largest of n_units Gaussian errors (z standard
         # errors) of a residual that is itself the difference of two noisy estimates (sqrt 2)
         self.z = max(2.0, math.sqrt(2.0 * math.log(2.0 * len(units))))
         self.max_vectors = 16 * n_vectors
-        self.cost = FORWARD_COST  # training steps counted (worker.engine.budget): the pooling forward
+        # training steps counted (worker.engine.budget): the pooling forward, and the temperatures' one
+        self.cost = FORWARD_COST * (2 if self.logits_before else 1)
         self.log_rho_k = self.pooling_kernel_ratios()
 
     # -- measuring ---------------------------------------------------------------------
@@ -197,11 +209,11 @@ class _Tuner:
         return out
 
     def params(self) -> dict[str, Tensor]:
-        out = {}
+        out = {name: self.base[name] * factor for name, factor in self.fixed.items()}
         for unit, u in zip(self.units, self.u, strict=True):
             for gain in unit.gains:
                 for name in gain.tensors:
-                    out[name] = self.base[name] * math.exp(gain.fraction * u)
+                    out[name] = out.get(name, self.base[name]) * math.exp(gain.fraction * u)
         return out
 
     def measure(self) -> JacobianProfile:
@@ -218,10 +230,23 @@ class _Tuner:
             first, last = unit.blocks[0], unit.blocks[-1]
             r_j.append(sum(log_j[b] for b in unit.blocks) - unit.log_rho)
             r_k.append(log_k[last + 1] - log_k[first] - self.log_rho_k[len(r_k)])
+            if unit.stream:
+                self.stream_model(len(r_k) - 1, sum(log_j[b] for b in unit.blocks), log_k[last + 1] - log_k[first])
             noise.append(self.z * math.sqrt(2.0 * sum(se[b] ** 2 for b in unit.blocks)))
         if self.log_target_k is not None:
             r_k[-1] = log_k[-1] - self.log_target_k  # the output unit: second moment to target
         return r_j, r_k, noise
+
+    def stream_model(self, i: int, log_j: float, log_k_ratio: float) -> None:
+        """A unit whose branch ignores its input's scale (``TuningUnit.stream``): J = A + b e^(c u) / K_in
+        and K_out = A K_in + b' e^(c u), so d log J / du = c (J - A) / J, d log J / d log K_in =
+        -(J - A) / J, and the branch's share of K_out is p = 1 - A K_in / K_out (all measured)."""
+        floor = self.units[i].stream_floor
+        share = min(1.0, max(0.0, 1.0 - floor * math.exp(-log_j)))  # (J - A) / J
+        self.branch[i] = min(1.0, max(0.0, 1.0 - floor * math.exp(-log_k_ratio)))  # p
+        self.e_j[i] = min(_E_MAX, max(_E_MIN, self.units[i].stream * share))
+        self.e_k[i] = min(_E_MAX, max(_E_MIN, self.units[i].stream * self.branch[i]))
+        self.k_slope[i] = -share
 
     def loss_value(self, r_j: list[float], r_k: list[float]) -> float:
         head = self.log_target_k is not None
@@ -250,12 +275,19 @@ class _Tuner:
 
     def step_all(self, r_j: list[float], r_k: list[float]) -> list[float]:
         deltas = []
-        for i in range(len(self.units)):
+        coupled = any(unit.stream for unit in self.units)
+        dk = 0.0  # predicted change of log K at the current unit's input (stream units only)
+        for i, unit in enumerate(self.units):
             if self.frozen[i]:
                 deltas.append(0.0)
-                continue
-            step = self.damping[i] * self.proposal(i, r_j[i], r_k[i])
-            deltas.append(max(-_MAX_STEP, min(_MAX_STEP, step)))
+            else:
+                rj, rk = r_j[i], r_k[i]
+                if unit.stream:  # what the upstream steps will do to this unit, then its own step
+                    rj, rk = rj + self.k_slope[i] * dk, rk - self.branch[i] * dk
+                step = self.damping[i] * self.proposal(i, rj, rk)
+                deltas.append(max(-_MAX_STEP, min(_MAX_STEP, step)))
+            if coupled:
+                dk = self.propagate(i, dk, deltas[-1])
         if self.log_target_k is not None and not self.frozen[-1]:
             # the output's second moment also moves with every earlier unit's gain (exactly
             # so for homogeneous nets) until a normalization resets the scale
@@ -270,13 +302,22 @@ class _Tuner:
             self.u[i] += d
         return deltas
 
+    def propagate(self, i: int, dk: float, delta: float) -> float:
+        """Predicted change of log K at the output of unit i, from its input's and its own step:
+        a stream unit passes (1 - p) of its input's and adds c p delta; a unit that normalizes
+        restarts the scale; any other passes its input's and adds its K elasticity times delta."""
+        unit = self.units[i]
+        if unit.stream:
+            return (1.0 - self.branch[i]) * dk + unit.stream * self.branch[i] * delta
+        return (0.0 if unit.resets_scale else dk) + self.e_k[i] * delta
+
     def learn_elasticities(
         self, deltas: list[float], old: tuple[list[float], list[float]], new: tuple[list[float], list[float]]
     ) -> None:
         """Secant estimates for units that are not exactly homogeneous; a unit whose J does
         not respond to its gain at all is frozen (it cannot be tuned)."""
         for i, d in enumerate(deltas):
-            if abs(d) < 0.05 or self.units[i].exact:
+            if abs(d) < 0.05 or self.units[i].exact or self.units[i].stream:
                 continue
             if self.learn and not self.units[i].exact:
                 for slopes, o, n in ((self.e_j, old[0], new[0]), (self.e_k, old[1], new[1])):
@@ -389,14 +430,14 @@ class _Tuner:
         message: str,
     ) -> AutoInitResult:
         r_j, r_k, _ = self.residuals(after) if after.finite else ([math.nan] * len(self.units), [], [])
-        scales: dict[str, float] = {}
+        scales: dict[str, float] = dict(self.fixed)
         invariant: list[str] = []
         for unit, u in zip(self.units, self.u, strict=True):
             for gain in unit.gains:
                 if gain.invariant:
                     invariant.append(gain.module)
                 for name in gain.tensors:
-                    scales[name] = math.exp(gain.fraction * u)
+                    scales[name] = scales.get(name, 1.0) * math.exp(gain.fraction * u)
         return AutoInitResult(
             scales=scales,
             log_gains=list(self.u),
@@ -412,4 +453,14 @@ class _Tuner:
             invariant=invariant,
             residuals=r_j,
             log_rho_k=list(self.log_rho_k),
+            elasticities=list(self.e_j),
+            logits_before=self.logits_before,
+            logits_after=self.logits_after(),
         )
+
+    def logits_after(self) -> dict[str, float]:
+        """The attention logits' second moments at the final multipliers (one counted forward)."""
+        if not self.logits_before:
+            return {}
+        self.cost += FORWARD_COST
+        return logit_variances(self.model, self.x, self.params())

@@ -55,9 +55,12 @@ _RELATIVE_RANK_TOL = 1e-10
 
 
 def input_statistics(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-feature (dense ``[N, n]``) or per-channel (conv ``[N, C, H, W]``, eq. 21-22) mean and
-    biased variance of a layer input, in float64."""
+    """Per-feature (dense ``[N, n]``; a sequence ``[N, T, n]`` pools its tokens with the samples)
+    or per-channel (conv ``[N, C, H, W]``, eq. 21-22) mean and biased variance of a layer input,
+    in float64."""
     x64 = x.detach().double()
+    if x64.dim() == 3:
+        x64 = x64.reshape(-1, x64.shape[-1])
     dims = (0,) if x64.dim() == 2 else (0, 2, 3)
     mean = x64.mean(dim=dims)
     var = (x64 - mean.reshape(1, -1, *([1] * (x64.dim() - 2)))).pow(2).mean(dim=dims)

@@ -98,7 +98,7 @@ def run_diagnostics(
                 if not run(diag, model, x, y, opts, generator, left):
                     continue
             except Exception as exc:  # one broken diagnostic must not sink the report
-                log.warning("%s diagnostics failed: %s", name, exc)
+                log.warning("%s diagnostics failed: %s", name, exc, exc_info=True)
                 diag.notes.append(f"{name} diagnostics failed: {exc}")
                 continue
             diag.ran.append(name)

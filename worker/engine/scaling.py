@@ -142,6 +142,10 @@ def _layer_figures(
     weight = module.weight
     bias = module.bias
     batch = x.shape[0]
+    dw_sq = per_sample_weight_grad_sq(module, x, dy) if batch else math.nan
+    if isinstance(module, torch.nn.Linear) and x.dim() == 3:
+        # a linear layer on a sequence [N, T, D] is a 1x1 conv over T positions: channels first
+        x, y, dx, dy = (t.transpose(1, 2) for t in (x, y, dx, dy))
     z = y if bias is None else y - bias.reshape(1, -1, *([1] * (y.dim() - 2)))
     k2 = receptive_field(weight)
     in_elems = x[0].numel()  # n_l rho_l^2
@@ -153,7 +157,6 @@ def _layer_figures(
         _mean_sq(dy),
         _mean_sq(weight),
     )
-    dw_sq = per_sample_weight_grad_sq(module, x, dy) if batch else math.nan
     varsigma = in_elems * dx_sq * x_sq
     return LayerScaling(
         name=name,
