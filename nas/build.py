@@ -177,7 +177,8 @@ class PatchEmbed(nn.Module):
         self.proj = nn.Conv2d(channels, out, patch, stride=patch, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.proj(x).flatten(2).transpose(1, 2)
+        out: Tensor = self.proj(x)
+        return out.flatten(2).transpose(1, 2)
 
 
 class PosEmbed(nn.Module):

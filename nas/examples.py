@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["EXAMPLES", "EXAMPLE_CNN", "EXAMPLE_MLP", "EXAMPLE_RESNET"]
+from nas.space.nasbench201 import nasbench201_spec
+from nas.space.vit import vit_spec
+
+__all__ = ["EXAMPLES", "EXAMPLE_CNN", "EXAMPLE_MLP", "EXAMPLE_NASBENCH201", "EXAMPLE_RESNET", "EXAMPLE_VIT"]
 
 # The format's own example: an MLP with one residual block.
 EXAMPLE_MLP: dict[str, Any] = {
@@ -67,4 +70,19 @@ EXAMPLE_RESNET: dict[str, Any] = {
     ],
 }
 
-EXAMPLES: dict[str, dict[str, Any]] = {"mlp": EXAMPLE_MLP, "cnn": EXAMPLE_CNN, "resnet": EXAMPLE_RESNET}
+# Format 1.1: a small pre-LN vision transformer on 1x28x28 images (patches of 7: 16 tokens), and a
+# NAS-Bench-201 network (the benchmark's best CIFAR-10 cell, in its skeleton at 8 channels, 2 cells per stage).
+EXAMPLE_VIT: dict[str, Any] = {"name": "vit-tiny-28", **vit_spec(depth=4, width=64, heads=4, mlp_ratio=2.0, patch=7)}
+EXAMPLE_NASBENCH201: dict[str, Any] = nasbench201_spec(
+    "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_3x3~1|nor_conv_3x3~2|",
+    channels=8,
+    cells_per_stage=2,
+)
+
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "mlp": EXAMPLE_MLP,
+    "cnn": EXAMPLE_CNN,
+    "resnet": EXAMPLE_RESNET,
+    "vit": EXAMPLE_VIT,
+    "nasbench201": EXAMPLE_NASBENCH201,
+}

@@ -108,7 +108,10 @@ def cell_edge_modules(cell: CellLayer, default_init: Init) -> list[str]:
     with ``_1``, ``_2``... for parallel edges, numbered in a canonical order of their ops, so that
     the names (the keys of ``scales``) do not depend on the order the edges are listed in, as the
     canonical hash does not."""
-    keys = [(e.source, e.to, json.dumps([canonical_layer(op, default_init) for op in e.op], sort_keys=True)) for e in cell.edges]
+    keys = [
+        (e.source, e.to, json.dumps([canonical_layer(op, default_init) for op in e.op], sort_keys=True))
+        for e in cell.edges
+    ]
     names: list[str] = [""] * len(keys)
     seen: dict[tuple[int, int], int] = {}
     for i in sorted(range(len(keys)), key=lambda i: keys[i]):
@@ -228,9 +231,25 @@ def _trace_layer(
         if d % layer.heads:
             raise fail(f"heads={layer.heads} must divide the width D={d}")
         bias = d if layer.bias else 0
-        out.append(LayerInfo(label, module, layer.type, block, x, x, 0, 2 * t * t * d, None, None, 3 * t * d + 2 * layer.heads * t * t))
+        out.append(
+            LayerInfo(
+                label,
+                module,
+                layer.type,
+                block,
+                x,
+                x,
+                0,
+                2 * t * t * d,
+                None,
+                None,
+                3 * t * d + 2 * layer.heads * t * t,
+            )
+        )
         for name in ATTENTION_PROJECTIONS:  # q, k, v, o: linear D -> D on every token
-            out.append(LayerInfo(f"{label}.{name}", f"{module}.{name}", "linear", block, x, x, d * d + bias, t * d * d, d, d))
+            out.append(
+                LayerInfo(f"{label}.{name}", f"{module}.{name}", "linear", block, x, x, d * d + bias, t * d * d, d, d)
+            )
         return x
 
     if isinstance(layer, PatchEmbedLayer):
@@ -245,7 +264,11 @@ def _trace_layer(
         y = record((tokens, layer.out))
         conv = (layer.out, h // p, w // p)  # its conv, module "proj": a plain conv on the image
         fans = (c * p * p, layer.out * p * p)
-        out.append(LayerInfo(f"{label}.proj", f"{module}.proj", "conv2d", block, x, conv, params, tokens * fans[0] * layer.out, *fans))
+        out.append(
+            LayerInfo(
+                f"{label}.proj", f"{module}.proj", "conv2d", block, x, conv, params, tokens * fans[0] * layer.out, *fans
+            )
+        )
         return y
 
     if isinstance(layer, PosEmbedLayer):
@@ -277,7 +300,9 @@ def _trace_layer(
         index = len(out)
         out.append(LayerInfo(label, module, layer.type, block, x, x, 0, 0, None, None))  # placeholder
         body = _trace_sequence(layer.body, x, f"{label}.body", f"{module}.body", block, out, depth + 1, ctx)
-        short = _trace_sequence(layer.shortcut, x, f"{label}.shortcut", f"{module}.shortcut", block, out, depth + 1, ctx)
+        short = _trace_sequence(
+            layer.shortcut, x, f"{label}.shortcut", f"{module}.shortcut", block, out, depth + 1, ctx
+        )
         if body != short:
             raise fail(f"body gives {list(body)} but shortcut gives {list(short)}; both paths must give the same shape")
         out[index] = LayerInfo(label, module, layer.type, block, x, body, 0, 0, None, None)

@@ -93,9 +93,7 @@ def nasbench201_arch_string(ops: Sequence[int | str]) -> str:
 def nasbench201_cell(ops: Sequence[int | str] | str, channels: int) -> Layer:
     """One cell as a v1.1 ``cell`` layer, from 6 op indices (or names, or an architecture string)."""
     names = _op_names(ops)
-    edges = [
-        {"from": s, "to": t, "op": _op(name, channels)} for (s, t), name in zip(NB201_EDGES, names, strict=True)
-    ]
+    edges = [{"from": s, "to": t, "op": _op(name, channels)} for (s, t), name in zip(NB201_EDGES, names, strict=True)]
     return {"type": "cell", "nodes": 4, "edges": edges}
 
 

@@ -66,7 +66,12 @@ def test_pre_ln_transformer_block_matches_torch_transformer_encoder_layer() -> N
             norm.weight.normal_(1.0, 0.1)
             norm.bias.normal_(0.0, 0.1)
         _copy_attention(attention, reference.self_attn)
-        for mine, theirs in ((norm1, reference.norm1), (norm2, reference.norm2), (linear1, reference.linear1), (linear2, reference.linear2)):
+        for mine, theirs in (
+            (norm1, reference.norm1),
+            (norm2, reference.norm2),
+            (linear1, reference.linear1),
+            (linear2, reference.linear2),
+        ):
             theirs.weight.copy_(mine.weight)
             theirs.bias.copy_(mine.bias)
     reference.eval()
@@ -93,7 +98,11 @@ def _parameters(spec: dict[str, Any]) -> int:
 
 def test_parameter_counts_of_reference_cells_match_hand_derivations() -> None:
     def one_cell(ops: list[str], channels: int = 16) -> int:
-        spec = {"format": "1.1", "input_shape": [channels, 8, 8], "blocks": [{"layers": [nasbench201_cell(ops, channels)]}]}
+        spec = {
+            "format": "1.1",
+            "input_shape": [channels, 8, 8],
+            "blocks": [{"layers": [nasbench201_cell(ops, channels)]}],
+        }
         return _parameters(spec)
 
     # ReLU-conv(k, no bias)-BN on C channels: C*C*k^2 weights and 2C BatchNorm affine
@@ -107,9 +116,16 @@ def test_parameter_count_of_the_nasbench201_skeleton_matches_a_hand_derivation()
     cell = lambda w: 6 * (w * w * 9 + 2 * w)  # noqa: E731  every edge a 3x3 ReLU-conv-BN
     reduction = lambda a, b: a * b * 9 + 2 * b + b * b * 9 + 2 * b + a * b  # noqa: E731  two convs + 1x1 shortcut
     expected = (
-        3 * c * 9 + 2 * c  # stem conv and BN
-        + 5 * cell(c) + reduction(c, 2 * c) + 5 * cell(2 * c) + reduction(2 * c, 4 * c) + 5 * cell(4 * c)
-        + 2 * 4 * c + 4 * c * 10 + 10  # head BN and linear
+        3 * c * 9
+        + 2 * c  # stem conv and BN
+        + 5 * cell(c)
+        + reduction(c, 2 * c)
+        + 5 * cell(2 * c)
+        + reduction(2 * c, 4 * c)
+        + 5 * cell(4 * c)
+        + 2 * 4 * c
+        + 4 * c * 10
+        + 10  # head BN and linear
     )
     assert expected == 1_531_546  # NAS-Bench-201's largest CIFAR-10 network, 1.53 M parameters
     assert _parameters(nasbench201_spec(["nor_conv_3x3"] * 6)) == expected
@@ -120,7 +136,9 @@ def test_parameter_count_of_vit_tiny_matches_a_hand_derivation() -> None:
     per_block = 2 * (2 * d) + 4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d)  # two LNs, attention, MLP
     expected = (3 * 16 * 16 * d + d) + tokens * d + depth * per_block + 2 * d + (d * classes + classes)
     assert expected == 5_717_032  # timm's vit_tiny_patch16_224 is 5,717,416: + a class token and its position
-    spec = vit_spec(depth=depth, width=d, heads=3, mlp_ratio=4.0, patch=16, input_shape=(3, 224, 224), n_classes=classes)
+    spec = vit_spec(
+        depth=depth, width=d, heads=3, mlp_ratio=4.0, patch=16, input_shape=(3, 224, 224), n_classes=classes
+    )
     from nas.shapes import trace_shapes
     from nas.spec import ArchitectureSpec
 
@@ -128,8 +146,16 @@ def test_parameter_count_of_vit_tiny_matches_a_hand_derivation() -> None:
 
 
 def test_a_cells_names_and_weights_do_not_depend_on_the_edge_listing() -> None:
-    spec = nasbench201_spec(["nor_conv_3x3", "nor_conv_1x1", "avg_pool_3x3", "skip_connect", "nor_conv_3x3", "none"], channels=4, cells_per_stage=1)
-    shuffled = nasbench201_spec(["nor_conv_3x3", "nor_conv_1x1", "avg_pool_3x3", "skip_connect", "nor_conv_3x3", "none"], channels=4, cells_per_stage=1)
+    spec = nasbench201_spec(
+        ["nor_conv_3x3", "nor_conv_1x1", "avg_pool_3x3", "skip_connect", "nor_conv_3x3", "none"],
+        channels=4,
+        cells_per_stage=1,
+    )
+    shuffled = nasbench201_spec(
+        ["nor_conv_3x3", "nor_conv_1x1", "avg_pool_3x3", "skip_connect", "nor_conv_3x3", "none"],
+        channels=4,
+        cells_per_stage=1,
+    )
     for block in shuffled["blocks"]:
         for layer in block["layers"]:
             if layer["type"] == "cell":
@@ -144,7 +170,11 @@ def test_a_cells_names_and_weights_do_not_depend_on_the_edge_listing() -> None:
 
 def test_parallel_edges_sum_and_concat_stacks_nodes() -> None:
     edges = [{"from": 0, "to": 1}, {"from": 0, "to": 1}, {"from": 1, "to": 2, "op": [{"type": "scale", "factor": 3.0}]}]
-    spec = {"format": "1.1", "input_shape": [2, 4, 4], "blocks": [{"layers": [{"type": "cell", "nodes": 3, "edges": edges}]}]}
+    spec = {
+        "format": "1.1",
+        "input_shape": [2, 4, 4],
+        "blocks": [{"layers": [{"type": "cell", "nodes": 3, "edges": edges}]}],
+    }
     x = torch.randn(3, 2, 4, 4)
     torch.testing.assert_close(build_model(spec)(x), 6 * x)
     spec["blocks"][0]["layers"][0]["output"] = "concat"
@@ -161,7 +191,11 @@ def test_average_pool_padding_averages_only_real_inputs() -> None:
 
 
 def test_patch_embedding_is_a_strided_conv_with_row_major_tokens() -> None:
-    spec = {"format": "1.1", "input_shape": [3, 8, 8], "blocks": [{"layers": [{"type": "patch_embed", "patch": 4, "out": 5}]}]}
+    spec = {
+        "format": "1.1",
+        "input_shape": [3, 8, 8],
+        "blocks": [{"layers": [{"type": "patch_embed", "patch": 4, "out": 5}]}],
+    }
     model = build_model(spec, seed=0)
     conv = model.blocks[0][0].proj
     x = torch.randn(2, 3, 8, 8)

@@ -40,7 +40,9 @@ def test_arch_strings_round_trip_through_op_indices() -> None:
     assert spec_hash(parse_spec(nasbench201_spec(BEST))) == spec_hash(parse_spec(nasbench201_spec(indices)))
 
 
-@pytest.mark.parametrize("bad", ["|conv~0|+|none~0|none~1|+|none~0|none~1|none~2|", "|none~1|", [0, 1, 2], [0] * 5 + [7]])
+@pytest.mark.parametrize(
+    "bad", ["|conv~0|+|none~0|none~1|+|none~0|none~1|none~2|", "|none~1|", [0, 1, 2], [0] * 5 + [7]]
+)
 def test_malformed_cells_are_refused(bad: object) -> None:
     with pytest.raises(ValueError):
         nasbench201_spec(bad)  # type: ignore[arg-type]

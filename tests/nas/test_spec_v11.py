@@ -215,7 +215,16 @@ def _changed(change: str) -> dict[str, Any]:
     return spec
 
 
-CHANGES = ["op on an edge", "edge source", "edge dropped", "parallel edge added", "output", "nodes", "conv kernel", "init"]
+CHANGES = [
+    "op on an edge",
+    "edge source",
+    "edge dropped",
+    "parallel edge added",
+    "output",
+    "nodes",
+    "conv kernel",
+    "init",
+]
 
 
 def test_every_change_of_a_cells_meaning_changes_its_hash() -> None:
@@ -253,7 +262,9 @@ def test_attention_memory_counts_t_squared_per_head_before_anything_is_allocated
         return {
             "format": "1.1",
             "input_shape": [3, 64, 64],
-            "blocks": [{"layers": [{"type": "patch_embed", "patch": 1, "out": 64}, {"type": "attention", "heads": heads}]}],
+            "blocks": [
+                {"layers": [{"type": "patch_embed", "patch": 1, "out": 64}, {"type": "attention", "heads": heads}]}
+            ],
         }
 
     # T = 4096 tokens: each head's score matrix is 4096^2 elements per sample, kept twice (logits, softmax)

@@ -17,7 +17,12 @@ from nas.testing import FAST_OPTIONS
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-CELL_NET = nasbench201_spec(["nor_conv_3x3", "skip_connect", "none", "avg_pool_3x3", "nor_conv_1x1", "nor_conv_3x3"], channels=4, cells_per_stage=1, input_shape=(3, 16, 16))
+CELL_NET = nasbench201_spec(
+    ["nor_conv_3x3", "skip_connect", "none", "avg_pool_3x3", "nor_conv_1x1", "nor_conv_3x3"],
+    channels=4,
+    cells_per_stage=1,
+    input_shape=(3, 16, 16),
+)
 VIT = vit_spec(depth=2, width=32, heads=4, patch=7)
 
 
@@ -41,7 +46,11 @@ def test_a_10_spec_using_a_11_type_is_refused_with_the_version_named(client: Pre
     assert "format 1.1" in caught.value.detail
 
 
-@pytest.mark.parametrize("space", [NASBench201Space(channels=4, cells_per_stage=1, input_shape=(3, 16, 16)), ViTSpace(depth=(1, 2), widths=(32,))], ids=["nasbench201", "vit"])
+@pytest.mark.parametrize(
+    "space",
+    [NASBench201Space(channels=4, cells_per_stage=1, input_shape=(3, 16, 16)), ViTSpace(depth=(1, 2), widths=(32,))],
+    ids=["nasbench201", "vit"],
+)
 def test_the_gate_checks_11_search_spaces(client: PreflightClient, space: object) -> None:
     gate = ConditioningGate(client, options=FAST_OPTIONS, timeout=300)
     checked = []

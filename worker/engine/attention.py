@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -37,7 +38,7 @@ def logit_variances(model: PreflightNet, x: Tensor, params: Mapping[str, Tensor]
     names = [name for name, m in model.named_modules() if isinstance(m, SelfAttention)]
     if not names:
         return {}
-    modules = [model.get_submodule(name) for name in names]
+    modules = [cast(SelfAttention, model.get_submodule(name)) for name in names]
     projections = [m for attention in modules for m in (attention.q, attention.k)]
     with capture(projections) as records:
         if params:

@@ -232,15 +232,17 @@ class _Path:
     gains: list[_Found]
 
 
-def _sequence(
-    layers: list[Layer], prefix: str, names: set[str], init: Init, flags: list[bool] | None = None
-) -> _Path:
+def _sequence(layers: list[Layer], prefix: str, names: set[str], init: Init, flags: list[bool] | None = None) -> _Path:
     path = _Path(0.0, False, [])
     flags = _invariant_flags(layers) if flags is None else flags
     for k, (layer, invariant) in enumerate(zip(layers, flags, strict=True)):
         module = f"{prefix}.{k}"
         if isinstance(layer, (ResidualLayer, CellLayer)):
-            sub = _residual(layer, module, names, init) if isinstance(layer, ResidualLayer) else _cell(layer, module, names, init)
+            sub = (
+                _residual(layer, module, names, init)
+                if isinstance(layer, ResidualLayer)
+                else _cell(layer, module, names, init)
+            )
             path.depth += sub.depth
             path.unequal |= sub.unequal
             path.gains.extend(sub.gains)
@@ -283,7 +285,10 @@ def _reweighted(path: _Path, depth: float) -> list[_Found]:
 def _residual(layer: ResidualLayer, module: str, names: set[str], init: Init) -> _Path:
     """Depth of a residual layer (the max of its paths' depths) and its gains, weighted so
     that every path sums to that depth: a projection shortcut scales with the body."""
-    paths = [_sequence(layer.body, f"{module}.body", names, init), _sequence(layer.shortcut, f"{module}.shortcut", names, init)]
+    paths = [
+        _sequence(layer.body, f"{module}.body", names, init),
+        _sequence(layer.shortcut, f"{module}.shortcut", names, init),
+    ]
     top = max(p.depth for p in paths)
     unequal = any(p.unequal for p in paths) or paths[0].depth != paths[1].depth
     return _Path(float(round(top)), unequal and top > 0, [g for p in paths for g in _reweighted(p, top)])

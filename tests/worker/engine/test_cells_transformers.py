@@ -89,7 +89,11 @@ def test_the_query_key_compensation_holds_the_logits_while_the_branch_gain_moves
 
 
 def _cell_model(edges: list[dict[str, Any]], nodes: int = 4) -> nas.PreflightNet:
-    spec = {"format": "1.1", "input_shape": [4, 6, 6], "blocks": [{"layers": [{"type": "cell", "nodes": nodes, "edges": edges}]}]}
+    spec = {
+        "format": "1.1",
+        "input_shape": [4, 6, 6],
+        "blocks": [{"layers": [{"type": "cell", "nodes": nodes, "edges": edges}]}],
+    }
     return nas.build_model(spec, seed=0)
 
 
@@ -117,7 +121,11 @@ def test_parallel_edges_share_the_log_gain_by_route_potential(one_thread: None) 
     # routes 0->1->2 (two BN gains) and 0->2 (one): the short edge carries both units of the log-gain,
     # so every route from input to output scales alike and J follows exp(2u) exactly
     model = _cell_model(
-        [{"from": 0, "to": 1, "op": _conv_bn()}, {"from": 1, "to": 2, "op": _conv_bn()}, {"from": 0, "to": 2, "op": _conv_bn()}],
+        [
+            {"from": 0, "to": 1, "op": _conv_bn()},
+            {"from": 1, "to": 2, "op": _conv_bn()},
+            {"from": 0, "to": 2, "op": _conv_bn()},
+        ],
         nodes=3,
     )
     (unit,) = analyse(model)
@@ -149,7 +157,10 @@ def test_per_sample_weight_gradients_of_a_linear_on_a_sequence_sum_over_its_toke
     ("spec", "models"),
     [
         (vit_spec(depth=2, width=32, heads=4, patch=7), {"homogeneous", "residual_stream"}),
-        (nasbench201_spec(["nor_conv_3x3"] * 6, channels=4, cells_per_stage=1, input_shape=(3, 8, 8)), {"scale_free_cell"}),
+        (
+            nasbench201_spec(["nor_conv_3x3"] * 6, channels=4, cells_per_stage=1, input_shape=(3, 8, 8)),
+            {"scale_free_cell"},
+        ),
     ],
 )
 def test_the_report_says_which_model_of_j_each_unit_was_tuned_with(
