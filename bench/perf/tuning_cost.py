@@ -2,7 +2,8 @@
 
     python -m bench.perf.tuning_cost [--device auto|cpu|cuda] [--batch N] [--repeats N] [--quick]
 
-For an MLP, a VGG-style CNN and a residual net of realistic size, at the same batch:
+For an MLP, a VGG-style CNN and a residual net of realistic size, and (``--models
+nasbench201,vit_tiny``) a NAS-Bench-201 network and ViT-tiny (format 1.1), at the same batch:
 
 * time of one AutoInit tuning step (one forward with detached block boundaries and the
   batched vector-Jacobian products of ``N_v = 2`` vectors, through the functional twin)
@@ -97,10 +98,28 @@ def resnet_spec() -> dict[str, Any]:
     return {"name": "resnet14-cifar", "input_shape": [3, 32, 32], "blocks": blocks}
 
 
+def nasbench201_spec_best() -> dict[str, Any]:
+    """NAS-Bench-201's best CIFAR-10 cell in the benchmark's skeleton: 16 channels, 5 cells per stage."""
+    from nas.space import nasbench201_spec
+
+    best = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_3x3~1|nor_conv_3x3~2|"
+    return nasbench201_spec(best, channels=16, cells_per_stage=5)
+
+
+def vit_tiny_spec() -> dict[str, Any]:
+    """ViT-tiny's body (width 192, 12 pre-LN blocks, 3 heads, MLP ratio 4) on 3x32x32 images in patches
+    of 4 (64 tokens); at 224x224 its attention maps exceed the default activation limit."""
+    from nas.space import vit_spec
+
+    return {"name": "vit-tiny-32", **vit_spec(12, 192, 3, 4.0, 4, (3, 32, 32), 10)}
+
+
 SPECS: dict[str, Callable[[], dict[str, Any]]] = {
     "mlp": mlp_spec,
     "vgg": vgg_spec,
     "resnet": resnet_spec,
+    "nasbench201": nasbench201_spec_best,
+    "vit_tiny": vit_tiny_spec,
 }
 
 
