@@ -61,4 +61,6 @@ def test_every_example_prints_a_spec_that_builds_and_runs(name: str, capsys: pyt
 def test_an_unknown_example_is_refused_with_the_names_there_are(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["example", "transformer"])
-    assert exit_.value.code == 2 and "choose from 'cnn', 'mlp', 'nasbench201', 'resnet', 'vit'" in capsys.readouterr().err
+    assert (
+        exit_.value.code == 2 and "choose from 'cnn', 'mlp', 'nasbench201', 'resnet', 'vit'" in capsys.readouterr().err
+    )

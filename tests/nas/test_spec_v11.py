@@ -286,3 +286,18 @@ def test_the_published_schema_knows_the_11_types() -> None:
 def test_the_nasbench201_network_is_a_valid_11_spec() -> None:
     spec = parse_spec(nasbench201_spec([3] * 6))
     assert spec.format == "1.1" and len(spec.blocks) == 1 + 15 + 2 + 1
+
+
+def test_every_example_and_space_validates_against_the_published_schema() -> None:
+    import jsonschema
+
+    from nas.examples import EXAMPLES
+
+    validator = jsonschema.Draft202012Validator(spec_json_schema())
+    specs = [*EXAMPLES.values(), nasbench201_spec([3, 1, 0, 4, 2, 3]), vit_spec(depth=2, width=32, heads=4)]
+    for spec in specs:
+        validator.validate(spec)
+    bad = vit_spec(depth=1, width=32, heads=4)
+    bad["blocks"][1]["layers"][0]["body"][1]["heads"] = "4"
+    assert not validator.is_valid(bad)
+    assert not validator.is_valid({**_cell_spec(EDGES), "format": "1.2"})
