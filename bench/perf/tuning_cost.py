@@ -103,7 +103,7 @@ def nasbench201_spec_best() -> dict[str, Any]:
     from nas.space import nasbench201_spec
 
     best = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_3x3~1|nor_conv_3x3~2|"
-    return nasbench201_spec(best, channels=16, cells_per_stage=5)
+    return {**nasbench201_spec(best, channels=16, cells_per_stage=5), "name": "nasbench201-best-c16-n5"}
 
 
 def vit_tiny_spec() -> dict[str, Any]:
