@@ -1,0 +1,53 @@
+"""The NAS-Bench-201 scoring run, small: a stratified sample, one batch for every method, cached
+per cell, and a report with intervals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.nasbench201.score import cell_batch, report, run, sample_cells
+from bench.nasbench201.table import NASBench201TableMissing, load_table, table_path
+
+
+@pytest.fixture(scope="module")
+def table() -> dict[tuple[str, ...], float]:
+    try:
+        table_path()
+    except NASBench201TableMissing as missing:
+        pytest.skip(str(missing))
+    return load_table()
+
+
+def test_the_sample_is_stratified_by_accuracy_and_the_dev_sample_is_disjoint(table: dict) -> None:
+    cells = sample_cells(table, 20, seed=0)
+    assert len(cells) == len(set(cells)) == 20
+    ranked = sorted(table, key=lambda c: (table[c], c))
+    decile = {c: 10 * i // len(ranked) for i, c in enumerate(ranked)}
+    assert sorted(decile[c] for c in cells) == [d for d in range(10) for _ in range(2)]
+    dev = sample_cells(table, 20, seed=1, exclude=cells)
+    assert not set(dev) & set(cells)
+
+
+def test_the_gaussian_batch_has_the_benchmarks_shape() -> None:
+    x, y = cell_batch("gaussian")
+    assert x.shape == (64, 3, 32, 32) and y.shape == (64,)
+    with pytest.raises(ValueError):
+        cell_batch("cifar")
+
+
+def test_a_small_run_scores_every_cell_with_every_method_and_caches_it(table: dict, tmp_path: Path) -> None:
+    cells = sample_cells(table, 3, seed=0)
+    results = run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1)
+    assert [r["ops"] for r in results] == [list(c) for c in cells]
+    for r in results:
+        assert r["accuracy"] == table[tuple(r["ops"])] and r["preflight"]["counted_cost"] > 0
+        assert {"naswot", "synflow", "params"} <= set(r["proxies"])
+    files = sorted((tmp_path / "gaussian").glob("*.json"))
+    assert len(files) == 3
+    stamp = [f.stat().st_mtime_ns for f in files]
+    run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1)  # resumed, not recomputed
+    assert [f.stat().st_mtime_ns for f in sorted((tmp_path / "gaussian").glob("*.json"))] == stamp
+    text = report(results, "gaussian")
+    assert "| preflight |" in text and "Gaussian" in text and "proxy:naswot" in text
