@@ -204,4 +204,12 @@ def _bnp(
         diag._put(name, "kappa_d", k)
     finite = [k for k in kappas.values() if math.isfinite(k) and k > 0]
     diag.kappa_d_log = math.log(max(finite)) if finite else None
+    if infinite := sorted(name for name, k in kappas.items() if k == math.inf):
+        # eq. 12 with a zero-variance input feature: kappa(D) is infinite, said rather than dropped
+        # (the layer's figure is null in JSON; the component is the largest finite one)
+        shown = ", ".join(infinite[:5]) + (f" and {len(infinite) - 5} more" if len(infinite) > 5 else "")
+        diag.notes.append(
+            f"kappa(D) is infinite at {shown}: an input feature is constant on the batch (a dead unit or a "
+            "constant input), so BNP cannot precondition it; kappa_d_log is the largest finite value"
+        )
     return True

@@ -212,21 +212,29 @@ def test_bnp_matches_plain_sgd_on_an_already_whitened_input(epsilon_1: float, ep
     torch.testing.assert_close(a.bias, b.bias, rtol=1e-5, atol=1e-7)
 
 
-def test_bnp_trains_a_small_relu_net_on_badly_scaled_features() -> None:
-    """BNP(SGD) lowers the training loss of a ReLU MLP on features with std 0.01 to 3.2: after 100
-    full-batch steps the loss is below half its initial value (measured: see docs)."""
+def _final_loss(x: torch.Tensor, y: torch.Tensor, lr: float, preconditioned: bool) -> float:
     net = build_model(HIDDEN, seed=0)
-    x = _badly_scaled()
-    y = (x[:, -5:].sum(1) > x[:, -5:].sum(1).median()).long() + 2 * (x[:, 0] > x[:, 0].median()).long()
-    opt = BNP(torch.optim.SGD(net.parameters(), lr=0.5), net)
-    losses = []
+    sgd = torch.optim.SGD(net.parameters(), lr=lr)
+    opt = BNP(sgd, net) if preconditioned else sgd
     for _ in range(100):
         opt.zero_grad()
         loss = F.cross_entropy(net(x), y)
         loss.backward()
         opt.step()
-        losses.append(float(loss.detach()))
-    assert losses[-1] < 0.5 * losses[0], losses[::10]
+    return float(loss.detach())
+
+
+def test_bnp_trains_badly_scaled_features_better_than_plain_sgd() -> None:
+    """The BNP paper's point: on features with std 0.01 to 3.2 the preconditioned step trains a ReLU
+    MLP further than plain SGD, each at its best rate of the same grid (100 full-batch steps).
+    Measured: best final loss 0.69 (BNP, rate 1) against 0.87 (SGD, rate 0.2); a BNP that did
+    nothing would tie."""
+    x = _badly_scaled()
+    y = (x[:, -5:].sum(1) > x[:, -5:].sum(1).median()).long() + 2 * (x[:, 0] > x[:, 0].median()).long()
+    rates = (2.0, 1.0, 0.5, 0.2, 0.1)
+    bnp = min(_final_loss(x, y, lr, True) for lr in rates)
+    sgd = min(_final_loss(x, y, lr, False) for lr in rates)
+    assert bnp < 0.85 * sgd, (bnp, sgd)
 
 
 def test_state_dict_round_trip_and_remove() -> None:

@@ -185,3 +185,16 @@ def test_weights_feeding_batchnorm_keep_the_spec_scale() -> None:
         if name.rsplit(".", 1)[0] in invariant:
             assert report.scales.get(name, 1.0) == 1.0, name
     assert report.scales["blocks.2.0.weight"] != 1.0  # the head is tuned (output std)
+
+
+def test_an_infinite_kappa_d_is_reported_not_dropped() -> None:
+    """A constant input feature makes kappa(D) of the first layer infinite (BNP paper, eq. 12):
+    JSON cannot carry it, so the layer's figure is null and the reasons name the layer."""
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(0))
+    x[:, 5] = 1.0
+    report = condition(EXAMPLE_MLP, data=x, options=FAST | {"probe_steps": 2})
+    first = next(layer for layer in report.layers if layer.name == "blocks.0.0")
+    assert first.kappa_d is None
+    assert any("kappa(D) is infinite at blocks.0.0" in reason for reason in report.reasons), report.reasons
+    clean = condition(EXAMPLE_MLP, data=torch.randn(32, 64), options=FAST | {"probe_steps": 2})
+    assert not any("kappa(D) is infinite" in reason for reason in clean.reasons)

@@ -113,10 +113,12 @@ def test_batched_backward_equals_one_backward_per_vector() -> None:
 
 
 def test_relu_mlp_apjn_is_sigma_w_squared_over_two() -> None:
-    """AutoInit eq. 20: a ReLU MLP with W ~ N(0, sigma_w^2 / N) has J^{l,l+1} = sigma_w^2 / 2
-    at large width; width 512 and 64 samples x 4 vectors: within 10 %."""
+    """AutoInit eq. 20: a ReLU MLP with W ~ N(0, sigma_w^2 / N_l) has J^{l,l+1} = sigma_w^2 / 2
+    at large width, whatever the widths, when eq. 3 divides by the output size N_{l+1}; widths
+    512 -> 256 -> 1024 -> 512 (dividing by N_l instead would give 2x, 1/4 x and 2x of it) and
+    64 samples x 4 vectors: within 10 %."""
     sigma_w = 1.7
-    blocks = [{"layers": [{"type": "relu"}, {"type": "linear", "out": 512}]} for _ in range(3)]
+    blocks = [{"layers": [{"type": "relu"}, {"type": "linear", "out": width}]} for width in (256, 1024, 512)]
     spec = {"input_shape": [512], "init": {"scheme": "fan_in", "gain": sigma_w / math.sqrt(2)}, "blocks": blocks}
     model = build_model(spec, seed=0)
     x = torch.randn(64, 512, generator=torch.Generator().manual_seed(0))
