@@ -277,7 +277,7 @@ def test_study_summary_counts_and_quantiles(
 
 
 def test_schema_health_readiness_and_metrics(api: httpx.Client) -> None:
-    assert api.get("/v1/schema").json()["$id"].endswith("architecture-spec-v1.json")
+    assert api.get("/v1/schema").json()["$id"].endswith("architecture-spec-v1.1.json")
     assert api.get("/healthz").json() == {"status": "ok"}
     assert api.get("/readyz").json() == {"status": "ready"}
     api.post("/v1/candidates", json={"spec": spec()})
@@ -313,7 +313,7 @@ def test_tokens_are_required_beyond_localhost_or_when_asked(
         assert_problem(client.get("/metrics"), 401)
         assert_problem(client.get("/v1/schema"), 401)  # every /v1 route, the schema too
         good = {"authorization": f"Bearer {token}"}
-        assert client.get("/v1/schema", headers=good).json()["$id"].endswith("architecture-spec-v1.json")
+        assert client.get("/v1/schema", headers=good).json()["$id"].endswith("architecture-spec-v1.1.json")
         assert client.post("/v1/candidates", json={"spec": spec()}, headers=good).status_code == 202
         assert client.get("/healthz").status_code == 200
         with session_scope(sessions, write=True) as session:
