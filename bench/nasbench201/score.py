@@ -37,7 +37,7 @@ from bench.v2.stats import bootstrap, paired_difference
 from nas import build_model
 from nas.space import nasbench201_arch_string, nasbench201_spec
 
-__all__ = ["BATCH", "FLAG_BELOW", "cell_batch", "report", "sample_cells", "score_cell"]
+__all__ = ["BATCH", "FLAG_BELOW", "cell_batch", "report", "sample_cells", "score_cell", "scored"]
 
 BATCH = 64
 FLAG_BELOW = 20.0  # % accuracy: a cell below this did not train (the table's floor is 10 %)
@@ -152,6 +152,24 @@ def run(
         for i, task in enumerate(tasks, 1):
             print(f"[{i}/{len(tasks)}] {_task(task)}", flush=True)
     return [score_cell(c, table[c], kind, out, channels, cells_per_stage) for c in cells]
+
+
+def scored(
+    cells: list[tuple[str, ...]],
+    table: dict[tuple[str, ...], float],
+    kind: str,
+    out: Path,
+    channels: int = 16,
+    cells_per_stage: int = 5,
+) -> list[dict[str, Any]]:
+    """The cells of ``cells`` already scored with the current engine and settings (no computation)."""
+    fingerprint = _fingerprint(kind, channels, cells_per_stage)
+    results = []
+    for cell in cells:
+        path = _path(out, kind, cell)
+        if path.exists() and (data := json.loads(path.read_text())).get("fingerprint") == fingerprint:
+            results.append(data)
+    return results
 
 
 def _columns(results: list[dict[str, Any]]) -> dict[str, np.ndarray]:
