@@ -5,6 +5,7 @@ server restart (the pool is dropped on the first disconnect error)."""
 from __future__ import annotations
 
 import contextlib
+import datetime as _datetime
 import threading
 import weakref
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 __all__ = [
     "WRITE_OPTION",
+    "db_now",
     "make_engine",
     "make_sessionmaker",
     "ping",
@@ -32,6 +34,19 @@ WRITE_OPTION = "preflight_write"
 def utcnow() -> datetime:
     """Naive UTC: what every timestamp column holds (portable across SQLite and PostgreSQL)."""
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+def db_now(session: Session) -> datetime:
+    """The database's current time, naive UTC: what leases and heartbeats are measured against, so
+    that a worker whose own clock is off neither steals a healthy worker's job (reaping a lease that
+    has not expired) nor writes leases that are already expired. PostgreSQL: the server's clock
+    (``now()``, the transaction's start). SQLite lives in the processes that open the file, all on
+    one host, so its clock is that host's (``strftime('now')``, millisecond resolution)."""
+    if session.get_bind().dialect.name == "postgresql":
+        value = session.execute(text("SELECT timezone('UTC', now())")).scalar_one()
+        return value.replace(tzinfo=None) if value.tzinfo else value
+    raw = session.execute(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")).scalar_one()
+    return _datetime.datetime.fromisoformat(raw)
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:

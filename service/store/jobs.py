@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from nas.canonical import cache_key
 from nas.report import ConditioningReport, finite_or_none
-from service.store.db import utcnow
+from service.store.db import db_now
 from service.store.models import (
     BlockFigure,
     Candidate,
@@ -126,7 +126,7 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
     A cancelled candidate submitted again is queued again; any other existing one is
     returned as it is (done at once on a cache hit). Every call records its submissions.
     """
-    now = utcnow()
+    now = db_now(session)
     by_key: dict[str, NewCandidate] = {}
     for candidate in candidates:
         by_key.setdefault(candidate.cache_key, candidate)
@@ -189,8 +189,9 @@ def _insert_ignoring_duplicates(session: Session) -> Any:
 
 
 def claim(session: Session, *, worker: str, device_kind: str, lease_seconds: float) -> Job | None:
-    """Lease the most urgent queued job this worker's device can run, or None."""
-    now = utcnow()
+    """Lease the most urgent queued job this worker's device can run, or None (the lease runs on
+    the database's clock, ``db_now``)."""
+    now = db_now(session)
     pick = (
         select(Candidate.id)
         .where(Candidate.status == Status.QUEUED, Candidate.device.in_(DEVICE_KINDS[device_kind]))
@@ -242,7 +243,9 @@ def _held(job_id: int, token: str) -> Iterable[Any]:
 def heartbeat(session: Session, *, job_id: int, token: str, lease_seconds: float) -> bool:
     """Extend the lease; False when the job is no longer this worker's (cancelled or lost)."""
     result = session.execute(
-        update(Candidate).where(*_held(job_id, token)).values(leased_until=utcnow() + timedelta(seconds=lease_seconds))
+        update(Candidate)
+        .where(*_held(job_id, token))
+        .values(leased_until=db_now(session) + timedelta(seconds=lease_seconds))
     )
     return _rowcount(result) == 1
 
@@ -264,7 +267,7 @@ def complete(session: Session, *, job_id: int, token: str, report: ConditioningR
             error=None,
             lease_token=None,
             leased_until=None,
-            finished_at=utcnow(),
+            finished_at=db_now(session),
         )
     )
     if _rowcount(result) != 1:
@@ -300,6 +303,7 @@ def fail(session: Session, *, job_id: int, token: str, error: str, retry: bool =
     """Record a failed attempt: back to ``queued`` while attempts remain (and ``retry``), else
     ``failed``. Returns the new status, or None when the lease is no longer held."""
     final = case((Candidate.attempts >= Candidate.max_attempts, Status.FAILED.value), else_=Status.QUEUED.value)
+    now = db_now(session)
     row = session.execute(
         update(Candidate)
         .where(*_held(job_id, token))
@@ -308,7 +312,7 @@ def fail(session: Session, *, job_id: int, token: str, error: str, retry: bool =
             error=error[:4000],
             lease_token=None,
             leased_until=None,
-            finished_at=case((final == Status.FAILED.value, utcnow()), else_=None) if retry else utcnow(),
+            finished_at=case((final == Status.FAILED.value, now), else_=None) if retry else now,
         )
         .returning(Candidate.status)
     ).one_or_none()
@@ -327,8 +331,8 @@ def release(session: Session, *, job_id: int, token: str) -> bool:
 
 def reap(session: Session) -> int:
     """Put running jobs whose lease expired back in the queue (or fail them when they have
-    used up their attempts). Returns how many rows it changed."""
-    now = utcnow()
+    used up their attempts), by the database's clock. Returns how many rows it changed."""
+    now = db_now(session)
     exhausted = Candidate.attempts >= Candidate.max_attempts
     result = session.execute(
         update(Candidate)
@@ -352,7 +356,7 @@ def cancel(session: Session, *, job_id: int) -> Status | None:
     row = session.execute(
         update(Candidate)
         .where(Candidate.id == job_id, Candidate.status.in_([Status.QUEUED, Status.RUNNING]))
-        .values(status=Status.CANCELLED, lease_token=None, leased_until=None, finished_at=utcnow())
+        .values(status=Status.CANCELLED, lease_token=None, leased_until=None, finished_at=db_now(session))
         .returning(Candidate.status)
     ).one_or_none()
     if row is not None:

@@ -265,3 +265,48 @@ def test_cache_key_ignores_option_order_but_not_values() -> None:
     assert jobs.cache_key("h", {"a": 1, "b": 2}) == jobs.cache_key("h", {"b": 2, "a": 1})
     assert jobs.cache_key("h", {"a": 1}) != jobs.cache_key("h", {"a": 2})
     assert jobs.cache_key("h", {"a": 1}) != jobs.cache_key("g", {"a": 1})
+
+
+def _skew_python_clock(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """This process's wall clock off by ``seconds``, as a worker on a badly synchronized host."""
+    import datetime as real
+
+    from service.store import db as db_module
+
+    class Skewed(real.datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+            return real.datetime.now(tz) + timedelta(seconds=seconds)
+
+    monkeypatch.setattr(db_module, "datetime", Skewed)
+
+
+def test_a_worker_whose_clock_runs_60s_ahead_reaps_no_healthy_lease(
+    sessions: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    submit(sessions, new(8), new(9))
+    held = claim(sessions, lease=30.0)
+    assert held is not None
+    _skew_python_clock(monkeypatch, +60.0)
+    with session_scope(sessions, write=True) as session:
+        assert jobs.reap(session) == 0  # by this worker's own clock the lease expired 30 s ago
+    assert status_of(sessions, held.id) == Status.RUNNING
+    with session_scope(sessions, write=True) as session:
+        assert jobs.heartbeat(session, job_id=held.id, token=held.lease_token, lease_seconds=30)
+
+
+def test_a_worker_whose_clock_runs_60s_behind_writes_leases_that_hold(
+    sessions: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    submit(sessions, new(8))
+    _skew_python_clock(monkeypatch, -60.0)
+    held = claim(sessions, lease=30.0)
+    assert held is not None
+    with session_scope(sessions, write=True) as session:
+        assert jobs.heartbeat(session, job_id=held.id, token=held.lease_token, lease_seconds=30)
+    monkeypatch.undo()  # a healthy worker reaps: the lease must still be 30 s in its future
+    with session_scope(sessions, write=True) as session:
+        assert jobs.reap(session) == 0
+        assert session.scalar(select(Candidate.leased_until).where(Candidate.id == held.id)) > utcnow() + timedelta(
+            seconds=20
+        )
