@@ -191,6 +191,35 @@ def test_runner_fails_a_job_past_its_timeout_and_carries_on(
     assert [row[0] for row in rows(sqlite_url, select(Candidate.status).where(Candidate.id.in_(fast)))] == ["done"] * 2
 
 
+def test_a_dead_workers_job_is_reaped_while_every_worker_is_busy(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """A job leased by a worker that died (its lease just left to expire) comes back to the queue
+    within about a lease and a heartbeat although the only live worker is busy on a long job: the
+    busy worker reaps from its heartbeat, not only when it goes idle."""
+    (long_job,) = submit_many(sqlite_url, 1, tuning(**HEAVY), make=heavy_spec)
+    settings = make_settings(sqlite_url, lease_seconds=3.0, heartbeat_seconds=0.5, job_timeout_seconds=300.0)
+    runner = run_runner(settings)
+    try:
+        wait_until(lambda: status_of(sqlite_url, long_job) == "running", 120, "the live worker to take the long job")
+        (orphan,) = submit_many(sqlite_url, 1, tuning(**TINY), make=lambda w: spec(w + 100))
+        engine = make_engine(sqlite_url)
+        with session_scope(make_sessionmaker(engine), write=True) as session:
+            ghost = jobs.claim(session, worker="ghost", device_kind="cpu", lease_seconds=2.0)  # then it "dies"
+        engine.dispose()
+        assert ghost is not None and ghost.id == orphan
+        wait_until(lambda: status_of(sqlite_url, orphan) != "running", 60, "the orphaned lease to be reaped")
+        assert status_of(sqlite_url, long_job) == "running"  # reaped while the only worker was busy
+    finally:
+        runner.stop(hard=True)
+        runner.join(60)
+
+
+def status_of(url: str, job_id: int) -> str:
+    ((status,),) = rows(url, select(Candidate.status).where(Candidate.id == job_id))
+    return str(status)
+
+
 def test_cancelling_a_running_job_stops_its_worker(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
     (job_id,) = submit_many(sqlite_url, 1, tuning(**HEAVY), make=heavy_spec)
     runner = run_runner(make_settings(sqlite_url))

@@ -157,12 +157,24 @@ class Runner:
         depth = self._db(jobs.queue_depth, write=False, until_stopped=True)
         return not depth or (depth[jobs.Status.QUEUED] == 0 and depth[jobs.Status.RUNNING] == 0)
 
-    def _maybe_reap(self) -> None:
+    def _maybe_reap(self, *, busy: bool = False) -> None:
+        """Put expired leases back every ``min(lease / 2, 10 s)``: from the idle loop, and from a
+        busy job's heartbeat too, so that a dead worker's job is back in the queue within about a
+        lease and a heartbeat even when every worker is busy. While busy, one attempt: a worker
+        with a job to watch does not wait on an unreachable database for the sake of another's."""
         now = time.monotonic()
         if now - self._last_reap < min(self.settings.lease_seconds / 2, 10.0):
             return
         self._last_reap = now
-        reaped = self._db(jobs.reap, until_stopped=True)
+        if busy:
+            try:
+                with session_scope(self.sessions, write=True) as session:
+                    reaped = jobs.reap(session)
+            except (OperationalError, InterfaceError, DBAPIError) as exc:
+                log.warning("worker %s: reaping failed (%s); next heartbeat", self.name, str(exc).splitlines()[0])
+                return
+        else:
+            reaped = self._db(jobs.reap, until_stopped=True)
         if reaped:
             log.warning("worker %s: put %d job(s) with expired leases back", self.name, reaped)
 
@@ -199,6 +211,8 @@ class Runner:
                 next_beat = now + settings.heartbeat_seconds
                 if not self._heartbeat(job):
                     outcome = (Outcome.LOST, None)
+                else:
+                    self._maybe_reap(busy=True)
             if outcome is not None:
                 self.engine.kill()
         self._record(job, *outcome)
