@@ -55,11 +55,12 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
         app.state.sessions = sessions
         app.state.committer = GroupCommitter(sessions, max_attempts=settings.max_attempts)
         app.state.tokens = TokenCache(sessions, settings.token_cache_seconds)
-        app.state.metrics = Metrics(sessions)
         app.state.spec_limits = SpecLimits()  # PREFLIGHT_SPEC_*, read once
         with ExitStack() as beside:
-            if background is not None:
-                beside.enter_context(background(sessions))
+            # what runs beside the app (an embedded runner); readiness and /metrics ask it for its
+            # liveness when it has one (``liveness() -> str | None``: None while it can take jobs)
+            app.state.background = beside.enter_context(background(sessions)) if background is not None else None
+            app.state.metrics = Metrics(sessions, liveness=_liveness_of(app.state.background))
             try:
                 yield
             finally:
@@ -76,6 +77,7 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
     )
     app.state.settings = settings
     app.state.metrics = None
+    app.state.background = None
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestLatencyMiddleware, get_metrics=lambda: app.state.metrics)
@@ -84,6 +86,11 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
     app.include_router(studies.router)
     app.include_router(health.router)
     return app
+
+
+def _liveness_of(beside: object) -> Callable[[], str | None] | None:
+    check = getattr(beside, "liveness", None)
+    return check if callable(check) else None
 
 
 def _pool(settings: Settings) -> dict[str, int]:

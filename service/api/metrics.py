@@ -5,12 +5,14 @@ true across every API and worker process; request latency is measured in this pr
 - ``preflight_jobs{status}``: candidates in each status.
 - ``preflight_tuning_seconds``: histogram of the engine's tuning time of done candidates.
 - ``preflight_request_seconds{method,route,status}``: histogram of API request latency.
+- ``preflight_embedded_worker_live``: 1 while the worker embedded in this process can take jobs,
+  0 while it cannot (its engine failing to start, its thread ended); absent without one.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -29,8 +31,9 @@ TUNING_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0
 
 
 class _QueueCollector(Collector):
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], liveness: Callable[[], str | None] | None = None) -> None:
         self._sessions = sessions
+        self._liveness = liveness
 
     def collect(self) -> Iterator[Any]:
         with self._sessions() as session:
@@ -49,14 +52,18 @@ class _QueueCollector(Collector):
         tuning = HistogramMetricFamily("preflight_tuning_seconds", "Engine tuning time of done candidates (seconds).")
         tuning.add_metric([], buckets, float(seconds or 0.0))
         yield tuning
+        if self._liveness is not None:
+            live = GaugeMetricFamily("preflight_embedded_worker_live", "1 while the embedded worker can take jobs.")
+            live.add_metric([], 0.0 if self._liveness() else 1.0)
+            yield live
 
 
 class Metrics:
     """One registry per app (tests run several apps in one process)."""
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], liveness: Callable[[], str | None] | None = None) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(_QueueCollector(sessions))
+        self.registry.register(_QueueCollector(sessions, liveness))
         self.request_seconds = Histogram(
             "preflight_request_seconds",
             "API request latency (seconds).",

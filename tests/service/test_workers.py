@@ -174,6 +174,37 @@ def test_serve_with_embedded_worker_conditions_a_candidate(
     assert {name for name, _ in scale_rows} == set(report["scales"])
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_an_embedded_worker_whose_engine_cannot_start_makes_the_server_unready(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """`serve --embedded-worker --device cuda:0` without CUDA: the runner retries the engine with
+    backoff instead of dying, /readyz answers 503 naming why, /metrics shows the worker down."""
+    from service.embedded import EmbeddedService
+
+    with EmbeddedService(make_settings(sqlite_url), device="cuda:0", poll_seconds=0.05) as service:
+        with httpx.Client(base_url=service.url) as client:
+
+            def engine_failure_reported() -> bool:
+                answer = client.get("/readyz")
+                return answer.status_code == 503 and "the engine cannot start" in answer.json()["detail"]
+
+            wait_until(engine_failure_reported, 120, "/readyz to say why the embedded worker cannot take jobs")
+            detail = client.get("/readyz").json()["detail"]
+            assert detail.startswith("the embedded worker cannot take jobs") and "CUDA is not available" in detail
+            assert "preflight_embedded_worker_live 0.0" in client.get("/metrics").text
+            assert client.get("/healthz").status_code == 200
+
+
+def test_a_healthy_embedded_worker_is_ready_and_live(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
+    from service.embedded import EmbeddedService
+
+    with EmbeddedService(make_settings(sqlite_url), device="cpu", poll_seconds=0.05) as service:
+        with httpx.Client(base_url=service.url) as client:
+            wait_until(lambda: client.get("/readyz").status_code == 200, 120, "/readyz with a working worker")
+            assert "preflight_embedded_worker_live 1.0" in client.get("/metrics").text
+
+
 def test_runner_fails_a_job_past_its_timeout_and_carries_on(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:

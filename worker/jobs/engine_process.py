@@ -135,6 +135,11 @@ class EngineProcess:
         self._process: Any = None
         self._connection: Connection | None = None
 
+    @property
+    def running(self) -> bool:
+        """The child is up (started and not dead)."""
+        return self._process is not None and self._process.is_alive() and self.device is not None
+
     def start(self) -> str:
         """Start the child if it is not running; returns the device it runs on."""
         if self._process is not None and self._process.is_alive():

@@ -72,6 +72,9 @@ class Runner:
         self._hard_stop = False
         self._thread: threading.Thread | None = None
         self._last_reap = 0.0
+        # liveness (``liveness()``): when the loop last made progress, and why the engine is down
+        self._progress = time.monotonic()
+        self._engine_down: str | None = None
 
     # Control -------------------------------------------------------------------------
 
@@ -102,6 +105,19 @@ class Runner:
         self._thread.start()
         return self._thread
 
+    def liveness(self) -> str | None:
+        """None while this runner can take jobs; else why not, for readiness probes: its thread
+        ended, its engine cannot start (it retries with backoff), or its loop made no progress for a
+        lease (a poll or a heartbeat is due far more often)."""
+        if self._thread is not None and not self._thread.is_alive():
+            return "the worker thread has stopped"
+        if self._engine_down is not None:
+            return self._engine_down
+        stalled = time.monotonic() - self._progress
+        if stalled > self.settings.lease_seconds:
+            return f"the worker loop made no progress for {stalled:.0f} s"
+        return None
+
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
             self._thread.join(timeout)
@@ -111,11 +127,14 @@ class Runner:
     def run(self) -> int:
         """The main loop; returns how many jobs this runner finished (done or failed)."""
         try:
-            device = self.engine.start()
+            device = self._ensure_engine()  # an engine that cannot start is retried, not fatal
+            if device is None:
+                return self.done
             kind = "cuda" if device.startswith("cuda") else "cpu"
             self.name = f"{self.name}:{device}"
             log.info("worker %s: started", self.name)
             while not self._stop.is_set():
+                self._progress = time.monotonic()
                 if self.max_jobs is not None and self.done >= self.max_jobs:
                     break
                 self._maybe_reap()
@@ -142,16 +161,24 @@ class Runner:
                 self._own_engine.dispose()
         return self.done
 
-    def _ensure_engine(self) -> None:
+    def _ensure_engine(self) -> str | None:
+        """Start the engine (a no-op when it runs), retrying with backoff (1 s doubling to 60 s)
+        while it fails; its device, or None when the runner stopped first."""
         delay = 1.0
         while not self._stop.is_set():
             try:
-                self.engine.start()
-                return
+                if not self.engine.running:
+                    self._engine_down = self._engine_down or "the engine is starting"
+                device = self.engine.start()
+                self._engine_down = None
+                self._progress = time.monotonic()
+                return device
             except EngineCrashed as exc:
+                self._engine_down = f"the engine cannot start ({exc}); retrying with backoff"
                 log.error("worker %s: %s; retrying in %.0f s", self.name, exc, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 60.0)
+        return None
 
     def _queue_empty(self) -> bool:
         depth = self._db(jobs.queue_depth, write=False, until_stopped=True)
@@ -166,6 +193,7 @@ class Runner:
         if now - self._last_reap < min(self.settings.lease_seconds / 2, 10.0):
             return
         self._last_reap = now
+        reaped: int | None
         if busy:
             try:
                 with session_scope(self.sessions, write=True) as session:
@@ -194,6 +222,7 @@ class Runner:
         except EngineCrashed as exc:
             outcome = (Outcome.CRASHED, exc)
         while outcome is None:
+            self._progress = time.monotonic()
             try:
                 outcome = self.engine.result(timeout=0.1)
             except EngineCrashed as exc:

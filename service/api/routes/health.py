@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nas import spec_json_schema
@@ -25,10 +25,10 @@ def healthz() -> dict[str, str]:
 
 @router.get(
     "/readyz",
-    summary="The database is reachable and its schema is at the latest migration",
+    summary="The database is reachable, its schema at the latest migration, and an embedded worker able to take jobs",
     responses={503: {"model": Problem}},
 )
-def readyz(engine: EngineDep) -> dict[str, str]:
+def readyz(engine: EngineDep, request: Request) -> dict[str, str]:
     try:
         ping(engine)
         check_current(engine)
@@ -36,6 +36,9 @@ def readyz(engine: EngineDep) -> dict[str, str]:
         raise ProblemError(503, str(exc), kind="not-ready") from None
     except Exception as exc:  # any driver error means: not ready
         raise ProblemError(503, f"database unreachable: {type(exc).__name__}", kind="not-ready") from None
+    check = getattr(request.app.state.background, "liveness", None)  # an embedded worker, when there is one
+    if callable(check) and (reason := check()):
+        raise ProblemError(503, f"the embedded worker cannot take jobs: {reason}", kind="not-ready")
     return {"status": "ready"}
 
 
