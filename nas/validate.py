@@ -10,7 +10,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from nas.shapes import ShapeTrace, trace_shapes
 from nas.spec import ArchitectureSpec, SpecError, issues_from_validation_error, load_spec_json
 
-__all__ = ["SpecLimits", "check_limits", "parse_and_trace", "parse_spec"]
+__all__ = ["STEP_MAC_FACTOR", "SpecLimits", "check_limits", "job_limit_issue", "parse_and_trace", "parse_spec"]
+
+# multiply-accumulates of one training step per sample, in forward passes: forward, then the
+# backward's gradients with respect to the inputs and to the weights
+STEP_MAC_FACTOR = 3
 
 
 class SpecLimits(BaseSettings):
@@ -22,8 +26,11 @@ class SpecLimits(BaseSettings):
     max_layers: int = Field(4096, ge=1)
     max_parameters: int = Field(100_000_000, ge=1)
     max_activation_bytes: int = Field(4 * 2**30, ge=1)
-    activation_batch_size: int = Field(256, ge=1)  # the batch the activation limit assumes
+    activation_batch_size: int = Field(256, ge=1)  # the least batch the activation limit assumes
     bytes_per_element: int = Field(4, ge=1)
+    # compute of one training step at the job's batch (STEP_MAC_FACTOR x forward MACs x batch):
+    # 1e13 is about ViT-B at batch 64 five times over, a few seconds of a large GPU
+    max_step_macs: int = Field(10**13, ge=1)
 
 
 def check_limits(spec: ArchitectureSpec, trace: ShapeTrace, limits: SpecLimits) -> None:
@@ -52,6 +59,32 @@ def check_limits(spec: ArchitectureSpec, trace: ShapeTrace, limits: SpecLimits) 
             f"{limits.activation_batch_size}, over the limit of "
             f"{limits.max_activation_bytes / 2**20:,.0f} MiB (setting PREFLIGHT_SPEC_MAX_ACTIVATION_BYTES)",
         )
+
+
+def job_limit_issue(trace: ShapeTrace, options: dict[str, Any], limits: SpecLimits) -> tuple[str, str] | None:
+    """What a job's own batch sizes make too large, as (JSON path, message), or None: activation
+    memory at the largest batch the job will run (``batch_size``, ``hessian_batch_size``, and never
+    below ``activation_batch_size``), and the compute of one training step at ``batch_size``."""
+    batches = {key: int(options[key]) for key in ("batch_size", "hessian_batch_size") if key in options}
+    path, batch = max(batches.items(), key=lambda item: item[1], default=("", 0))
+    if batch > limits.activation_batch_size:
+        need = trace.activation_elements * batch * limits.bytes_per_element
+        if need > limits.max_activation_bytes:
+            return (
+                f"options.{path}",
+                f"{path}={batch} needs {need / 2**20:,.0f} MiB of activations for this spec, over the limit "
+                f"of {limits.max_activation_bytes / 2**20:,.0f} MiB (setting PREFLIGHT_SPEC_MAX_ACTIVATION_BYTES); "
+                "use a smaller batch",
+            )
+    batch = int(options.get("batch_size", 64))
+    step = STEP_MAC_FACTOR * trace.macs * batch
+    if step > limits.max_step_macs:
+        return (
+            "options.batch_size" if "batch_size" in options else "spec",
+            f"one training step of this spec at batch {batch} is {step:.3g} multiply-accumulates, over the limit "
+            f"of {limits.max_step_macs:.3g} (setting PREFLIGHT_SPEC_MAX_STEP_MACS)",
+        )
+    return None
 
 
 def parse_spec(

@@ -14,7 +14,8 @@ from pydantic import BaseModel
 from sqlalchemy import Engine, Row
 from sqlalchemy.orm import Session, sessionmaker
 
-from nas import SpecError, SpecLimits, parse_spec, spec_hash
+from nas import SpecError, SpecLimits, spec_hash
+from nas.validate import job_limit_issue, parse_and_trace
 from service.api.deps import (
     AuthDep,
     CommitterDep,
@@ -95,9 +96,15 @@ def _new_candidates(
     for index, data in enumerate(specs):
         field = f"specs[{index}]" if batch else "spec"
         try:
-            spec = parse_spec(data, limits)
+            spec, trace = parse_and_trace(data, limits)
         except SpecError as exc:
             raise ProblemError.from_spec_error(exc, field=field) from None
+        if issue := job_limit_issue(trace, tuning, limits or SpecLimits()):
+            path, message = issue
+            path = field if path == "spec" else path
+            raise ProblemError(
+                422, f"{path}: {message}", kind="too-large", errors=[ProblemIssue(path=path, message=message)]
+            )
         if data_shape is not None:
             try:
                 data_batches.check_fits(data_shape, spec, field)

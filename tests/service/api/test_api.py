@@ -204,6 +204,41 @@ def test_spec_size_limits_apply_before_queueing(sqlite_api: httpx.Client, monkey
     assert "PREFLIGHT_SPEC_MAX_PARAMETERS" in problem["detail"]
 
 
+POISON_KERNEL = {  # a conv with kernel 255 on [16, 256, 256]: ~1e12 multiply-accumulates per sample
+    "input_shape": [16, 256, 256],
+    "blocks": [{"layers": [{"type": "conv2d", "out": 16, "kernel": 255}, {"type": "global_avgpool"}]}],
+}
+POISON_BATCH = {  # a small conv net on [4, 512, 512]: fine at batch 64, 16 GiB of activations at 4096
+    "input_shape": [4, 512, 512],
+    "blocks": [{"layers": [{"type": "conv2d", "out": 4, "kernel": 3}, {"type": "relu"}, {"type": "global_avgpool"}]}],
+}
+
+
+@pytest.mark.parametrize(
+    ("spec", "options", "path", "setting"),
+    [
+        (POISON_KERNEL, {}, "options.batch_size", "PREFLIGHT_SPEC_MAX_STEP_MACS"),
+        (POISON_BATCH, {"batch_size": 4096}, "options.batch_size", "PREFLIGHT_SPEC_MAX_ACTIVATION_BYTES"),
+        (
+            POISON_BATCH,
+            {"hessian_batch_size": 4096},
+            "options.hessian_batch_size",
+            "PREFLIGHT_SPEC_MAX_ACTIVATION_BYTES",
+        ),
+    ],
+    ids=["kernel-255", "batch-4096", "hessian-batch-4096"],
+)
+def test_poison_jobs_are_refused_before_queueing_by_their_own_batch_and_compute(
+    sqlite_api: httpx.Client, spec: dict[str, Any], options: dict[str, Any], path: str, setting: str
+) -> None:
+    response = sqlite_api.post("/v1/candidates", json={"spec": spec, "options": options})
+    assert response.status_code == 422, response.text
+    problem = response.json()
+    assert problem["errors"][0]["path"] == path and setting in problem["detail"]
+    assert sqlite_api.get("/v1/candidates").json()["candidates"] == []  # nothing queued
+    assert sqlite_api.post("/v1/candidates", json={"spec": POISON_BATCH, "options": {}}).status_code == 202
+
+
 def test_long_poll_returns_at_timeout_or_when_done(
     api: httpx.Client, worker: Worker, sample_report: ConditioningReport
 ) -> None:
