@@ -27,8 +27,13 @@ log = logging.getLogger(__name__)
 
 _CONTEXT = multiprocessing.get_context("spawn")
 _PR_SET_PDEATHSIG = 1
-# Errors that retrying cannot fix: the job fails at once instead of using up its attempts.
-_DETERMINISTIC = (ValueError, TypeError, KeyError)
+# Errors that retrying cannot fix: the job fails at once instead of using up its attempts. An
+# out-of-memory (MemoryError; torch's OutOfMemoryError, a RuntimeError subclass, is matched by name)
+# comes back the same on the same device: the job names what to change instead.
+_DETERMINISTIC = (ValueError, TypeError, KeyError, MemoryError)
+_OUT_OF_MEMORY = ("OutOfMemoryError", "MemoryError")
+# what torch's allocators say (CPU: "DefaultCPUAllocator: can't allocate memory"; CUDA: "out of memory")
+_OUT_OF_MEMORY_SIGNS = ("can't allocate memory", "out of memory")
 
 
 @dataclass(frozen=True)
@@ -120,8 +125,21 @@ def _serve(connection: Connection, device: str) -> None:
             report = condition(spec, data, options=ConditionOptions.model_validate({**options, "device": resolved}))
             connection.send((Outcome.DONE, report.model_dump(mode="json")))
         except Exception as exc:  # the engine's error is the job's outcome
-            error = EngineError(type(exc).__name__, str(exc), isinstance(exc, _DETERMINISTIC))
+            error = engine_error(exc)
             connection.send((error.outcome, error))
+
+
+def engine_error(exc: BaseException) -> EngineError:
+    """The job's view of an exception the engine raised: deterministic ones (and an out-of-memory,
+    which comes back the same on the same device) fail the job at once, with what to change."""
+    name, message = type(exc).__name__, str(exc)
+    out_of_memory = name in _OUT_OF_MEMORY or any(sign in message.lower() for sign in _OUT_OF_MEMORY_SIGNS)
+    if out_of_memory:
+        message = (
+            f"out of memory ({message.splitlines()[0] if message else 'no detail'}); not retried: use a smaller "
+            "batch_size or hessian_batch_size, or a device with more memory"
+        )
+    return EngineError(name, message, isinstance(exc, _DETERMINISTIC) or out_of_memory)
 
 
 class EngineProcess:

@@ -70,12 +70,15 @@ class RetryPolicy:
     A failure whose outcome is in ``retried`` is queued again while attempts remain (the
     attempt just made, counted from 1 by the claim, is below the job's ``max_attempts``);
     any other failure, or one on the last attempt, fails the job. The default reproduces the
-    queue's rules: engine errors a retry may fix, timeouts and crashes are retried; a
-    deterministic error is not.
+    queue's rules: engine errors a retry may fix and crashes are retried, a timeout once at most;
+    a deterministic error (an out-of-memory included) is not.
     """
 
     #: The failure outcomes that may be retried.
     retried: frozenset[Outcome] = frozenset({Outcome.ERROR, Outcome.TIMEOUT, Outcome.CRASHED})
+    #: A timeout is retried only before this attempt: once at most by default, since a job that
+    #: ran out of time once will most likely again, and each try holds a worker for the whole timeout.
+    timeout_attempts: int = 2
 
     def __post_init__(self) -> None:
         if not self.retried <= FAILURES:
@@ -87,4 +90,5 @@ class RetryPolicy:
         LOST): those are never recorded as a failed attempt."""
         if not outcome.is_failure:
             raise ValueError(f"{outcome.value!r} is not a failure; only failed attempts are retried")
-        return outcome in self.retried and attempt < max_attempts
+        limit = min(max_attempts, self.timeout_attempts) if outcome is Outcome.TIMEOUT else max_attempts
+        return outcome in self.retried and attempt < limit

@@ -21,14 +21,14 @@ from service.store.db import make_engine, make_sessionmaker, session_scope
 from service.store.migrations import upgrade
 from service.store.models import Candidate
 from worker.jobs import outcome as outcome_module
-from worker.jobs.engine_process import EngineCrashed, EngineError
+from worker.jobs.engine_process import EngineCrashed, EngineError, engine_error
 from worker.jobs.outcome import FAILURES, Outcome, RetryPolicy
 from worker.jobs.runner import Runner
 
 # (outcome, the attempt that failed (1 = the first), the job's max_attempts) -> queued again?
-# Today's rules: an engine error a retry may fix, a timeout and a crash are retried while
-# attempts remain (attempt < max_attempts); a deterministic error (ValueError, TypeError,
-# KeyError, a data batch that is gone) fails the job at once.
+# Today's rules: an engine error a retry may fix and a crash are retried while attempts remain
+# (attempt < max_attempts), a timeout once at most; a deterministic error (ValueError, TypeError,
+# KeyError, an out-of-memory, a data batch that is gone) fails the job at once.
 RETRY_TABLE: list[tuple[Outcome, int, int, bool]] = [
     (Outcome.ERROR, 1, 3, True),
     (Outcome.ERROR, 2, 3, True),
@@ -37,6 +37,9 @@ RETRY_TABLE: list[tuple[Outcome, int, int, bool]] = [
     (Outcome.TIMEOUT, 1, 2, True),
     (Outcome.TIMEOUT, 2, 2, False),
     (Outcome.TIMEOUT, 1, 1, False),
+    # a timeout is retried once at most, whatever max_attempts allows
+    (Outcome.TIMEOUT, 1, 3, True),
+    (Outcome.TIMEOUT, 2, 3, False),
     (Outcome.CRASHED, 1, 3, True),
     (Outcome.CRASHED, 2, 3, True),
     (Outcome.CRASHED, 3, 3, False),
@@ -121,8 +124,30 @@ def test_every_outcome_is_documented() -> None:
 
 
 def test_an_engine_error_names_its_outcome() -> None:
-    assert EngineError("RuntimeError", "CUDA out of memory", False).outcome is Outcome.ERROR
+    assert EngineError("RuntimeError", "cuDNN error", False).outcome is Outcome.ERROR
     assert EngineError("ValueError", "bad spec", True).outcome is Outcome.DETERMINISTIC_ERROR
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        MemoryError(),
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator: can't allocate memory: 17179869184 bytes"
+        ),
+        RuntimeError("CUDA out of memory. Tried to allocate 16.00 GiB"),
+    ],
+    ids=["memory-error", "cpu-allocator", "cuda"],
+)
+def test_an_out_of_memory_fails_the_job_at_once_saying_what_to_change(exc: BaseException) -> None:
+    error = engine_error(exc)
+    assert error.outcome is Outcome.DETERMINISTIC_ERROR
+    assert "out of memory" in error.message and "smaller batch_size" in error.message
+
+
+def test_other_runtime_errors_stay_retryable() -> None:
+    assert engine_error(RuntimeError("NCCL timeout")).outcome is Outcome.ERROR
+    assert engine_error(ValueError("bad")).outcome is Outcome.DETERMINISTIC_ERROR
 
 
 # The runner records each outcome in a real store -------------------------------------------
@@ -194,15 +219,15 @@ def test_the_runner_queues_or_fails_a_failed_job_as_the_table_says(
 
 
 @pytest.mark.parametrize(("outcome", "attempt", "max_attempts", "retry"), RETRY_TABLE, ids=map(_id, RETRY_TABLE))
-def test_the_table_is_what_the_store_did_before_the_policy(
+def test_the_store_ends_where_the_table_says(
     store: tuple[Settings, sessionmaker[Session]],
     outcome: Outcome,
     attempt: int,
     max_attempts: int,
     retry: bool,
 ) -> None:
-    """The runner used to pass ``retry=False`` for a deterministic error only, leaving the
-    attempt limit to ``jobs.fail``: that path ends where the table says."""
+    """``jobs.fail`` with the policy's decision leaves the job queued or failed as the table says
+    (the store also checks the attempt limit itself, in the same statement)."""
     _, sessions = store
     job = _job_at_attempt(sessions, attempt, max_attempts)
     with session_scope(sessions, write=True) as session:
@@ -211,7 +236,7 @@ def test_the_table_is_what_the_store_did_before_the_policy(
             job_id=job.id,
             token=job.lease_token,
             error="x",
-            retry=outcome is not Outcome.DETERMINISTIC_ERROR,
+            retry=RetryPolicy().retries(outcome, attempt, max_attempts),
         )
     assert status == ("queued" if retry else "failed")
 
