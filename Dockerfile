@@ -13,7 +13,7 @@ WORKDIR /app
 # The default wheel from PyPI carries its CUDA libraries; the host needs only the NVIDIA
 # driver and the NVIDIA Container Toolkit. For a CPU-only image build with
 #   --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cpu
-ARG TORCH_SPEC="torch>=2.4,<3"
+ARG TORCH_SPEC="torch==2.13.0"
 ARG TORCH_INDEX=""
 RUN if [ -n "$TORCH_INDEX" ]; then pip install "$TORCH_SPEC" --index-url "$TORCH_INDEX"; \
     else pip install "$TORCH_SPEC"; fi

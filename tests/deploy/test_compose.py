@@ -24,8 +24,16 @@ PREFLIGHT_SERVICES = sorted(name for name, s in SERVICES.items() if s.get("image
 
 
 def interpolate(value: str) -> str:
-    """Compose's ``${VAR:-default}`` with the variable unset: the default."""
-    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", str(value))
+    """Compose's ``${VAR:-default}`` with the variable unset: the default; a required
+    ``${POSTGRES_PASSWORD:?...}``: the password a deployment would export (here "secret")."""
+    value = re.sub(r"\$\{POSTGRES_PASSWORD:\?[^}]*\}", "secret", str(value))
+    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", value)
+
+
+def test_compose_refuses_to_start_without_a_database_password() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    uses = re.findall(r"\$\{POSTGRES_PASSWORD([^}]*)\}", text)
+    assert len(uses) == 3 and all(use.startswith(":?") for use in uses), uses  # required, never a default
 
 
 def real_setting_names() -> dict[str, tuple[type, str]]:
@@ -84,7 +92,7 @@ def test_the_worker_reserves_every_gpu_and_supervises_one_child_per_gpu() -> Non
 
 def test_everything_uses_one_database_and_optuna_keeps_its_own() -> None:
     urls = {interpolate(SERVICES[n]["environment"]["PREFLIGHT_DATABASE_URL"]) for n in PREFLIGHT_SERVICES}
-    assert urls == {"postgresql+psycopg://preflight:preflight@postgres:5432/preflight"}
+    assert urls == {"postgresql+psycopg://preflight:secret@postgres:5432/preflight"}
     dashboard_url = interpolate(SERVICES["dashboard"]["command"][0])
     assert dashboard_url.endswith("@postgres:5432/optuna")
     assert SERVICES["dashboard"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
