@@ -10,7 +10,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from nas.shapes import ShapeTrace, trace_shapes
 from nas.spec import ArchitectureSpec, SpecError, issues_from_validation_error, load_spec_json
 
-__all__ = ["STEP_MAC_FACTOR", "SpecLimits", "check_limits", "job_limit_issue", "parse_and_trace", "parse_spec"]
+__all__ = [
+    "STEP_MAC_FACTOR",
+    "SpecLimits",
+    "check_limits",
+    "count_layers",
+    "job_limit_issue",
+    "parse_and_trace",
+    "parse_spec",
+]
 
 # multiply-accumulates of one training step per sample, in forward passes: forward, then the
 # backward's gradients with respect to the inputs and to the weights
@@ -59,6 +67,29 @@ def check_limits(spec: ArchitectureSpec, trace: ShapeTrace, limits: SpecLimits) 
             f"{limits.activation_batch_size}, over the limit of "
             f"{limits.max_activation_bytes / 2**20:,.0f} MiB (setting PREFLIGHT_SPEC_MAX_ACTIVATION_BYTES)",
         )
+
+
+def count_layers(data: Any, cap: int) -> int:
+    """The layers of a raw (unvalidated) spec, counted through residual paths and cell edges and
+    stopping past ``cap``: cheap enough to run before validation, so that an oversized spec is
+    refused without the seconds pydantic would spend on 100,000 layers, and a server can decide
+    where to validate a spec (inline when small, off the event loop when large)."""
+    if not isinstance(data, dict) or not isinstance(data.get("blocks"), list):
+        return 0
+    stack: list[Any] = [block.get("layers") for block in data["blocks"] if isinstance(block, dict)]
+    count = 0
+    while stack and count <= cap:
+        layers = stack.pop()
+        if not isinstance(layers, list):
+            continue
+        for layer in layers:
+            count += 1
+            if isinstance(layer, dict):
+                stack.extend(layer.get(key) for key in ("body", "shortcut") if key in layer)
+                edges = layer.get("edges")
+                if isinstance(edges, list):
+                    stack.extend(edge.get("op") for edge in edges if isinstance(edge, dict))
+    return count
 
 
 def job_limit_issue(trace: ShapeTrace, options: dict[str, Any], limits: SpecLimits) -> tuple[str, str] | None:
@@ -113,6 +144,13 @@ def parse_and_trace(
     else:
         if not isinstance(data, dict):
             raise SpecError.at("$", f"a spec is a JSON object, not {type(data).__name__}")
+        active = limits if limits is not None else SpecLimits()
+        if (layers := count_layers(data, active.max_layers)) > active.max_layers:
+            raise SpecError.at(
+                "blocks",
+                f"{layers}+ layers exceed the limit of {active.max_layers} (setting PREFLIGHT_SPEC_MAX_LAYERS; "
+                "counted before validation, stopping past the limit)",
+            )
         try:
             spec = ArchitectureSpec.model_validate(data)
         except ValidationError as exc:

@@ -301,3 +301,28 @@ def test_every_example_and_space_validates_against_the_published_schema() -> Non
     bad["blocks"][1]["layers"][0]["body"][1]["heads"] = "4"
     assert not validator.is_valid(bad)
     assert not validator.is_valid({**_cell_spec(EDGES), "format": "1.2"})
+
+
+def test_an_oversized_spec_is_refused_by_counting_before_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """161,304 layers (a 4 MB spec) are refused from a cheap count that stops past the limit,
+    without the seconds pydantic would spend validating them."""
+    from nas.spec import ArchitectureSpec
+    from nas.validate import count_layers
+
+    layers = [{"type": "relu"}] * 161_304
+    spec = {"input_shape": [4], "blocks": [{"layers": layers}]}
+    assert count_layers(spec, 4096) == 161_304  # one list: counted whole, the cap applies between lists
+    nested = {
+        "input_shape": [4],
+        "blocks": [{"layers": [{"type": "residual", "body": [{"type": "relu"}] * 10}]}] * 1000,
+    }
+    assert 4096 < count_layers(nested, 4096) <= 4096 + 11
+
+    def not_called(*args: object, **kwargs: object) -> None:
+        raise AssertionError("validated before counting")
+
+    monkeypatch.setattr(ArchitectureSpec, "model_validate", not_called)
+    for big in (spec, nested):
+        with pytest.raises(SpecError) as caught:
+            parse_spec(big)
+        assert caught.value.issues[0].path == "blocks" and "PREFLIGHT_SPEC_MAX_LAYERS" in str(caught.value)

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, Row
 from sqlalchemy.orm import Session, sessionmaker
 
 from nas import SpecError, SpecLimits, spec_hash
-from nas.validate import job_limit_issue, parse_and_trace
+from nas.validate import count_layers, job_limit_issue, parse_and_trace
 from service.api.deps import (
     AuthDep,
     CommitterDep,
@@ -75,6 +75,7 @@ _SUBMIT_EXAMPLES = {
 
 # Batches up to this size are validated on the event loop, larger ones in the thread pool.
 _INLINE_VALIDATION = 4
+_INLINE_LAYERS = 256
 
 
 def _device_class(device: str) -> str:
@@ -173,7 +174,9 @@ async def submit_candidates(
                 kind="invalid-request",
                 errors=[ProblemIssue(path=f"options.{DATA}", message="no such data batch")],
             )
-    if len(specs) <= _INLINE_VALIDATION:
+    # inline only when small: a few specs of a few hundred layers; anything larger is validated in
+    # the thread pool, so a 4 MB spec never holds the event loop (and /healthz) for seconds
+    if len(specs) <= _INLINE_VALIDATION and all(count_layers(s, _INLINE_LAYERS) <= _INLINE_LAYERS for s in specs):
         new = _new_candidates(specs, tuning, body.options, batch=batch, limits=limits, data_shape=data_shape)
     else:
         new = await run_in_threadpool(

@@ -239,6 +239,17 @@ def test_poison_jobs_are_refused_before_queueing_by_their_own_batch_and_compute(
     assert sqlite_api.post("/v1/candidates", json={"spec": POISON_BATCH, "options": {}}).status_code == 202
 
 
+def test_a_4_mb_spec_is_refused_from_its_layer_count_off_the_event_loop(sqlite_api: httpx.Client) -> None:
+    """The issue's 161,304-layer spec: a 422 naming the layer limit, counted before validation (it
+    once took 7-12 s of pydantic on the event loop), nothing queued, the server still answering."""
+    spec = {"input_shape": [4], "blocks": [{"layers": [{"type": "relu"}] * 161_304}]}
+    response = sqlite_api.post("/v1/candidates", json={"spec": spec})
+    problem = assert_problem(response, 422)
+    assert problem["errors"][0]["path"] == "spec.blocks" and "PREFLIGHT_SPEC_MAX_LAYERS" in problem["detail"]
+    assert sqlite_api.get("/healthz").status_code == 200
+    assert sqlite_api.get("/v1/candidates").json()["candidates"] == []
+
+
 def test_long_poll_returns_at_timeout_or_when_done(
     api: httpx.Client, worker: Worker, sample_report: ConditioningReport
 ) -> None:
