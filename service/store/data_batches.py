@@ -16,6 +16,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -54,8 +55,37 @@ def _invalid(path: str, message: str) -> InvalidBatch:
     return InvalidBatch(path, message)
 
 
+def _fast_shape(value: Any) -> list[int] | None:
+    """The shape by numpy, for a well-formed batch (about 20x faster than the walk below on 2**20
+    numbers); None whenever anything is off (ragged, empty, not finite, beyond 2**53, a string or a
+    boolean anywhere), and the walk then finds and names the fault."""
+    if not isinstance(value, list):
+        return None
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if array.dtype.kind not in "if" or array.ndim > MAX_RANK + 1 or 0 in array.shape:
+        return None
+    if array.dtype.kind == "f" and not bool(np.isfinite(array).all()):
+        return None
+    if array.dtype.kind == "i" and int(np.abs(array).max()) > MAX_INTEGER:
+        return None
+    if _has_bool(value):  # numpy reads True as 1: JSON's true is not a number here
+        return None
+    return [int(n) for n in array.shape]
+
+
+def _has_bool(value: Any) -> bool:
+    if value and isinstance(value[0], list):
+        return any(_has_bool(item) for item in value)
+    return any(type(item) is bool for item in value)
+
+
 def _shape(value: Any, path: str, depth: int = 0) -> list[int]:
     """The shape of a rectangular nested list of numbers (a scalar has shape [])."""
+    if depth == 0 and (fast := _fast_shape(value)) is not None:
+        return fast
     if depth > MAX_RANK:
         raise _invalid(path, f"nested deeper than {MAX_RANK} levels: expected [N, *input_shape]")
     if isinstance(value, bool) or value is None or isinstance(value, str | dict):

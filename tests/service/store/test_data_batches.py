@@ -71,3 +71,30 @@ def test_an_upload_that_loses_the_insert_race_gets_the_winners_row(pg_url: str) 
         engine.dispose()
     assert "error" not in outcome, outcome
     assert outcome["answer"] == (data_batches.batch_id(x, y), False)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [[0.5, 1.0], [2.0, 3.0]],
+        [[[1, 2, 3]] * 4] * 5,
+        [[1e-3] * 64] * 2,
+        [[[[0.0]]]] * 3,
+    ],
+)
+def test_the_numpy_shape_agrees_with_the_walk_on_well_formed_batches(value: Any) -> None:
+    from service.store.data_batches import _fast_shape, _shape
+
+    fast = _fast_shape(value)
+    assert fast is not None and fast == _shape(value, "x", depth=1)  # depth 1: the walk alone
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[[1.0, True]], [[1, 2], [3]], [[1.0, float("nan")]], [[2**60, 1]], [[1, "2"]], [[]], [[1.0, None]], 3.0],
+    ids=["bool", "ragged", "nan", "beyond-2**53", "string", "empty", "null", "scalar"],
+)
+def test_anything_off_leaves_the_numpy_path_for_the_walk_that_names_it(value: Any) -> None:
+    from service.store.data_batches import _fast_shape
+
+    assert _fast_shape(value) is None
