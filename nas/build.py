@@ -210,7 +210,7 @@ class SameConv2d(nn.Conv2d):
 
 
 class PreflightNet(nn.Module):
-    """A network built from a v1 spec: a list of blocks, each an ``nn.Sequential``."""
+    """A network built from a spec: a list of blocks, each an ``nn.Sequential``."""
 
     def __init__(self, spec: ArchitectureSpec, trace: ShapeTrace, blocks: nn.ModuleList) -> None:
         super().__init__()

@@ -69,7 +69,7 @@ class _Trial(Protocol):
 
 
 class SearchSpace(Protocol):
-    """A search space: a trial's suggestions turned into a v1 spec."""
+    """A search space: a trial's suggestions turned into a spec."""
 
     def __call__(self, trial: Any) -> Spec: ...
 

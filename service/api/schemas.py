@@ -55,7 +55,7 @@ class CandidateOptions(BaseModel):
 class CandidateCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    spec: dict[str, Any] = Field(description="an architecture spec v1 (GET /v1/schema)")
+    spec: dict[str, Any] = Field(description="an architecture spec, format 1.0 or 1.1 (GET /v1/schema)")
     options: CandidateOptions = Field(default_factory=CandidateOptions)
 
 

@@ -12,7 +12,7 @@ __all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    schema = subparsers.add_parser("schema", help="print the JSON Schema of architecture spec v1")
+    schema = subparsers.add_parser("schema", help="print the JSON Schema of the architecture spec (format 1.1)")
     schema.set_defaults(handler=_schema)
 
     validate = subparsers.add_parser("validate", help="check a spec; print its canonical hash")
