@@ -42,7 +42,9 @@ def readyz(engine: EngineDep, request: Request) -> dict[str, str]:
     return {"status": "ready"}
 
 
-@router.get("/v1/schema", summary="JSON Schema of the architecture spec (format 1.1)", tags=["spec"], dependencies=[AuthDep])
+@router.get(
+    "/v1/schema", summary="JSON Schema of the architecture spec (format 1.1)", tags=["spec"], dependencies=[AuthDep]
+)
 def schema() -> dict[str, Any]:
     """Behind the token like every ``/v1`` route (docs/service.md, Security)."""
     return spec_json_schema()
