@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     job_timeout_seconds: float = Field(1800.0, gt=0)
     shutdown_grace_seconds: float = Field(30.0, ge=0)
     poll_seconds: float = Field(0.5, gt=0)
+    # A file a worker touches while it can take jobs (at most every heartbeat): a container's
+    # healthcheck reads its age. None: no file.
+    worker_alive_file: str | None = None
     # Start-up refuses a database whose schema is not at the latest migration.
     check_migrations: bool = True
 

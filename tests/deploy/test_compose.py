@@ -115,3 +115,12 @@ def test_the_api_healthcheck_asks_a_real_endpoint() -> None:
     test = " ".join(SERVICES["api"]["healthcheck"]["test"])
     path = re.search(r"http://127\.0\.0\.1:8000(/[a-z]+)", test).group(1)
     assert path in create_app(Settings()).openapi()["paths"]
+
+
+def test_the_worker_healthcheck_reads_the_file_its_workers_touch() -> None:
+    worker = SERVICES["worker"]
+    path = worker["environment"]["PREFLIGHT_WORKER_ALIVE_FILE"]
+    test = " ".join(worker["healthcheck"]["test"])
+    assert f"getmtime('{path}')" in test
+    limit = float(re.search(r"> (\d+)\)", test).group(1))
+    assert limit > Settings().heartbeat_seconds * 3  # the file is touched at most once a heartbeat

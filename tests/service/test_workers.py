@@ -205,6 +205,29 @@ def test_a_healthy_embedded_worker_is_ready_and_live(sqlite_url: str, make_setti
             assert "preflight_embedded_worker_live 1.0" in client.get("/metrics").text
 
 
+def test_a_worker_touches_its_alive_file_only_while_it_can_take_jobs(
+    sqlite_url: str, make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    healthy, broken = tmp_path / "healthy", tmp_path / "broken"
+    runner = run_runner(make_settings(sqlite_url, worker_alive_file=str(healthy), heartbeat_seconds=0.2))
+    try:
+        wait_until(healthy.exists, 120, "the alive file of a working runner")
+        first = healthy.stat().st_mtime_ns
+        wait_until(lambda: healthy.stat().st_mtime_ns > first, 30, "the alive file to be touched again")
+    finally:
+        runner.stop(hard=True)
+        runner.join(60)
+    if not __import__("torch").cuda.is_available():  # an engine that cannot start: no file
+        runner = Runner(make_settings(sqlite_url, worker_alive_file=str(broken)), device="cuda:0")
+        runner.start_thread()
+        try:
+            wait_until(lambda: (runner.liveness() or "").startswith("the engine cannot start"), 120, "the failure")
+            assert not broken.exists()
+        finally:
+            runner.stop(hard=True)
+            runner.join(60)
+
+
 def test_runner_fails_a_job_past_its_timeout_and_carries_on(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:

@@ -15,12 +15,14 @@ failed attempt is tried again.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -74,6 +76,7 @@ class Runner:
         self._last_reap = 0.0
         # liveness (``liveness()``): when the loop last made progress, and why the engine is down
         self._progress = time.monotonic()
+        self._touched = -math.inf  # when the alive file was last touched
         self._engine_down: str | None = None
 
     # Control -------------------------------------------------------------------------
@@ -118,6 +121,19 @@ class Runner:
             return f"the worker loop made no progress for {stalled:.0f} s"
         return None
 
+    def _mark_progress(self) -> None:
+        """The loop made progress: for ``liveness()``, and for a container healthcheck the file
+        ``settings.worker_alive_file`` touched (at most once a heartbeat)."""
+        now = time.monotonic()
+        self._progress = now
+        path = self.settings.worker_alive_file
+        if path and now - self._touched >= self.settings.heartbeat_seconds:
+            self._touched = now
+            try:
+                Path(path).touch()
+            except OSError as exc:  # a healthcheck's file must not stop the work
+                log.warning("worker %s: cannot touch %s (%s)", self.name, path, exc)
+
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
             self._thread.join(timeout)
@@ -134,7 +150,7 @@ class Runner:
             self.name = f"{self.name}:{device}"
             log.info("worker %s: started", self.name)
             while not self._stop.is_set():
-                self._progress = time.monotonic()
+                self._mark_progress()
                 if self.max_jobs is not None and self.done >= self.max_jobs:
                     break
                 self._maybe_reap()
@@ -222,7 +238,7 @@ class Runner:
         except EngineCrashed as exc:
             outcome = (Outcome.CRASHED, exc)
         while outcome is None:
-            self._progress = time.monotonic()
+            self._mark_progress()
             try:
                 outcome = self.engine.result(timeout=0.1)
             except EngineCrashed as exc:
