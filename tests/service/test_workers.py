@@ -228,6 +228,33 @@ def test_a_worker_touches_its_alive_file_only_while_it_can_take_jobs(
             runner.join(60)
 
 
+BIG_ACTIVATIONS = {  # 3 M activations per sample: 12 GB at batch 1024, far over a 2 GiB limit
+    "input_shape": [4, 512, 512],
+    "blocks": [{"layers": [{"type": "conv2d", "out": 4, "kernel": 3}, {"type": "relu"}, {"type": "global_avgpool"}]}],
+}
+
+
+def test_a_job_over_the_engine_memory_limit_fails_at_once_and_the_worker_carries_on(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """Submitted past the API's limits (straight into the queue), a job whose batch needs 12 GB
+    meets the engine child's 2 GiB address-space limit: an out-of-memory, failed on its first
+    attempt with what to change, and the next job is done by the same worker."""
+    (poison,) = submit_many(sqlite_url, 1, tuning(batch_size=1024), make=lambda _w: BIG_ACTIVATIONS)
+    (fine,) = submit_many(sqlite_url, 1, tuning(**TINY))
+    runner = run_runner(make_settings(sqlite_url, engine_memory_bytes=2 * 2**30))
+    try:
+        wait_until(lambda: status_of(sqlite_url, fine) == "done", 300, "the next job")
+    finally:
+        runner.stop(hard=True)
+        runner.join(60)
+    ((status, attempts, error),) = rows(
+        sqlite_url, select(Candidate.status, Candidate.attempts, Candidate.error).where(Candidate.id == poison)
+    )
+    assert str(status) == "failed" and attempts == 1, (status, attempts, error)
+    assert "out of memory" in error and "smaller batch_size" in error
+
+
 def test_runner_fails_a_job_past_its_timeout_and_carries_on(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import multiprocessing
+import os
 import signal
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -93,8 +94,39 @@ def warm_up(device: str) -> float:
     return time.perf_counter() - started
 
 
-def _serve(connection: Connection, device: str) -> None:
-    """The child: resolve the device, then condition each (spec, options) it is sent."""
+def memory_limit(setting: int | None) -> int | None:
+    """The engine child's memory limit in bytes: the setting (``PREFLIGHT_ENGINE_MEMORY_BYTES``; 0 for
+    none), by default three quarters of this machine's physical memory, so that one job asking for
+    too much fails alone with an out-of-memory instead of the machine swapping or its OOM killer
+    choosing a victim."""
+    if setting is not None:
+        return setting or None
+    try:
+        return int(0.75 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that says
+        return None
+
+
+def _limit_memory(resolved: str, limit: int | None) -> None:
+    """CPU: an address-space limit (RLIMIT_AS), above which allocations fail in the job; CUDA: the
+    caching allocator's share of the device (an address-space limit would break CUDA's mappings)."""
+    if limit is None:
+        return
+    if resolved.startswith("cuda"):
+        import torch
+
+        total = torch.cuda.get_device_properties(torch.device(resolved)).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), torch.device(resolved))
+        return
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
+def _serve(connection: Connection, device: str, memory_bytes: int | None = None) -> None:
+    """The child: resolve the device, limit its memory, then condition each (spec, options) it is sent."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -106,6 +138,7 @@ def _serve(connection: Connection, device: str) -> None:
             import torch
 
             torch.cuda.set_device(torch.device(resolved))
+        _limit_memory(resolved, memory_bytes)
         from nas.options import ConditionOptions
         from worker.engine.pipeline import condition
     except Exception as exc:
@@ -146,8 +179,9 @@ class EngineProcess:
     """A long-lived engine child: started on first use, ended by :meth:`kill`, restarted
     on the next job."""
 
-    def __init__(self, device: str, start_timeout: float = 300.0) -> None:
+    def __init__(self, device: str, start_timeout: float = 300.0, memory_bytes: int | None = None) -> None:
         self.requested_device = device
+        self.memory_bytes = memory_bytes  # the child's limit (``memory_limit``), None for none
         self.device: str | None = None
         self.start_timeout = start_timeout
         self._process: Any = None
@@ -165,7 +199,7 @@ class EngineProcess:
             return self.device
         parent, child = _CONTEXT.Pipe()
         self._process = _CONTEXT.Process(
-            target=_serve, args=(child, self.requested_device), name="preflight-engine", daemon=True
+            target=_serve, args=(child, self.requested_device, self.memory_bytes), name="preflight-engine", daemon=True
         )
         self._process.start()
         child.close()
