@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
+from typing import Any
 
 from anyio import to_thread
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from sqlalchemy.orm import Session, sessionmaker
 
 from nas import SpecLimits
@@ -69,7 +71,9 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
                 app.state.metrics = None
                 engine.dispose()
 
-    app = FastAPI(
+    # FastAPIOffline: FastAPI whose /docs and /redoc load Swagger UI and ReDoc from assets the app
+    # serves itself (a maintained package's), so the docs render without internet
+    app = FastAPIOffline(
         title="Preflight",
         version=API_VERSION,
         summary="Conditions and scores NAS candidate architectures before training.",
@@ -79,6 +83,7 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
     app.state.metrics = None
     app.state.background = None
     install_problem_handlers(app)
+    _declare_problem_responses(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestLatencyMiddleware, get_metrics=lambda: app.state.metrics)
     app.include_router(candidates.router)
@@ -86,6 +91,26 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
     app.include_router(studies.router)
     app.include_router(health.router)
     return app
+
+
+def _declare_problem_responses(app: FastAPI) -> None:
+    """The OpenAPI says what the server sends: every 4xx and 5xx body is ``application/problem+json``
+    (``service.api.problems``), not the ``application/json`` FastAPI declares by default."""
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = plain()
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    for code, response in operation.get("responses", {}).items():
+                        content = response.get("content", {})
+                        if code[:1] in "45" and "application/json" in content:
+                            response["content"] = {"application/problem+json": content["application/json"]}
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _liveness_of(beside: object) -> Callable[[], str | None] | None:

@@ -12,6 +12,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -71,14 +72,20 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-async def require_token(request: Request) -> None:
+# the bearer scheme, declared in the OpenAPI (the Authorize button of /docs); the check is ours
+_BEARER = HTTPBearer(auto_error=False, description="an API token: `preflight token create NAME`")
+
+
+async def require_token(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+) -> None:
     """Refuse the request unless auth is off or it carries a valid bearer token."""
     settings: Settings = request.app.state.settings
     if not settings.auth_required:
         return
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = credentials.credentials if credentials is not None else ""
     challenge = {"WWW-Authenticate": 'Bearer realm="preflight"'}
-    if scheme.lower() != "bearer" or not token.strip():
+    if not token.strip():
         raise ProblemError(
             401,
             "missing bearer token; send 'Authorization: Bearer <token>' (see `preflight token create`)",

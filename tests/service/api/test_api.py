@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -427,3 +428,28 @@ def test_a_spec_with_thousands_of_faults_gets_a_bounded_problem(sqlite_api: http
     problem = assert_problem(response, 422)
     assert len(response.content) < 20_000, len(response.content)
     assert len(problem["errors"]) <= 51 and "more (see errors)" in problem["detail"]
+
+
+def test_the_docs_render_offline_from_assets_the_app_serves(sqlite_api: httpx.Client) -> None:
+    """/docs and /redoc point at Swagger UI and ReDoc files the app serves itself (no CDN)."""
+    for page, asset_name in (("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")):
+        html = sqlite_api.get(page).text
+        assert "cdn.jsdelivr" not in html and "unpkg.com" not in html
+        asset = re.search(r'src="([^"]*' + re.escape(asset_name) + ')"', html)
+        assert asset is not None, html
+        served = sqlite_api.get(asset.group(1))
+        assert served.status_code == 200 and len(served.content) > 100_000  # the library itself
+
+
+def test_the_openapi_declares_the_bearer_scheme_and_problem_json_errors(sqlite_api: httpx.Client) -> None:
+    spec = sqlite_api.get("/openapi.json").json()
+    assert spec["components"]["securitySchemes"]["HTTPBearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "an API token: `preflight token create NAME`",
+    }
+    submit = spec["paths"]["/v1/candidates"]["post"]
+    assert submit["security"] == [{"HTTPBearer": []}]
+    errors = {code: response for code, response in submit["responses"].items() if code[0] in "45"}
+    assert errors and all(list(r["content"]) == ["application/problem+json"] for r in errors.values())
+    assert "security" not in spec["paths"]["/healthz"]["get"]
