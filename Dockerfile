@@ -22,7 +22,7 @@ COPY pyproject.toml README.md ./
 COPY nas ./nas
 COPY service ./service
 COPY worker ./worker
-RUN pip install ".[postgres]" && useradd --create-home --uid 10001 preflight
+RUN pip install ".[service,worker,postgres]" && useradd --create-home --uid 10001 preflight
 
 USER preflight
 EXPOSE 8000

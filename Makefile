@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 		$(BIN)/python -m pip install -q "$(CPU_TORCH)" --index-url https://download.pytorch.org/whl/cpu; \
 	fi
 	@echo "setup: installing Preflight and its extras (postgres, demo, bench, test)"
-	$(BIN)/python -m pip install -q -e ".[postgres,demo,bench,test]"
+	$(BIN)/python -m pip install -q -e ".[service,worker,postgres,demo,bench,test]"
 	touch $(STAMP)
 	@echo "setup: done"
 

@@ -41,6 +41,21 @@ EXIT_DATABASE = 5  # the database could not be reached or is not migrated
 EXIT_MISSING_EXTRA = 6  # an optional dependency is not installed
 
 
+# The extra that installs a module a command needs (the core install has the spec, the builder,
+# the client and the local engine; pyproject.toml's extras add the rest).
+_EXTRAS = {
+    "matplotlib": "demo",
+    "sklearn": "demo",
+    "psycopg": "postgres",
+    "fastapi": "service",
+    "fastapi_offline": "service",
+    "uvicorn": "service",
+    "prometheus_client": "service",
+    "sqlalchemy": "service",
+    "alembic": "service",
+}
+
+
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())[:500]
 
@@ -57,7 +72,7 @@ def _failure(error: Exception) -> tuple[int, str] | None:
     if isinstance(error, PreflightError):
         return EXIT_SERVICE, _one_line(error)
     if isinstance(error, ModuleNotFoundError) and error.name:
-        extra = {"matplotlib": "demo", "sklearn": "demo", "psycopg": "postgres"}.get(error.name.split(".")[0])
+        extra = _EXTRAS.get(error.name.split(".")[0])
         fix = f'pip install "nas-preflight[{extra}]"' if extra else f"pip install {error.name.split('.')[0]}"
         return EXIT_MISSING_EXTRA, f"this command needs {error.name.split('.')[0]!r}, which is not installed: {fix}"
     try:
