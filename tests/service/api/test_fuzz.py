@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,10 +24,14 @@ OPERATIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def fuzz_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    path: Path = tmp_path_factory.mktemp("fuzz") / "preflight.db"
-    config = Settings(database_url=f"sqlite:///{path}", max_wait_seconds=0.2, max_body_bytes=64 * 1024)
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def fuzz_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A live server on each backend (the PostgreSQL one on this session's migrated database)."""
+    if request.param == "sqlite":
+        database = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'preflight.db'}"
+    else:
+        database = str(request.getfixturevalue("postgres_url"))
+    config = Settings(database_url=database, max_wait_seconds=0.2, max_body_bytes=64 * 1024)
     with live_server(config) as url:
         yield url
 
