@@ -65,7 +65,7 @@ def _apjn(plt: Any, results: dict[str, Any]) -> Any:
         ax.set_title(
             f"{label}: {profile['name']}\nscore {score:.2f}{extra}" if score is not None else label, fontsize=9
         )
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="best", framealpha=0.9)
     axes[0].set_ylabel("APJN J^{l,l+1}")
     fig.suptitle("Average partial Jacobian norm per block, before and after Preflight's tuning", y=1.06)
     return fig
@@ -94,11 +94,25 @@ def _score_vs_accuracy(plt: Any, results: dict[str, Any]) -> Any:
             label=f"gated search: trained from tuned init ({len(kept)})",
         )
     ax.set_xscale("symlog")  # scores of hopeless candidates reach -1e5; kept ones sit near 0
+    _plain_ticks(ax.xaxis)
     ax.set_xlabel("conditioning score (higher is better conditioned; symmetric log scale)")
     ax.set_ylabel("validation accuracy after training")
     ax.set_title("Conditioning score against trained accuracy (digits)")
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     return fig
+
+
+def _plain_ticks(axis: Any) -> None:
+    """Tick labels as plain numbers (-1000, -1, 0, 1), not matplotlib's -6.09625x10^-1 on a symlog axis."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _legend_outside(ax: Any) -> None:
+    """The legend below the axes, never over the data."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1, frameon=False)
 
 
 def _accuracy_vs_compute(plt: Any, results: dict[str, Any]) -> Any:
@@ -119,5 +133,5 @@ def _accuracy_vs_compute(plt: Any, results: dict[str, Any]) -> Any:
     # Digits saturate early: zoom on where the searches differ (the first non-zero best).
     ax.set_ylim(bottom=max(0.0, min(firsts, default=0.0) - 0.02), top=1.0)
     ax.set_title("Best accuracy against compute, the same search four ways")
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     return fig
