@@ -70,6 +70,7 @@ class TrialRecord:
     condition_seconds: float = 0.0
     score: float | None = None
     verdict: str | None = None
+    reason: str | None = None  # the conditioning report's first reason (gated searches)
     candidate_id: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
@@ -140,6 +141,8 @@ def _demo(args: argparse.Namespace) -> int:
                 results = _run_all(args, service.url, out)
     print()
     print(_table(results))
+    print()
+    print(_what_happened(results))
     print(
         f"\ncompute = training seconds + the worker's conditioning seconds; "
         f"total wall time {time.perf_counter() - started:.0f} s"
@@ -355,6 +358,7 @@ def _fill_conditioning(
     report = report or candidate.report
     record.candidate_id = candidate.id
     record.score, record.verdict = candidate.score, candidate.verdict
+    record.reason = report.reasons[0] if report is not None and report.reasons else None
     timings = candidate.data.get("timings") or {}
     seconds = timings.get("run_seconds")
     if seconds is None:
@@ -386,6 +390,7 @@ def _score_ungated(searches: list[SearchResult]) -> list[dict[str, Any]]:
                 "accuracy": trial.accuracy,
                 "score": twin.score,
                 "verdict": twin.verdict,
+                "reason": twin.reason,
             }
         )
     return points
@@ -448,6 +453,56 @@ def _table(results: dict[str, Any]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+DIVERGED = 0.2  # a validation accuracy at or below this on 10 classes: the run diverged or learned nothing
+NEAR_BEST = 0.05  # a pruned candidate this close to the best accuracy was a false prune
+
+
+def _accuracy(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f} (diverged)" if value <= DIVERGED else f"{value:.3f}"
+
+
+def _what_happened(results: dict[str, Any]) -> str:
+    """The demo's findings in words: what the gate pruned and why, its verdicts checked against the
+    same architectures trained without it (false prunes, false keeps), and whether it paid."""
+    searches = {s.name: s for s in results["searches"]}
+    lines = ["What happened:"]
+    gated = searches.get("preflight gate")
+    if gated is not None:
+        pruned = [t for t in gated.trials if t.state == "pruned-before"]
+        lines.append(
+            f"- The gate pruned {len(pruned)} of {len(gated.trials)} candidates before training"
+            + (":" if pruned else ".")
+        )
+        lines += [f"  - {t.name} (score {t.score:.3g}): {t.reason or 'no reason given'}" for t in pruned[:8]]
+        if len(pruned) > 8:
+            lines.append(f"  - ... and {len(pruned) - 8} more (results.json)")
+    points = results.get("score_vs_accuracy") or []
+    if points:
+        best = max(p["accuracy"] for p in points)
+        false_prunes = [p for p in points if p["verdict"] == "prune" and p["accuracy"] >= best - NEAR_BEST]
+        false_keeps = [p for p in points if p["verdict"] == "keep" and p["accuracy"] <= DIVERGED]
+        lines.append(
+            f"- Checked against the same {len(points)} architectures trained without the gate: "
+            f"{len(false_prunes)} false prune(s) (pruned, yet within {NEAR_BEST} of the best {best:.3f}), "
+            f"{len(false_keeps)} false keep(s) (kept, yet diverged or learned nothing)."
+        )
+        lines += [f"  - false prune: {p['name']}, trained to {_accuracy(p['accuracy'])}" for p in false_prunes[:5]]
+        lines += [f"  - false keep: {p['name']}, trained to {_accuracy(p['accuracy'])}" for p in false_keeps[:5]]
+    plain = searches.get("no gate")
+    if gated is not None and plain is not None and plain.best is not None and gated.best is not None:
+        ratio = gated.compute / plain.compute if plain.compute else math.nan
+        verdict = "cost more than it saved" if ratio > 1 else "saved compute"
+        lines.append(
+            f"- Finding: the gate {verdict}: {ratio:.2f}x the ungated search's compute for a best accuracy of "
+            f"{_accuracy(gated.best.accuracy)} against {_accuracy(plain.best.accuracy)}."
+        )
+    diverged = sum(t.accuracy is not None and t.accuracy <= DIVERGED for s in searches.values() for t in s.trials)
+    lines.append(f"- Runs that diverged or learned nothing (accuracy <= {DIVERGED}): {diverged}.")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ def test_the_demo_runs_four_searches_and_writes_its_table_and_figures(
     printed = capsys.readouterr().out
     for row in ("no gate", "median pruner", "preflight gate", "gate + median pruner", "pruned before training"):
         assert row in printed
+    assert "What happened:" in printed and "- Finding: the gate" in printed and "false prune(s)" in printed
     assert {p.name for p in out.iterdir()} == {
         "apjn_per_block.png",
         "score_vs_accuracy.png",
