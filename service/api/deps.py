@@ -7,7 +7,7 @@ read ``request.app.state`` themselves; the app's lifespan puts these objects the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -26,6 +26,7 @@ from service.store.group_commit import GroupCommitter
 
 __all__ = [
     "AuthDep",
+    "WorkerLivenessDep",
     "CommitterDep",
     "EngineDep",
     "MetricsDep",
@@ -102,7 +103,15 @@ async def require_token(
         )
 
 
+async def get_worker_liveness(request: Request) -> Callable[[], str | None] | None:
+    """What runs beside the app (an embedded worker) says whether it can take jobs: its
+    ``liveness()`` (None: it can; else why not), or None when nothing runs beside the app."""
+    check = getattr(request.app.state.background, "liveness", None)
+    return check if callable(check) else None
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+WorkerLivenessDep = Annotated[Callable[[], str | None] | None, Depends(get_worker_liveness)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
 CommitterDep = Annotated[GroupCommitter, Depends(get_committer)]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nas import spec_json_schema
-from service.api.deps import AuthDep, EngineDep, MetricsDep
+from service.api.deps import AuthDep, EngineDep, MetricsDep, WorkerLivenessDep
 from service.api.problems import Problem, ProblemError
 from service.store.db import ping
 from service.store.migrations import MigrationsPending, check_current
@@ -28,7 +28,7 @@ def healthz() -> dict[str, str]:
     summary="The database is reachable, its schema at the latest migration, and an embedded worker able to take jobs",
     responses={503: {"model": Problem}},
 )
-def readyz(engine: EngineDep, request: Request) -> dict[str, str]:
+def readyz(engine: EngineDep, worker_liveness: WorkerLivenessDep) -> dict[str, str]:
     try:
         ping(engine)
         check_current(engine)
@@ -36,8 +36,7 @@ def readyz(engine: EngineDep, request: Request) -> dict[str, str]:
         raise ProblemError(503, str(exc), kind="not-ready") from None
     except Exception as exc:  # any driver error means: not ready
         raise ProblemError(503, f"database unreachable: {type(exc).__name__}", kind="not-ready") from None
-    check = getattr(request.app.state.background, "liveness", None)  # an embedded worker, when there is one
-    if callable(check) and (reason := check()):
+    if worker_liveness is not None and (reason := worker_liveness()):  # an embedded worker, when there is one
         raise ProblemError(503, f"the embedded worker cannot take jobs: {reason}", kind="not-ready")
     return {"status": "ready"}
 
