@@ -48,7 +48,7 @@ class Settings(BaseSettings):
     # healthcheck reads its age. None: no file.
     worker_alive_file: str | None = None
     # The engine child's memory limit in bytes (address space on the CPU, the allocator's share of a
-    # GPU); None: three quarters of the machine's memory; 0: no limit.
+    # GPU); None: three quarters of the machine's memory on the CPU, none on a GPU; 0: no limit.
     engine_memory_bytes: int | None = Field(None, ge=0)
     # Start-up refuses a database whose schema is not at the latest migration.
     check_migrations: bool = True

@@ -94,22 +94,26 @@ def warm_up(device: str) -> float:
     return time.perf_counter() - started
 
 
-def memory_limit(setting: int | None) -> int | None:
-    """The engine child's memory limit in bytes: the setting (``PREFLIGHT_ENGINE_MEMORY_BYTES``; 0 for
-    none), by default three quarters of this machine's physical memory, so that one job asking for
-    too much fails alone with an out-of-memory instead of the machine swapping or its OOM killer
-    choosing a victim."""
+def memory_limit(setting: int | None, device: str = "cpu") -> int | None:
+    """The engine child's memory limit in bytes, None for none: the setting
+    (``PREFLIGHT_ENGINE_MEMORY_BYTES``; 0 for none). Unset, a CPU child gets three quarters of this
+    machine's physical memory, so that one job asking for too much fails alone with an
+    out-of-memory instead of the machine swapping or its OOM killer choosing a victim; a GPU child
+    gets no limit (the host's memory says nothing about the device's)."""
     if setting is not None:
         return setting or None
+    if device.startswith("cuda"):
+        return None
     try:
         return int(0.75 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):  # not a POSIX system that says
         return None
 
 
-def _limit_memory(resolved: str, limit: int | None) -> None:
+def _limit_memory(resolved: str, setting: int | None) -> None:
     """CPU: an address-space limit (RLIMIT_AS), above which allocations fail in the job; CUDA: the
     caching allocator's share of the device (an address-space limit would break CUDA's mappings)."""
+    limit = memory_limit(setting, resolved)
     if limit is None:
         return
     if resolved.startswith("cuda"):
@@ -181,7 +185,7 @@ class EngineProcess:
 
     def __init__(self, device: str, start_timeout: float = 300.0, memory_bytes: int | None = None) -> None:
         self.requested_device = device
-        self.memory_bytes = memory_bytes  # the child's limit (``memory_limit``), None for none
+        self.memory_bytes = memory_bytes  # the setting; the child applies ``memory_limit`` on its device
         self.device: str | None = None
         self.start_timeout = start_timeout
         self._process: Any = None

@@ -32,7 +32,7 @@ from nas.canonical import DATA_OPTION as DATA
 from service.settings import Settings
 from service.store import data_batches, jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
-from worker.jobs.engine_process import EngineCrashed, EngineError, EngineProcess, memory_limit
+from worker.jobs.engine_process import EngineCrashed, EngineError, EngineProcess
 from worker.jobs.outcome import Outcome, RetryPolicy
 
 __all__ = ["Runner"]
@@ -57,7 +57,7 @@ class Runner:
     ) -> None:
         self.settings = settings
         self.retry_policy = retry_policy or RetryPolicy()
-        self.engine = EngineProcess(device, memory_bytes=memory_limit(settings.engine_memory_bytes))
+        self.engine = EngineProcess(device, memory_bytes=settings.engine_memory_bytes)
         self._own_engine = None
         if sessions is None:
             self._own_engine = make_engine(settings.database_url)

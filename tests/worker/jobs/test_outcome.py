@@ -271,3 +271,13 @@ def test_a_runner_takes_another_policy(store: tuple[Settings, sessionmaker[Sessi
     job = _job_at_attempt(sessions, 1, 3)
     runner._record(job, Outcome.CRASHED, _value(Outcome.CRASHED))
     assert _row(sessions, job)[0] == "failed"
+
+
+def test_the_default_memory_limit_is_for_the_cpu_only() -> None:
+    from worker.jobs.engine_process import memory_limit
+
+    assert memory_limit(None, "cuda:0") is None  # the host's memory says nothing about the device's
+    assert memory_limit(0, "cpu") is None
+    assert memory_limit(2**31, "cuda:0") == 2**31
+    default = memory_limit(None, "cpu")
+    assert default is not None and default > 2**30
