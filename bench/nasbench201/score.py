@@ -241,6 +241,22 @@ def report(results: list[dict[str, Any]], kind: str, note: str = "") -> str:
         )
         verdict = "above" if diff.low > 0 else "below" if diff.high < 0 else "not distinguishable"
         lines.append(f"- {name}: {diff.point:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}] ({verdict})")
+    names = sorted({name for r in results for name in (r["preflight"].get("components") or {})})
+    if names:
+        lines += [
+            "",
+            "What each of Preflight's components ranks alone, on the cells where it was measured (each is a "
+            "penalty, higher is worse, so its negative is ranked):",
+            "",
+            "| component | Spearman with accuracy | cells with a value |",
+            "|---|---|---|",
+        ]
+        for name in names:
+            values = np.array([-_finite((r["preflight"].get("components") or {}).get(name)) for r in results])
+            have = np.isfinite(values)  # a component skipped under the budget is left out, not ranked last
+            v, a = values[have], accuracy[have]
+            rho = bootstrap(lambda i, v=v, a=a: spearman(v[i], a[i]), int(have.sum()))
+            lines.append(f"| {name} | {rho.point:.3f} [{rho.low:.3f}, {rho.high:.3f}] | {int(have.sum())} |")
     costs = [r["preflight"]["counted_cost"] for r in results]
     lines += ["", f"Preflight's counted cost per cell: median {float(np.median(costs)):.1f} training steps.", ""]
     return "\n".join(lines)
