@@ -24,6 +24,7 @@ import math
 import random
 import time
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +61,10 @@ def sample_cells(
     return picked
 
 
+@cache
 def cell_batch(kind: str, n: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
-    """The one input batch every cell and every method sees: ``fashion`` or ``gaussian``."""
+    """The one input batch every cell and every method sees: ``fashion`` or ``gaussian`` (read once
+    per process, not once per cell)."""
     if kind == "gaussian":
         g = torch.Generator().manual_seed(0)
         return torch.randn(n, 3, 32, 32, generator=g), torch.randint(0, 10, (n,), generator=g)
@@ -84,18 +87,23 @@ def _path(out: Path, kind: str, ops: tuple[str, ...]) -> Path:
     return out / kind / f"{hashlib.sha256(nasbench201_arch_string(ops).encode()).hexdigest()[:16]}.json"
 
 
+def _cached(out: Path, kind: str, ops: tuple[str, ...], fingerprint: str) -> dict[str, Any] | None:
+    """A cell's stored result when it was computed with these settings and this engine."""
+    path = _path(out, kind, ops)
+    if path.exists() and (data := json.loads(path.read_text())).get("fingerprint") == fingerprint:
+        return dict(data)
+    return None
+
+
 def score_cell(
     ops: tuple[str, ...], accuracy: float, kind: str, out: Path, channels: int = 16, cells_per_stage: int = 5
 ) -> dict[str, Any]:
     """Preflight and the proxies on one cell (cached by fingerprint)."""
     from worker.engine import condition
 
-    path = _path(out, kind, ops)
     fingerprint = _fingerprint(kind, channels, cells_per_stage)
-    if path.exists():
-        cached = json.loads(path.read_text())
-        if cached.get("fingerprint") == fingerprint:
-            return dict(cached)
+    if (cached := _cached(out, kind, ops, fingerprint)) is not None:
+        return cached
     spec = nasbench201_spec(ops, channels=channels, cells_per_stage=cells_per_stage)
     x, y = cell_batch(kind)
     start = time.perf_counter()
@@ -120,6 +128,7 @@ def score_cell(
             "seconds": time.perf_counter() - start,
         },
     }
+    path = _path(out, kind, ops)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, allow_nan=True))
     return result
@@ -152,12 +161,11 @@ def run(
     else:
         for i, task in enumerate(tasks, 1):
             print(f"[{i}/{len(tasks)}] {_task(task)}", flush=True)
-    return [score_cell(c, table[c], kind, out, channels, cells_per_stage) for c in cells]
+    return scored(cells, kind, out, channels, cells_per_stage)
 
 
 def scored(
     cells: list[tuple[str, ...]],
-    table: dict[tuple[str, ...], float],
     kind: str,
     out: Path,
     channels: int = 16,
@@ -165,12 +173,7 @@ def scored(
 ) -> list[dict[str, Any]]:
     """The cells of ``cells`` already scored with the current engine and settings (no computation)."""
     fingerprint = _fingerprint(kind, channels, cells_per_stage)
-    results = []
-    for cell in cells:
-        path = _path(out, kind, cell)
-        if path.exists() and (data := json.loads(path.read_text())).get("fingerprint") == fingerprint:
-            results.append(data)
-    return results
+    return [data for cell in cells if (data := _cached(out, kind, cell, fingerprint)) is not None]
 
 
 def _columns(results: list[dict[str, Any]]) -> dict[str, np.ndarray]:

@@ -8,16 +8,6 @@ from pathlib import Path
 import pytest
 
 from bench.nasbench201.score import cell_batch, report, run, sample_cells
-from bench.nasbench201.table import NASBench201TableMissing, load_table, table_path
-
-
-@pytest.fixture(scope="module")
-def table() -> dict[tuple[str, ...], float]:
-    try:
-        table_path()
-    except NASBench201TableMissing as missing:
-        pytest.skip(str(missing))
-    return load_table()
 
 
 def test_the_sample_is_stratified_by_accuracy_and_the_dev_sample_is_disjoint(table: dict) -> None:

@@ -11,26 +11,14 @@ from pathlib import Path
 import pytest
 
 from bench.nasbench201.table import (
-    NASBench201TableMissing,
     RestrictedUnpickler,
     analog_to_nasbench201,
-    load_table,
-    table_path,
 )
 from nas.canonical import spec_hash
 from nas.space import NB201_EDGES, nasbench201_spec, parse_nasbench201_arch
 from nas.validate import parse_spec
 
 BEST = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_3x3~1|nor_conv_3x3~2|"
-
-
-@pytest.fixture(scope="module")
-def table() -> dict[tuple[str, ...], float]:
-    try:
-        table_path()
-    except NASBench201TableMissing as missing:
-        pytest.skip(str(missing))
-    return load_table()
 
 
 class _Exploit:
