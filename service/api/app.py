@@ -62,7 +62,8 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
             # what runs beside the app (an embedded runner); readiness and /metrics ask it for its
             # liveness when it has one (``liveness() -> str | None``: None while it can take jobs)
             app.state.background = beside.enter_context(background(sessions)) if background is not None else None
-            app.state.metrics = Metrics(sessions, liveness=_liveness_of(app.state.background))
+            app.state.worker_liveness = _liveness_of(app.state.background)
+            app.state.metrics = Metrics(sessions, liveness=app.state.worker_liveness)
             try:
                 yield
             finally:
@@ -82,6 +83,7 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
     app.state.settings = settings
     app.state.metrics = None
     app.state.background = None
+    app.state.worker_liveness = None
     install_problem_handlers(app)
     _declare_problem_responses(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
@@ -114,6 +116,7 @@ def _declare_problem_responses(app: FastAPI) -> None:
 
 
 def _liveness_of(beside: object) -> Callable[[], str | None] | None:
+    """The ``liveness()`` of what runs beside the app (an embedded worker), when it has one."""
     check = getattr(beside, "liveness", None)
     return check if callable(check) else None
 

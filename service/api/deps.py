@@ -106,8 +106,8 @@ async def require_token(
 async def get_worker_liveness(request: Request) -> Callable[[], str | None] | None:
     """What runs beside the app (an embedded worker) says whether it can take jobs: its
     ``liveness()`` (None: it can; else why not), or None when nothing runs beside the app."""
-    check = getattr(request.app.state.background, "liveness", None)
-    return check if callable(check) else None
+    liveness: Callable[[], str | None] | None = request.app.state.worker_liveness
+    return liveness
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
