@@ -46,8 +46,13 @@ from nas.spec import (
 )
 from nas.validate import parse_and_trace
 
+Draw = Literal["gaussian", "orthogonal"]
+DRAWS: tuple[Draw, ...] = ("gaussian", "orthogonal")
+
 __all__ = [
+    "DRAWS",
     "Cell",
+    "Draw",
     "GlobalAvgPool",
     "PatchEmbed",
     "PosEmbed",
@@ -60,6 +65,7 @@ __all__ = [
     "Zero",
     "build_model",
     "init_variance",
+    "orthogonal_draw_",
 ]
 
 
@@ -260,31 +266,39 @@ def build_model(
     spec: ArchitectureSpec | dict[str, Any] | str,
     scales: Mapping[str, float] | None = None,
     seed: int | None = None,
+    draw: Draw = "gaussian",
 ) -> PreflightNet:
     """Build the model a spec describes, initialized by its init schemes.
 
     ``scales`` maps parameter (or ``scale``-layer buffer) names to multipliers applied to
     the initial values, as the conditioning report returns them. The same ``seed`` gives
-    the same weights; ``None`` draws from torch's global generator.
+    the same weights; ``None`` draws from torch's global generator. ``draw``: ``"gaussian"``
+    (the schemes as written) or ``"orthogonal"``: each weight replaced by the orthogonal
+    factor of its Gaussian draw, at the same Frobenius norm (``orthogonal_draw_``); a report
+    names the draw its scales were tuned on (``report.environment.draw``).
 
     >>> net = build_model({"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 2}]}]}, seed=0)
     >>> net(torch.zeros(3, 4)).shape
     torch.Size([3, 2])
     """
+    if draw not in DRAWS:
+        raise ValueError(f"draw must be one of {list(DRAWS)}, got {draw!r}")
     spec, trace = parse_and_trace(spec)
     if seed is None:
-        return _build(spec, trace, scales)
+        return _build(spec, trace, scales, draw)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return _build(spec, trace, scales)
+        return _build(spec, trace, scales, draw)
 
 
-def _build(spec: ArchitectureSpec, trace: ShapeTrace, scales: Mapping[str, float] | None) -> PreflightNet:
+def _build(spec: ArchitectureSpec, trace: ShapeTrace, scales: Mapping[str, float] | None, draw: Draw) -> PreflightNet:
     infos = trace.by_module()
     blocks = nn.ModuleList(
         _sequence(block.layers, f"blocks.{b}", infos, spec.init) for b, block in enumerate(spec.blocks)
     )
     model = PreflightNet(spec, trace, blocks)
+    if draw == "orthogonal":
+        orthogonal_draw_(model)
     if scales:
         apply_scales_(model, scales)
     return model
@@ -399,6 +413,25 @@ def _init_weighted_(layer: nn.Linear | nn.Conv2d, init: Init) -> None:
     layer.weight.normal_(0.0, math.sqrt(init_variance(init, fan_in, fan_out)))
     if layer.bias is not None:
         layer.bias.zero_()
+
+
+@torch.no_grad()
+def orthogonal_draw_(model: PreflightNet) -> None:
+    """Replace every weight W (flattened to [out, fan_in]) by its orthogonal polar factor U V^T,
+    rescaled to W's own Frobenius norm: all singular values equal, the scheme's scale kept.
+
+    The polar factor of a Gaussian matrix is Haar-distributed, so this is the orthogonal
+    initialization of Saxe et al. (2014) at the scheme's variance, drawn from the same seed
+    with no further random numbers; the tuner's multipliers then mean what they mean on the
+    Gaussian draw (a second moment), while the spectrum is flat (the isometry LSUV starts from).
+    """
+    for _, layer in model.weighted_layers():
+        w = layer.weight
+        flat = w.reshape(w.shape[0], -1).double()
+        u, _, vh = torch.linalg.svd(flat, full_matrices=False)
+        polar = u @ vh
+        factor = flat.norm() / polar.norm().clamp_min(1e-300)
+        w.copy_((polar * factor).reshape(w.shape).to(w.dtype))
 
 
 @torch.no_grad()

@@ -7,7 +7,7 @@ In an objective::
     def objective(trial):
         spec = space(trial)
         report = gate.check(trial, spec)      # raises optuna.TrialPruned on a "prune" verdict
-        model = nas.build_model(spec, scales=report.scales, seed=report.environment.seed)
+        model = nas.build_model(spec, scales=report.scales, seed=report.environment.seed, draw=report.environment.draw)
         return train(model)
 
 :meth:`ConditioningGate.check` submits the spec, waits for the report, records it in the
@@ -83,7 +83,8 @@ class Screened:
     def build_model(self) -> PreflightNet:
         """The survivor at its tuned initialization: the spec's weights at the seed the
         conditioning used, multiplied by the tuned scales."""
-        return build_model(self.spec, scales=self.scales or None, seed=self.report.environment.seed)
+        environment = self.report.environment
+        return build_model(self.spec, scales=self.scales or None, seed=environment.seed, draw=environment.draw)
 
 
 class ConditioningGate:

@@ -8,7 +8,7 @@ Top-level names are a contract (``docs/contracts.md``): ``score``, ``verdict``, 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -134,6 +134,9 @@ class Environment(_Model):
     seed: int
     device: str
     data: Literal["gaussian", "given"]
+    # the weights the scales were tuned on: rebuild with nas.build_model(spec, scales=report.scales,
+    # seed=report.environment.seed, draw=report.environment.draw)
+    draw: Literal["gaussian", "orthogonal"] = "gaussian"
     versions: dict[str, str]
     diagnostics: list[str]  # which diagnostic modules ran
 
@@ -158,3 +161,11 @@ class ConditioningReport(_Model):
     prune_below: float | None = None
     options: ConditionOptions
     environment: Environment
+
+    def build_model(self, spec: Any) -> Any:
+        """The network at its tuned initialization: ``nas.build_model`` of ``spec`` (the spec this
+        report is for) with the report's scales, seed and draw, the three that the scales belong to."""
+        from nas.build import build_model
+
+        env = self.environment
+        return build_model(spec, scales=self.scales or None, seed=env.seed, draw=env.draw)

@@ -123,7 +123,7 @@ def score_cell(
             "score": report.score,
             "verdict": report.verdict,
             "components": report.components,
-            "counted_cost": float(budget.get("counted_steps") or 0.0) + float(budget.get("probe_counted_steps") or 0.0),
+            "counted_cost": float(budget.get("counted_steps") or 0.0),  # every stage, the probe included
             "status": report.tuning.status,
             "seconds": time.perf_counter() - start,
         },

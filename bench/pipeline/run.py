@@ -174,15 +174,19 @@ STAGES: dict[str, Callable[[Candidate, Protocol, Path], dict[str, Any]]] = {
 
 @cache
 def engine_version() -> str:
-    """A hash of the engine's source (``worker/engine/*.py``): a changed engine reruns its stages.
-    The score's weights (``worker/engine/score_weights.json``) are left out on purpose: they change no
-    measurement, and the report recomputes the shipped score from the cached components, so a
-    refit (``python -m bench.pipeline.calibrate``) needs no rerun."""
+    """A hash of the engine's source (``worker/engine/*.py``) and of what sets its defaults and its
+    weights (``nas/options.py``, ``nas/build.py``): a changed engine reruns its stages. The score's
+    weights (``worker/engine/score_weights.json``) are left out on purpose: they change no
+    measurement, and the reports recompute the shipped score from the cached components, so a
+    refit (``python -m bench.v2.calibrate``) needs no rerun."""
+    import nas
     import worker
 
     folder = Path(worker.__file__).parent / "engine"
     digest = hashlib.sha256()
     for path in sorted(folder.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    for path in (Path(nas.__file__).parent / "options.py", Path(nas.__file__).parent / "build.py"):
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -61,15 +61,27 @@ def _read(out: Any, stage: Stage, candidate: Candidate, scale: float) -> dict[st
     return read_json(out / stage.key / f"{candidate.id}.json") if cached(out, stage, candidate, scale) else None
 
 
+def _rescored(pre: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A cached Preflight stage with its score and verdict recomputed from its components by the
+    shipped calibration (``worker.engine.score``), so that a refit needs no rerun of the stage."""
+    if not pre or not pre.get("components"):
+        return pre
+    from nas.options import Thresholds
+    from worker.engine.score import score
+
+    result = score(pre["components"], Thresholds())
+    return pre | {"score": result.score, "verdict": result.verdict, "cached_score": pre.get("score")}
+
+
 def load_rows(candidates: Iterable[Candidate], set_name: str, out: Any, seeds: int, scale: float) -> list[Row]:
     """Everything the cache holds for each candidate (stages not computed yet are missing)."""
     rows = []
     for c in candidates:
         row = Row(c, set_name)
-        row.preflight = _read(out, Stage("preflight", 0), c, scale)
+        row.preflight = _rescored(_read(out, Stage("preflight", 0), c, scale))
         row.proxies = _read(out, Stage("proxies"), c, scale)
         row.baselines = _read(out, Stage("baselines"), c, scale)
-        for protocol, inits in (("sgd", ("spec", "tuned", *INIT_PEERS)), ("adamw", ("spec", "tuned"))):
+        for protocol, inits in (("sgd", ("spec", "tuned", *INIT_PEERS)), ("adamw", ("spec", "tuned", *INIT_PEERS))):
             for init in inits:
                 got = [_read(out, Stage("train", s, protocol, init), c, scale) for s in range(seeds)]
                 runs = [g for g in got if g and g.get("run")]
@@ -224,7 +236,7 @@ def tuning(rows: list[Row], protocol: str, resamples: int) -> dict[str, Any]:
     """Tuned init vs each init peer: the share of candidates where the tuned init ends at a lower
     training loss (pairs where both diverged left out), its interval, the mean test-accuracy
     difference, and the share per family."""
-    peers = ("spec", *INIT_PEERS) if protocol == "sgd" else ("spec",)
+    peers = ("spec", *INIT_PEERS)
     result: dict[str, Any] = {}
     for peer in peers:
         pairs = []

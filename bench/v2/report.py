@@ -393,7 +393,7 @@ def _answers(test: dict[str, Any], replays: dict[str, Any]) -> list[str]:
         costs = entry["stage_costs"]
         if costs["n"]:
             counted = costs["counted"]
-            total = counted.get("counted_steps", 0.0) + counted.get("probe_counted_steps", 0.0)
+            total = counted.get("counted_steps", 0.0)  # every stage, the probe included
             alone = entry.get("score_vs_probe")
             lines.append(
                 f"- **{name}, cost**: Preflight counts {total:.1f} training steps per candidate, "

@@ -19,11 +19,10 @@ from bench.v2.stages import Stage, cached, plan, run_task
 __all__ = ["run"]
 
 
-def _todo(waves: list[list[Stage]], candidates: list[Candidate], out: Path, scale: float) -> list[list[tuple]]:
-    return [
-        [(s.key, c.to_json(), str(out), scale) for s in wave for c in candidates if not cached(out, s, c, scale)]
-        for wave in waves
-    ]
+def _todo(wave: list[Stage], candidates: list[Candidate], out: Path, scale: float) -> list[tuple]:
+    """The wave's tasks not cached yet; read only once the waves before it have run, since a
+    dependent stage's fingerprint holds what its Preflight stage returned."""
+    return [(s.key, c.to_json(), str(out), scale) for s in wave for c in candidates if not cached(out, s, c, scale)]
 
 
 def run(
@@ -40,7 +39,8 @@ def run(
     waves = plan(seeds)
     for name, candidates in sets:
         start = time.perf_counter()
-        for index, tasks in enumerate(_todo(waves, candidates, out, scale)):
+        for index, wave in enumerate(waves):
+            tasks = _todo(wave, candidates, out, scale)
             if not tasks:
                 continue
             log(f"[{name}] wave {index + 1}/{len(waves)}: {len(tasks)} tasks")

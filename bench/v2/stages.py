@@ -12,7 +12,7 @@ resumes where it stopped.
 - ``baselines``: short-training peers at counted cost (seed 0): the probe's own loop from the spec
   init at Preflight's counted cost and at a quarter of it; LSUV then that probe;
 - ``train/{protocol}/{init}/s{k}``: the protocol from an initialization (``spec``, ``tuned``
-  and, under SGD, every init peer), seed k.
+  and every init peer), seed k.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def _preflight(candidate: Candidate, stage: Stage, out: Path, scale: float) -> d
         "scales": dict(report.scales),
         "components": body.get("components"),
         "probe_loss": (tuning.get("probe") or {}).get("loss"),
-        "counted_cost": float(budget.get("counted_steps", 0.0)) + float(budget.get("probe_counted_steps", 0.0)),
+        "counted_cost": float(budget.get("counted_steps", 0.0)),  # every stage, the probe included
         "counted": {k: v for k, v in budget.items() if k.startswith("counted_") or k.endswith("counted_steps")},
         "timings": tuning.get("timings"),
         "seconds": time.perf_counter() - start,
@@ -261,9 +261,10 @@ def plan(seeds: int, peers: tuple[str, ...] = INIT_PEERS) -> list[list[Stage]]:
     waves: list[list[Stage]] = [[Stage("preflight", 0)]]
     waves.append([Stage("proxies"), Stage("baselines")] + [Stage("train", 0, p, i) for p, i in ground_truths])
     waves.append([Stage("train", 0, "sgd", peer) for peer in peers])
+    waves.append([Stage("train", 0, "adamw", peer) for peer in peers])
     further = range(1, seeds)
     if further:
         waves.append([Stage("preflight", seed) for seed in further])
         waves.append([Stage("train", seed, p, i) for seed in further for p, i in ground_truths])
-        waves.append([Stage("train", seed, "sgd", peer) for seed in further for peer in peers])
+        waves.append([Stage("train", seed, p, peer) for seed in further for p in ("sgd", "adamw") for peer in peers])
     return waves

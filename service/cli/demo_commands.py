@@ -329,9 +329,10 @@ def _search(
                 record.state = "pruned-before"
                 raise optuna.TrialPruned()
             scales = (report.scales or None) if report is not None else None
-        # The conditioning seed (options["seed"]): the tuned scales belong to those weights,
+        # The conditioning seed (options["seed"]) and draw: the tuned scales belong to those weights,
         # and every search trains the same weights for the same spec.
-        model = nas.build_model(spec, scales=scales, seed=args.seed)
+        draw = report.environment.draw if report is not None else "gaussian"
+        model = nas.build_model(spec, scales=scales, seed=args.seed, draw=draw)
         trainer = Trainer(
             model, data, optimizer=optimizer, generator=torch.Generator().manual_seed(args.seed + trial.number)
         )

@@ -227,3 +227,40 @@ def test_weighted_layers_lists_linear_and_conv_in_forward_order() -> None:
         "blocks.2.5",
         "blocks.2.11",
     ]
+
+
+@pytest.mark.parametrize("spec", [EXAMPLE_MLP, EXAMPLE_CNN], ids=["mlp", "cnn"])
+def test_the_orthogonal_draw_flattens_each_spectrum_and_keeps_the_gaussian_draws_norm(spec: dict[str, Any]) -> None:
+    gaussian = build_model(spec, seed=3)
+    orthogonal = build_model(spec, seed=3, draw="orthogonal")
+    pairs = zip(gaussian.weighted_layers(), orthogonal.weighted_layers(), strict=True)
+    for (_, g), (_, o) in pairs:
+        flat = o.weight.detach().reshape(o.weight.shape[0], -1).double()
+        singular = torch.linalg.svdvals(flat)
+        assert singular.max() / singular.min() == pytest.approx(1.0, abs=1e-5)  # orthogonal up to a scale
+        assert o.weight.norm().item() == pytest.approx(g.weight.norm().item(), rel=1e-5)  # the scheme's scale
+        # the orthogonal polar factor of the Gaussian draw: the nearest orthogonal direction to it
+        g_flat = g.weight.detach().reshape(g.weight.shape[0], -1).double()
+        u, _, vh = torch.linalg.svd(g_flat, full_matrices=False)
+        assert torch.allclose(flat / flat.norm(), (u @ vh) / (u @ vh).norm(), atol=1e-6)
+    again = build_model(spec, seed=3, draw="orthogonal")
+    for a, b in zip(orthogonal.parameters(), again.parameters(), strict=True):
+        assert torch.equal(a, b)  # the same seed, the same draw
+
+
+def test_an_unknown_draw_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="draw must be one of"):
+        build_model(EXAMPLE_MLP, seed=0, draw="uniform")  # type: ignore[arg-type]
+
+
+def test_a_report_rebuilds_the_network_its_scales_were_tuned_on() -> None:
+    from worker.engine import condition
+
+    report = condition(EXAMPLE_MLP, options={"draw": "orthogonal", "probe_steps": 1, "budget_steps": None})
+    assert report.environment.draw == "orthogonal"
+    rebuilt = report.build_model(EXAMPLE_MLP)
+    by_hand = build_model(EXAMPLE_MLP, scales=report.scales, seed=report.environment.seed, draw="orthogonal")
+    gaussian = build_model(EXAMPLE_MLP, scales=report.scales, seed=report.environment.seed)
+    x = torch.randn(8, *EXAMPLE_MLP["input_shape"], generator=torch.Generator().manual_seed(0))
+    assert torch.equal(rebuilt(x), by_hand(x))
+    assert not torch.allclose(rebuilt(x), gaussian(x))  # the draw matters: a report without it builds another net

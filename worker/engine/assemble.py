@@ -82,6 +82,7 @@ def report(
             seed=opts.seed,
             device=str(device),
             data=source,
+            draw=opts.draw,
             versions=_versions(),
             diagnostics=diagnostics.ran,
         ),

@@ -108,27 +108,27 @@ class Ledger:
         """Training steps left of the budget (None: no budget)."""
         return None if self.budget_steps is None else self.budget_steps - self.spent()
 
-    def autoinit_allowance(self, diagnostics: bool) -> float | None:
+    def autoinit_allowance(self, diagnostics: bool, probe: float = 0.0) -> float | None:
         """The most AutoInit may count from here (None: no budget): up to AUTOINIT_SHARE of the
-        budget, leaving DIAGNOSTICS_RESERVE when the diagnostics run."""
+        budget, leaving ``probe`` (the probe's counted cost, reserved first: the score stands on
+        it) and DIAGNOSTICS_RESERVE when the diagnostics run."""
         if self.budget_steps is None:
             return None
         budget = self.budget_steps or math.inf
-        return max(
-            0.0,
-            min(AUTOINIT_SHARE * budget, budget - (DIAGNOSTICS_RESERVE if diagnostics else 0.0)) - self.spent(),
-        )
+        reserve = probe + (DIAGNOSTICS_RESERVE if diagnostics else 0.0)
+        return max(0.0, min(AUTOINIT_SHARE * budget, budget - reserve) - self.spent())
 
-    def summary(self, wall_seconds: float, probe_cost: float | None) -> dict[str, Any]:
-        """``tuning.budget``: the budget, the timed step, the counted and timed totals, the
-        probe's own count (apart from the budget) and each stage's count."""
+    def summary(self, wall_seconds: float) -> dict[str, Any]:
+        """``tuning.budget``: the budget, the timed step, the counted total (every stage, the
+        probe included: what the candidate cost), the timed total, the probe's share of the count
+        and each stage's count."""
         step = self.seconds["step"]
         return {
             "budget_steps": self.budget_steps,
             "step_seconds": step,
             "counted_steps": self.spent(),
             "timed_steps": wall_seconds / step if step > 0 else None,
-            "probe_counted_steps": probe_cost,
+            "probe_counted_steps": self.counted.get("probe", 0.0),
         } | {f"counted_{k}": v for k, v in self.counted.items()}
 
     def overrun_note(self) -> str | None:
@@ -138,5 +138,6 @@ class Ledger:
         return (
             f"the cost budget was exceeded: {self.spent():.1f} of {self.budget_steps:g} training steps counted; the "
             "stages "
-            f"that always run (timed step, profile, AutoInit's first step, scaling, bnp) need about {MANDATORY:g}"
+            f"that always run (timed step, profile, AutoInit's first step, the probe; scaling and bnp with the "
+            f"diagnostics) need about {MANDATORY:g} besides the probe"
         )

@@ -7,14 +7,16 @@ and score it. The order (``docs/conditioning.md``):
 3. AutoInit from there: the multipliers that make every block critical (Jacobian tuning);
 4. final scales = balancing x AutoInit, per parameter name; diagnostics on the result
    (gamma_l and nu_l, kappa(D), Hessian blocks);
-5. the trainability probe (``worker.engine.probe``): a few SGD steps from the tuned weights, priced
-   apart from the budget; score (with the probe's calibration, or without it when the probe
+5. the trainability probe (``worker.engine.probe``): a few SGD steps from the tuned weights, counted
+   in the budget (its cost is reserved before AutoInit runs); score (with the probe's calibration, or without it when the probe
    did not run), verdict and reasons.
 
-Cost budget (``options.budget_steps``, default 20): one forward + backward is timed first and
-counted; balancing is then the closed form (no pass), AutoInit stops by ``AUTOINIT_SHARE`` of
-the budget leaving ``DIAGNOSTICS_RESERVE`` steps, and the diagnostics fit the rest (the Hessian
-on the layers it can reach, evenly spread; ``tuning.hessian_measured``). Without a budget,
+Cost budget (``options.budget_steps``, default 20): everything the candidate costs, the probe
+included. One forward + backward is timed first and counted; balancing is then the closed form
+(no pass); the probe's cost is reserved; AutoInit stops by ``AUTOINIT_SHARE`` of the budget
+leaving that reserve (and ``DIAGNOSTICS_RESERVE`` steps when the diagnostics run, which they do
+not by default), and the diagnostics fit what is left before the probe (the Hessian on the
+layers it can reach, evenly spread; ``tuning.hessian_measured``). Without a budget,
 balancing iterates and its multipliers are dropped, with a note, unless it converged. The
 accounts and those shares are ``worker.engine.budget``'s (``Ledger``).
 
@@ -49,7 +51,7 @@ from worker.engine.device import resolve_device
 from worker.engine.diagnostics import Diagnostics, run_diagnostics
 from worker.engine.inputs import batch, check_targets
 from worker.engine.jacobian import block_jacobians
-from worker.engine.probe import ProbeResult, run_probe
+from worker.engine.probe import ProbeResult, probe_cost, run_probe
 from worker.engine.reasons import reasons
 from worker.engine.score import score
 from worker.engine.structure import block_log_rho
@@ -76,7 +78,7 @@ def condition(
     """
     opts = options if isinstance(options, ConditionOptions) else ConditionOptions.model_validate(options or {})
     # the one parse of the spec (nas.parse_spec inside build_model); model.trace has its shapes
-    model = build_model(spec, seed=opts.seed + seeds.WEIGHTS)  # type: ignore[arg-type]  # a non-dict Mapping: SpecError
+    model = build_model(spec, seed=opts.seed + seeds.WEIGHTS, draw=opts.draw)  # type: ignore[arg-type]  # a non-dict Mapping: SpecError
     parsed = model.spec
     device = resolve_device(opts.device)
     x, y, source = batch(parsed, data, opts, device)
@@ -107,21 +109,29 @@ def condition(
         tolerance=opts.tolerance,
         output_std=opts.output_std,
         generator=seeds.generator(opts.seed, seeds.AUTOINIT, device),
-        max_cost=ledger.autoinit_allowance(opts.diagnostics),
+        max_cost=ledger.autoinit_allowance(opts.diagnostics, probe=_probe_reserve(opts)),
     )
     ledger.record("autoinit", tuned.seconds, tuned.cost)
     balancing = _release_invariant_(model, balancing, tuned.invariant)
     apply_scales_(model, tuned.scales)
+    left = ledger.left()
     diagnostics = (
-        run_diagnostics(model, x, y, opts, seeds.generator(opts.seed, seeds.DIAGNOSTICS, device), ledger.left())
+        run_diagnostics(
+            model,
+            x,
+            y,
+            opts,
+            seeds.generator(opts.seed, seeds.DIAGNOSTICS, device),
+            None if left is None else left - _probe_reserve(opts),
+        )
         if opts.diagnostics
         else Diagnostics()
     )
     ledger.seconds |= diagnostics.seconds
     ledger.counted |= diagnostics.cost
     probe = _probe(model, x, y, opts, tuned)
-    ledger.seconds["probe"] = probe.seconds  # priced apart from the budget
-    budget = ledger.summary(time.perf_counter() - started, probe.cost)
+    ledger.record("probe", probe.seconds, probe.cost)  # counted in the budget, reserved before AutoInit
+    budget = ledger.summary(time.perf_counter() - started)
     diagnostics.notes += [note] if (note := ledger.overrun_note()) else []
 
     comps = components(tuned, diagnostics, opts, probe.loss)
@@ -164,6 +174,11 @@ def time_training_step(model: PreflightNet, x: Tensor) -> float:
     for p in model.parameters():
         p.grad = None
     return seconds
+
+
+def _probe_reserve(opts: ConditionOptions) -> float:
+    """The probe's counted cost, reserved in the budget before AutoInit runs."""
+    return probe_cost(opts.probe_steps, len(opts.probe_lrs))
 
 
 def _probe(

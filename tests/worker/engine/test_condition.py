@@ -16,7 +16,7 @@ from nas.examples import EXAMPLE_CNN, EXAMPLE_MLP
 from worker.engine import ConditioningReport, ConditionOptions, condition
 from worker.engine.jacobian import block_jacobians
 
-FAST = {"hessian_iterations": 3, "batch_size": 32}
+FAST = {"hessian_iterations": 3, "batch_size": 32, "diagnostics": True, "budget_steps": 40.0}
 LEAN = {**FAST, "diagnostics": False}
 TOP_LEVEL = {
     "score",

@@ -124,16 +124,19 @@ def test_condition_reports_the_probe_as_a_score_component_and_counts_its_cost() 
 
     x, y = _separable()
     report = worker.engine.condition(_mlp(), data={"x": x, "y": y})
-    probe, steps = report.tuning.probe, ConditionOptions().probe_steps
+    defaults = ConditionOptions()
+    probe, steps, rates = report.tuning.probe, defaults.probe_steps, defaults.probe_lrs
     assert probe is not None and probe.targets == "given"
     assert report.components["probe_loss"] == pytest.approx(probe.loss)
     assert report.score_fit == "with_probe"
-    assert set(probe.curves) == {"0.1", "0.03", "0.01"} and all(len(c) == steps + 1 for c in probe.curves.values())
+    assert set(probe.curves) == {f"{lr:g}" for lr in rates} and all(len(c) == steps + 1 for c in probe.curves.values())
     assert (
         report.tuning.budget["probe_counted_steps"]
-        == pytest.approx(probe_cost(steps, 3))
-        == pytest.approx(3 * (steps + 1 / 3))
+        == pytest.approx(probe_cost(steps, len(rates)))
+        == pytest.approx(len(rates) * (steps + 1 / 3))
     )
+    # counted in the budget: the whole conditioning, the probe included, within budget_steps
+    assert report.tuning.budget["counted_steps"] <= defaults.budget_steps
     assert "probe" in report.tuning.timings
 
 

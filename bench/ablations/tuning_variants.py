@@ -1,0 +1,173 @@
+"""Tuning variants on the development set: which conditioning trains best, under both protocols.
+
+``python -m bench.ablations.tuning_variants --variant NAME [--variant ...]`` conditions each
+development candidate (benchmark v2's ``dev_set``; never the frozen test set) with a variant's
+options, trains the result under protocols S and W at seed 0, and compares the final training
+loss with benchmark v2's cached runs of the same candidates (the spec's init, LSUV, the shipped
+tuned init). LSUV under W is not part of benchmark v2's development stages and is trained here
+as the variant ``lsuv``. Results are cached per (variant, candidate) under
+``bench/results/variants/`` so a run resumes; this is how the engine's defaults were chosen
+(docs/conditioning.md, "Choosing the defaults").
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from collections import defaultdict
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import nas
+from bench.pipeline.candidates import Candidate
+from bench.pipeline.inits import initialize
+from bench.pipeline.run import engine_version, read_json, write_json
+from bench.v2.analysis import load_rows, truth
+from bench.v2.candidates import dev_set
+from bench.v2.protocols import PROTOCOLS, epochs_for, train
+from bench.v2.stages import BATCH, dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench" / "results" / "variants"
+CACHE = ROOT / "bench" / "results" / "v2"
+
+# name -> condition options (over the engine's defaults); "lsuv" is the peer, not a variant
+VARIANTS: dict[str, dict[str, Any]] = {
+    "gaussian": {},
+    "orthogonal": {"draw": "orthogonal"},
+    "orthogonal_out1": {"draw": "orthogonal", "output_std": 1.0},
+    "orthogonal_nobalance": {"draw": "orthogonal", "balance": False},
+    "orthogonal_nv1": {"draw": "orthogonal", "n_vectors": 1},
+    "orthogonal_out1_nv1": {"draw": "orthogonal", "output_std": 1.0, "n_vectors": 1},
+}
+
+
+def _condition(candidate: Candidate, options: dict[str, Any]) -> dict[str, Any]:
+    from worker.engine import condition
+
+    x, y = dataset(candidate.dataset).batch(BATCH)
+    report = condition(candidate.spec, data={"x": x, "y": y}, options={"seed": 0} | options)
+    budget = report.tuning.budget if report.tuning else {}
+    return {
+        "scales": dict(report.scales),
+        "draw": options.get("draw", "gaussian"),
+        "score": report.score,
+        "verdict": report.verdict,
+        "counted": float(budget.get("counted_steps") or 0.0),  # every stage, the probe included
+        "engine": engine_version(),
+    }
+
+
+def run_one(args: tuple[str, dict[str, Any]]) -> str:
+    name, cand = args
+    torch.set_num_threads(1)
+    candidate = Candidate(**cand)
+    path = OUT / name / f"{candidate.id}.json"
+    if path.exists() and read_json(path).get("engine", engine_version()) == engine_version():
+        return f"{name} {candidate.id} cached"
+    start = time.perf_counter()
+    data = dataset(candidate.dataset)
+    if name == "lsuv":
+        x, y = data.batch(BATCH)
+        state = initialize("lsuv", nas.build_model(candidate.spec, seed=0), x, y, seed=0).state_dict()
+        result: dict[str, Any] = {}
+
+        def make() -> torch.nn.Module:
+            model = nas.build_model(candidate.spec, seed=0)
+            model.load_state_dict(state)
+            return model
+    else:
+        result = _condition(candidate, VARIANTS[name])
+
+        def make() -> torch.nn.Module:
+            return nas.build_model(candidate.spec, scales=result["scales"], seed=0, draw=result["draw"])
+
+    for protocol in ("sgd", "adamw"):
+        epochs = epochs_for(candidate.dataset, PROTOCOLS[protocol])
+        run = train(make, data, PROTOCOLS[protocol], epochs, seed=0).to_json()
+        result[protocol] = {
+            "final_loss": run["final_loss"],
+            "test_accuracy": run["test_accuracy"],
+            "best": run["best"],
+            "diverged": run["diverged"],
+        }
+    result["seconds"] = time.perf_counter() - start
+    write_json(path, result)
+    return f"{name} {candidate.id} {result['seconds']:.1f} s"
+
+
+def _best_loss(entry: dict[str, Any] | None, protocol: str) -> float:
+    if not entry or protocol not in entry:
+        return math.nan
+    run = entry[protocol]
+    loss = run["final_loss"][run["best"]]
+    return math.inf if loss is None or all(run["diverged"]) else float(loss)
+
+
+def compare(names: list[str], candidates: list[Candidate]) -> None:
+    """Share of candidates where each variant ends at a lower training loss than each reference."""
+    rows = {r.candidate.id: r for r in load_rows(candidates, "dev", CACHE, 1, 1.0)}
+    for protocol in ("sgd", "adamw"):
+        print(f"\nprotocol {protocol}")
+        for name in names:
+            if name == "lsuv":
+                continue
+            wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+            counted = []
+            for c in candidates:
+                mine = read_json(p) if (p := OUT / name / f"{c.id}.json").exists() else None
+                if mine is None:
+                    continue
+                counted.append(mine.get("counted", math.nan))
+                loss = _best_loss(mine, protocol)
+                row = rows[c.id]
+                lsuv_entry = read_json(q) if (q := OUT / "lsuv" / f"{c.id}.json").exists() else None
+                refs = {
+                    "spec": (t := truth(row, protocol, "spec")) and t["loss"],
+                    "shipped": (t := truth(row, protocol, "tuned")) and t["loss"],
+                    "lsuv": _best_loss(lsuv_entry, protocol),
+                }
+                for ref, other in refs.items():
+                    if other is None or math.isnan(other) or (math.isinf(loss) and math.isinf(other)):
+                        continue
+                    wins[ref][c.family].append(float(loss < other))
+                    wins[ref]["ALL"].append(float(loss < other))
+            line = [f"  {name:24s} n={len(counted):3d} cost {np.median(counted) if counted else math.nan:5.1f}"]
+            for ref, fams in wins.items():
+                overall = fams.pop("ALL")
+                per = " ".join(f"{f}:{np.mean(v):.2f}" for f, v in sorted(fams.items()))
+                line.append(f"    vs {ref:8s} {np.mean(overall):.2f} (n={len(overall)})  {per}")
+            print("\n".join(line))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ablations.tuning_variants", description=__doc__)
+    parser.add_argument("--variant", action="append", default=[], help=f"one of {sorted(VARIANTS)} or lsuv")
+    parser.add_argument("--family", action="append", default=[], help="development families (default: all)")
+    parser.add_argument("--every", type=int, default=1, help="take every k-th candidate of each family")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--compare-only", action="store_true")
+    args = parser.parse_args(argv)
+    candidates = [c for c in dev_set() if not args.family or c.family in args.family]
+    by_family: dict[str, list[Candidate]] = defaultdict(list)
+    for c in candidates:
+        by_family[c.family].append(c)
+    candidates = [c for fam in by_family.values() for c in fam[:: args.every]]
+    names = args.variant or ["default"]
+    if not args.compare_only:
+        tasks = [(n, c.to_json()) for n in names for c in candidates]
+        with get_context("spawn").Pool(args.jobs, initializer=os.nice, initargs=(5,)) as pool:
+            for i, message in enumerate(pool.imap_unordered(run_one, tasks)):
+                print(f"{i + 1}/{len(tasks)} {message}", flush=True)
+    compare(names, candidates)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""Calibrate the engine's score on benchmark v2's development set: the fit behind the shipped weights.
+
+    python -m bench.v2.calibrate          # fit on the development set's cache, write the weights
+    python -m bench.v2.calibrate --check  # exit 1 if the shipped weights differ from a fresh fit
+
+The form, the fit (non-negative least squares of the capped, chance-normalized training loss on
+the components; the cut where a logistic fit of "untrainable" on the score crosses 1/2) and
+the two fits the engine ships (with and without the probe) are ``bench.pipeline.calibrate``'s;
+this module feeds them benchmark v2's development rows instead of v1's: ground truth B (trained
+from the tuned init, what a gated search trains), protocol S, seed 0, on the training half of
+each family (the held-out half is what ``compare`` reports). The frozen test set is never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.pipeline import calibrate as v1
+from bench.pipeline.run import engine_version
+from bench.v2.analysis import load_rows, truth
+from bench.v2.candidates import dev_set
+from nas.options import Thresholds
+
+__all__ = ["check", "dev_rows", "main"]
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / "bench" / "results" / "v2"
+PROTOCOL = "sgd"
+_THRESHOLDS = {
+    "jacobian_log": "jacobian_log",
+    "kernel_log_range": "kernel_log_ratio",
+    "output_log_ratio": "output_log_ratio",
+    "gamma_log_spread": "gamma_log_spread",
+    "hessian_log_spread": "hessian_log_spread",
+    "kappa_d_log": "kappa_d_log",
+    "probe_loss": "probe_loss",
+}
+
+
+def dev_rows(out: Path = CACHE) -> list[dict[str, Any]]:
+    """The development set's rows in ``bench.pipeline.calibrate``'s form; candidates whose Preflight
+    stage (with the current engine) or tuned run is not cached yet are left out."""
+    defaults = Thresholds()
+    thresholds = {name: float(getattr(defaults, field)) for name, field in _THRESHOLDS.items()}
+    rows = []
+    for row in load_rows(dev_set(), "dev", out, 1, 1.0):
+        a, b = truth(row, PROTOCOL, "spec"), truth(row, PROTOCOL, "tuned")
+        pre = row.preflight or {}
+        if a is None or b is None or not pre.get("components"):
+            continue
+        rows.append(
+            {
+                "id": row.candidate.id,
+                "family": row.family,
+                "components": pre["components"],
+                "component_thresholds": thresholds,
+                "norm_loss": a["loss"] / row.chance,
+                "tuned_norm_loss": b["loss"] / row.chance,
+                "untrainable": a["untrainable"],
+                "tuned_untrainable": b["untrainable"],
+            }
+        )
+    return rows
+
+
+def _fresh(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    model, alone = v1.fit_shipped(rows)
+    fresh = v1.shipped_file(model, alone, engine_version())
+    fresh["regenerate"] = "python -m bench.v2.calibrate  (from benchmark v2's development set, bench/results/v2)"
+    fresh["benchmark"] = f"v2 development set, ground truth B, protocol {PROTOCOL}, seed 0"
+    return fresh
+
+
+def check(rows: list[dict[str, Any]]) -> bool:
+    shipped = json.loads(v1.WEIGHTS_FILE.read_text())
+    return v1.same_fit(shipped, _fresh(rows))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.v2.calibrate", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the shipped weights differ from a fresh fit")
+    args = parser.parse_args(argv)
+    rows = dev_rows()
+    if len(rows) < 40:
+        print(f"only {len(rows)} development candidates are cached with this engine; run make bench first")
+        return 2
+    if args.check:
+        same = check(rows)
+        print("the shipped weights equal a fresh fit" if same else "the shipped weights differ from a fresh fit")
+        return 0 if same else 1
+    fresh = _fresh(rows)
+    path = v1.write_engine_weights(fresh)
+    print(f"wrote {path} from {len(rows)} development candidates ({fresh['train_n']} in the training half)")
+    for label, figures in v1.compare(rows).items():
+        shown = ", ".join(f"{k} {v:.3f}" for k, v in figures.items() if isinstance(v, float) and math.isfinite(v))
+        print(f"  held-out half, {label}: {shown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
