@@ -198,6 +198,8 @@ def ranking(rows: list[Row], truth_name: str, protocol: str, resamples: int) -> 
         for m in names
         if m in ALWAYS_EQUAL_COST or (m not in NOT_EQUAL_COST and not methods[m]["cost"] > 1.05 * preflight_cost)
     ]
+    if not peers:  # the peers' stages are not computed yet for this engine's tuned init
+        return {"n": 0}
     targets = {}
     for kind in HEADLINE:
         best = max(peers, key=lambda m: _finite(methods[m]["figures"][kind]["point"]))
@@ -310,6 +312,49 @@ def components(rows: list[Row], resamples: int) -> dict[str, Any]:
     return out
 
 
+NEAR_BEST = 0.05  # the verdict must never prune a candidate within 5 points of its dataset's best
+
+
+def verdict(rows: list[Row], protocol: str, resamples: int) -> dict[str, Any]:
+    """The shipped verdict (the cut fitted on the development set) against ground truth B's
+    untrainable candidates: precision and recall with intervals, and the pruned candidates that
+    trained to within ``NEAR_BEST`` of the best test accuracy of their dataset (from the tuned init)."""
+    keep = [(r, t) for r in rows if (t := truth(r, protocol, "tuned")) is not None and r.preflight]
+    if not keep:
+        return {"n": 0}
+    flags = np.array([r.preflight.get("verdict") == "prune" for r, _ in keep])  # type: ignore[union-attr]
+    bad = np.array([t["untrainable"] for _, t in keep])
+    acc = np.array([t["accuracy"] for _, t in keep])
+    n = len(keep)
+    reps = resamples if n >= MIN_FOR_INTERVALS else 0
+
+    def precision(i: np.ndarray) -> float:
+        return float((flags[i] & bad[i]).sum() / flags[i].sum()) if flags[i].any() else math.nan
+
+    def recall(i: np.ndarray) -> float:
+        return float((flags[i] & bad[i]).sum() / bad[i].sum()) if bad[i].any() else math.nan
+
+    near = [r.candidate.id for (r, _), f, a in zip(keep, flags, acc, strict=True) if f and a >= acc.max() - NEAR_BEST]
+    return {
+        "n": n,
+        "flagged": int(flags.sum()),
+        "untrainable": int(bad.sum()),
+        "precision": bootstrap(precision, n, reps).to_json(),
+        "recall": bootstrap(recall, n, reps).to_json(),
+        "pruned_near_best": near,
+        "best_accuracy": float(acc.max()),
+    }
+
+
+def costs(rows: list[Row]) -> dict[str, float]:
+    """Preflight's counted cost per candidate (every stage, the probe included): median and 90th
+    percentile, against the target of at most 20 and 30."""
+    values = [float(r.preflight["counted_cost"]) for r in rows if r.preflight and r.preflight.get("counted_cost")]
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
+
+
 def figures(rows: list[Row], resamples: int) -> dict[str, Any]:
     """All figures for one set of candidates, per dataset group."""
     result: dict[str, Any] = {}
@@ -324,6 +369,8 @@ def figures(rows: list[Row], resamples: int) -> dict[str, Any]:
         for protocol in ("sgd", "adamw"):
             entry["tuning"][protocol] = tuning(members, protocol, resamples)
         entry["stage_costs"] = stage_costs(members)
+        entry["verdict"] = {protocol: verdict(members, protocol, resamples) for protocol in ("sgd", "adamw")}
+        entry["cost"] = costs(members)
         scored = [r.preflight for r in members if r.preflight and r.preflight.get("probe_loss") is not None]
         entry["score_vs_probe"] = (
             spearman([float(p["score"]) for p in scored], [-float(p["probe_loss"]) for p in scored])

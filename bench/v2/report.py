@@ -200,6 +200,29 @@ def _stage_table(costs: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _verdict_table(entry: dict[str, Any]) -> list[str]:
+    lines = [
+        "| protocol | n (untrainable) | flagged | precision | recall | pruned within 5 points of the best |",
+        "|---|---|---|---|---|---|",
+    ]
+    for protocol, v in entry.get("verdict", {}).items():
+        if not v.get("n"):
+            continue
+        near = ", ".join(v["pruned_near_best"]) or "none"
+        lines.append(
+            f"| {protocol} | {v['n']} ({v['untrainable']}) | {v['flagged']} | {_iv(v['precision'])} | "
+            f"{_iv(v['recall'])} | {near} |"
+        )
+    cost = entry.get("cost", {})
+    if cost.get("n"):
+        lines += [
+            "",
+            f"Counted cost per candidate, the probe included: median {cost['median']:.1f}, 90th percentile "
+            f"{cost['p90']:.1f} training steps (target: at most 20 and 30).",
+        ]
+    return lines
+
+
 def _section(title: str, entry: dict[str, Any], replay: dict[str, Any], plots: dict[str, str]) -> list[str]:
     lines = [f"### {title}", "", f"{entry['n']} candidates; families: {', '.join(entry['families'])}.", ""]
     lines += [
@@ -217,6 +240,8 @@ def _section(title: str, entry: dict[str, Any], replay: dict[str, Any], plots: d
             lines += _methods_table(rank) + [""]
     lines += ["**Tuned init against each init peer**", ""] + _tuning_table(entry["tuning"]) + [""]
     lines += ["**Optuna's pruners replayed, and Preflight at equal compute**", ""] + _pruner_table(replay) + [""]
+    lines += ["**The verdict** (the cut fitted on the development set) against ground truth B", ""]
+    lines += _verdict_table(entry) + [""]
     if entry["stage_costs"]["n"]:
         lines += ["**What each stage of the conditioning costs**", ""] + _stage_table(entry["stage_costs"]) + [""]
     if entry["components"]:
@@ -317,10 +342,14 @@ def _protocol_lines(seeds: int, scale: float) -> list[str]:
         "- **Costs** in training steps of the candidate at batch 64: counted (Preflight's budget and probe, the "
         "probe baselines, LSUV at its worst case of 10 forwards per layer, the first epoch at three rates), timed "
         "for the zero-cost proxies (their seconds over one timed training step).",
-        "- **Baselines**: `probe_full` = the probe's own loop (15-step form: SGD, momentum 0.9, rates 0.1 / 0.03 / "
-        "0.01, the 64-sample batch) from the spec's init, with its steps set so its counted cost equals "
-        "Preflight's on that candidate; `probe_quarter` at a quarter of it; `lsuv_probe` = LSUV, then the "
-        "15-step probe; `first_epoch` = the lowest mean mini-batch loss of the first epoch of protocol S from "
+        "- **Preflight**: the engine's defaults: an orthogonal draw, the closed-form balancing, AutoInit with one "
+        "Hutchinson vector, then the probe (5 steps at 0.1 and 0.03), all within a budget of 20 counted training "
+        "steps; the diagnostics off (docs/conditioning.md, section 8).",
+        "- **Baselines**: `probe_full` = the probe's loop (SGD, momentum 0.9, the 64-sample batch) at the three "
+        "rates of protocol S, 0.1 / 0.03 / 0.01 (the engine's probe was that loop at 15 steps until benchmark v2), "
+        "from the spec's init, with its steps set so its counted cost equals "
+        "Preflight's on that candidate; `probe_quarter` at a quarter of it; `lsuv_probe` = LSUV, then that "
+        "loop for 15 steps; `first_epoch` = the lowest mean mini-batch loss of the first epoch of protocol S from "
         "the spec's init (not equal-cost: a whole epoch at three rates); `proxy:params` and `proxy:flops` = size "
         "alone; `proxy:*` = the zero-cost proxies, on the spec's init for ground truth A and on the tuned init for B.",
         "- **Best equal-cost peer**: the peer with the best point estimate on the same candidates, among those "
