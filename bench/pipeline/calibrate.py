@@ -148,18 +148,20 @@ CUT_RULES = ("logistic", "recall")
 _RIDGE = 1e-3  # keeps the logistic slope finite when the training split separates perfectly
 
 
-def _threshold(scores: np.ndarray, untrainable: Sequence[bool], rule: str = "logistic") -> float:
+def _threshold(
+    scores: np.ndarray, untrainable: Sequence[bool], rule: str = "logistic", recall_target: float = RECALL_TARGET
+) -> float:
     """The prune cut (prune when ``score < prune_below``) by ``rule``: ``"logistic"``, where
     the logistic fit of untrainable on the score crosses 1/2 (hard failures, at or below
     ``-NON_FINITE_PENALTY / 2``, left out: the rule prunes them anyway); ``"recall"``, the cut
-    with the best precision at recall >= RECALL_TARGET (midpoint between neighbouring scores)."""
+    with the best precision at recall >= ``recall_target`` (midpoint between neighbouring scores)."""
     if rule == "logistic":
         return _logistic_cut(scores, untrainable)
     if rule != "recall":
         raise ValueError(f"cut_rule must be one of {CUT_RULES}, but got {rule!r}")
     order = np.sort(scores)
     precision, recall = precision_recall_curve(scores, untrainable)
-    ok = np.nonzero(recall >= RECALL_TARGET)[0]
+    ok = np.nonzero(recall >= recall_target)[0]
     if len(ok) == 0:
         return float(order[-1]) + 1.0
     k = int(ok[np.argmax(precision[ok])])  # prune the k + 1 lowest scores
@@ -238,6 +240,7 @@ def fit_rows(
     fill: str = "mean",
     names: Sequence[str] = COMPONENTS,
     cut_rule: str = "logistic",
+    recall_target: float = RECALL_TARGET,
 ) -> dict[str, Any]:
     """Fit on the training split of benchmark rows; the model plus the split it used.
     ``names``: the components fitted (the others get weight 0; an ablation leaves some out)."""
@@ -261,7 +264,7 @@ def fit_rows(
     # The cut on every training candidate, hard failures included (the rule prunes them).
     train_rows = [r for r in _usable(rows) if r["id"] in train]
     scores = np.array([score_row(model, r) for r in train_rows])
-    model["prune_below"] = _threshold(scores, [_truth(r, truth)[1] for r in train_rows], cut_rule)
+    model["prune_below"] = _threshold(scores, [_truth(r, truth)[1] for r in train_rows], cut_rule, recall_target)
     return model | {
         "truth": truth,
         "fill_policy": fill,

@@ -184,7 +184,8 @@ def test_prescreening_submits_all_specs_at_once_and_returns_the_kept(client: Pre
     for screened in kept:
         model = screened.build_model()
         seed = screened.report.environment.seed
-        reference = nas.build_model(screened.spec, scales=screened.scales, seed=seed)
+        draw = screened.report.environment.draw
+        reference = nas.build_model(screened.spec, scales=screened.scales, seed=seed, draw=draw)
         for (name, p), (_, q) in zip(model.state_dict().items(), reference.state_dict().items(), strict=True):
             assert torch.equal(p, q), name
         assert model(torch.zeros(2, 64)).shape == (2, 10)
