@@ -8,8 +8,8 @@ and score it. The order (``docs/conditioning.md``):
 4. final scales = balancing x AutoInit, per parameter name; diagnostics on the result
    (gamma_l and nu_l, kappa(D), Hessian blocks);
 5. the trainability probe (``worker.engine.probe``): a few SGD steps from the tuned weights, counted
-   in the budget (its cost is reserved before AutoInit runs); score (with the probe's calibration, or without it when the probe
-   did not run), verdict and reasons.
+   in the budget (its cost is reserved before AutoInit runs); score (with the probe's calibration,
+   or without it when the probe did not run), verdict and reasons.
 
 Cost budget (``options.budget_steps``, default 20): everything the candidate costs, the probe
 included. One forward + backward is timed first and counted; balancing is then the closed form
