@@ -64,6 +64,10 @@ class ConditionOptions(BaseModel):
     # (docs/benchmarks.md, "Tuning: the output std")
     output_std: Positive | None = 0.5
     balance: bool = True  # geometric init + GR balancing first (scaling paper), then AutoInit
+    # the scale of weights that feed a normalization (scale-invariant: the Jacobian target cannot see
+    # them; their scale sets how fast they learn): "spec" keeps the spec's, "unit_variance" puts their
+    # output variance at 1 on the batch as LSUV does (worker.engine.norm_inputs; one forward pass)
+    norm_inputs: Literal["spec", "unit_variance"] = "spec"
     # whole conditioning, the probe and diagnostics included, in training steps (forward + backward)
     # of the candidate at this batch, timed once at the start (docs/conditioning.md section 6); None:
     # no budget (balancing iterates up to balance_rounds, every diagnostic on every layer)

@@ -45,6 +45,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "orthogonal_nobalance": {"draw": "orthogonal", "balance": False},
     "orthogonal_nv1": {"draw": "orthogonal", "n_vectors": 1},
     "orthogonal_out1_nv1": {"draw": "orthogonal", "output_std": 1.0, "n_vectors": 1},
+    "orthogonal_nv1_nobalance": {"draw": "orthogonal", "n_vectors": 1, "balance": False},
+    "orthogonal_nv1_jacobian": {"draw": "orthogonal", "n_vectors": 1, "loss": "log"},
+    "orthogonal_nv1_tol03": {"draw": "orthogonal", "n_vectors": 1, "tolerance": 0.3},
+    "orthogonal_nv1_unitvar": {"draw": "orthogonal", "n_vectors": 1, "norm_inputs": "unit_variance"},
+    "orthogonal_out1_nv1_unitvar": {
+        "draw": "orthogonal",
+        "n_vectors": 1,
+        "output_std": 1.0,
+        "norm_inputs": "unit_variance",
+    },
 }
 
 

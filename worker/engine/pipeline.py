@@ -45,12 +45,13 @@ from worker.engine._moments import preserved_buffers
 from worker.engine.assemble import report
 from worker.engine.autoinit import AutoInitResult, autoinit, conditioning_mode
 from worker.engine.balancing import balance
-from worker.engine.budget import STEP_COST, Ledger, profile_cost
+from worker.engine.budget import FORWARD_COST, STEP_COST, Ledger, profile_cost
 from worker.engine.components import components
 from worker.engine.device import resolve_device
 from worker.engine.diagnostics import Diagnostics, run_diagnostics
 from worker.engine.inputs import batch, check_targets
 from worker.engine.jacobian import block_jacobians
+from worker.engine.norm_inputs import unit_variance_scales
 from worker.engine.probe import ProbeResult, probe_cost, run_probe
 from worker.engine.reasons import reasons
 from worker.engine.score import score
@@ -114,6 +115,12 @@ def condition(
     ledger.record("autoinit", tuned.seconds, tuned.cost)
     balancing = _release_invariant_(model, balancing, tuned.invariant)
     apply_scales_(model, tuned.scales)
+    unit: dict[str, float] = {}
+    if opts.norm_inputs == "unit_variance":
+        clock = time.perf_counter()
+        unit = unit_variance_scales(model, x, tuned)
+        apply_scales_(model, unit)
+        ledger.record("norm_inputs", time.perf_counter() - clock, FORWARD_COST)
     left = ledger.left()
     diagnostics = (
         run_diagnostics(
@@ -150,7 +157,7 @@ def condition(
         tuned=tuned,
         balancing=balancing,
         balancing_mode=balancing_mode,
-        scales=_product(balancing, tuned.scales),
+        scales=_product(_product(balancing, tuned.scales), unit),
         diagnostics=diagnostics,
         probe=probe,
         result=result,
@@ -177,8 +184,11 @@ def time_training_step(model: PreflightNet, x: Tensor) -> float:
 
 
 def _probe_reserve(opts: ConditionOptions) -> float:
-    """The probe's counted cost, reserved in the budget before AutoInit runs."""
-    return probe_cost(opts.probe_steps, len(opts.probe_lrs))
+    """What runs after AutoInit and is reserved in the budget before it: the probe's counted cost,
+    and the forward pass of ``norm_inputs`` when it runs."""
+    return probe_cost(opts.probe_steps, len(opts.probe_lrs)) + (
+        FORWARD_COST if opts.norm_inputs == "unit_variance" else 0.0
+    )
 
 
 def _probe(
