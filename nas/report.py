@@ -147,7 +147,7 @@ class ConditioningReport(_Model):
     spec_hash: str
     score: float | None
     verdict: Literal["keep", "prune"]
-    reasons: list[str]
+    reasons: list[str]  # the verdict's cause first, then the others worst first
     scales: dict[str, float]
     blocks: list[BlockReport]
     layers: list[LayerReport]
@@ -161,6 +161,9 @@ class ConditioningReport(_Model):
     prune_below: float | None = None
     options: ConditionOptions
     environment: Environment
+    # what the engine did rather than found: balancing dropped, a diagnostic skipped or cut down
+    # under the cost budget, the probe failing (the reasons are about the network)
+    notes: list[str] = Field(default_factory=list)
 
     def build_model(self, spec: Any) -> Any:
         """The network at its tuned initialization: ``nas.build_model`` of ``spec`` (the spec this

@@ -49,6 +49,7 @@ def report(
     probe: ProbeResult,
     result: ScoreResult,
     reasons: list[str],
+    notes: list[str],
     timings: dict[str, float],
     budget: dict[str, Any],
 ) -> ConditioningReport:
@@ -58,6 +59,7 @@ def report(
         score=finite_or_none(result.score),
         verdict=result.verdict,  # type: ignore[arg-type]
         reasons=reasons,
+        notes=notes,
         scales={k: float(v) for k, v in scales.items()},
         blocks=_blocks(before, tuned, rho),
         layers=_layers(model, diagnostics),

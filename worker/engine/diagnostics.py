@@ -36,7 +36,8 @@ class Diagnostics:
 
     per_layer: dict[str, dict[str, float | None]] = field(default_factory=dict)
     ran: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the stage did (skipped, budgeted): the report's notes
+    findings: list[str] = field(default_factory=list)  # what it found about the network: the report's reasons
     gamma_log_spread: float | None = None
     hessian_log_spread: float | None = None
     kappa_d_log: float | None = None
@@ -208,7 +209,7 @@ def _bnp(
         # eq. 12 with a zero-variance input feature: kappa(D) is infinite, said rather than dropped
         # (the layer's figure is null in JSON; the component is the largest finite one)
         shown = ", ".join(infinite[:5]) + (f" and {len(infinite) - 5} more" if len(infinite) > 5 else "")
-        diag.notes.append(
+        diag.findings.append(
             f"kappa(D) is infinite at {shown}: an input feature is constant on the batch (a dead unit or a "
             "constant input), so BNP cannot precondition it; kappa_d_log is the largest finite value"
         )

@@ -143,8 +143,8 @@ def condition(
 
     comps = components(tuned, diagnostics, opts, probe.loss)
     result = score(comps, opts.thresholds)
-    why = reasons(tuned, result.over, comps, diagnostics, opts, parsed, probe) + balancing_note + diagnostics.notes
-    why += [probe.note] if probe.note else []
+    why = reasons(tuned, result, diagnostics, opts, parsed, probe)
+    notes = balancing_note + diagnostics.notes + ([probe.note] if probe.note else [])
     return report(
         spec=parsed,
         opts=opts,
@@ -162,6 +162,7 @@ def condition(
         probe=probe,
         result=result,
         reasons=why,
+        notes=notes,
         timings=ledger.seconds,
         budget=budget,
     )

@@ -1,6 +1,8 @@
-"""The report's reasons in English: why tuning stopped and, for every score component over
-its threshold, what it means for this network (``worker.engine.condition`` adds the notes the
-stages wrote themselves: balancing, the diagnostics, the probe)."""
+"""The report's reasons in English, the one that decided the verdict first: for every score
+component over its threshold (worst first) what it means for this network, then why tuning stopped
+short and what the diagnostics found. What the stages did rather than found (balancing dropped,
+a diagnostic skipped under the budget, the probe failing) is the report's ``notes``, which
+``worker.engine.condition`` gathers apart."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from nas.options import ConditionOptions
 from worker.engine.autoinit import AutoInitResult
 from worker.engine.diagnostics import Diagnostics
 from worker.engine.probe import ProbeResult
+from worker.engine.score import ScoreResult
 from worker.engine.structure import TuningUnit
 
 __all__ = ["reasons"]
@@ -18,35 +21,57 @@ __all__ = ["reasons"]
 
 def reasons(
     tuned: AutoInitResult,
-    over: list[str],
+    result: ScoreResult,
+    diag: Diagnostics,
+    opts: ConditionOptions,
+    spec: ArchitectureSpec,
+    probe: ProbeResult,
+) -> list[str]:
+    """The verdict's cause first, then every component over its threshold by penalty (``result.over``
+    is in that order), then a tuning that did not converge, then the diagnostics' findings. A pruned
+    candidate always has a reason: when no component is over its threshold, the score is below the
+    cut, and the component that cost the most is named as the cause."""
+    out: list[str] = []
+    if result.verdict == "prune" and not result.over:
+        costs = {k: v for k, v in result.penalties.items() if v and k in result.components}
+        if costs:
+            worst = max(costs, key=lambda k: costs[k])
+            out.append(
+                f"score {result.score:.3g} is below the cut {result.cut:.3g}, mostly from {worst}: "
+                + "; ".join(_sentences(worst, tuned, result.components, diag, opts, spec, probe))
+            )
+        else:
+            out.append(f"score {result.score:.3g} is below the cut {result.cut:.3g}")
+    for name in result.over:
+        out.extend(_sentences(name, tuned, result.components, diag, opts, spec, probe))
+    if tuned.status != "converged":
+        out.append(f"tuning {tuned.status.replace('_', ' ')}: {tuned.message}")
+    return out + diag.findings
+
+
+def _sentences(
+    name: str,
+    tuned: AutoInitResult,
     comps: dict[str, float | None],
     diag: Diagnostics,
     opts: ConditionOptions,
     spec: ArchitectureSpec,
     probe: ProbeResult,
 ) -> list[str]:
-    """One sentence for a tuning that did not converge and one per component in ``over``."""
-    out: list[str] = []
-    if tuned.status != "converged":
-        out.append(f"tuning {tuned.status.replace('_', ' ')}: {tuned.message}")
-    for name in over:
-        if name == "jacobian_log":
-            out.extend(jacobian_reasons(tuned, opts, spec))
-        elif name == "kernel_log_range":
-            out.append(
-                f"forward second moment drifts by a factor {math.exp(comps[name] or 0):.3g} across the network after "
-                "tuning"
-            )
-        elif name == "output_log_ratio":
-            std = math.exp(0.5 * tuned.after.log_k[-1].item())
-            out.append(f"output std is {std:.3g} after tuning; target {opts.output_std:g}")
-        elif name == "non_finite":
-            out.append("non-finite values in the forward pass or the diagnostics")
-        elif name == "probe_loss":
-            out.append(probe_reason(probe, opts))
-        else:
-            out.append(diag.describe(name, comps[name]))
-    return out
+    if name == "jacobian_log":
+        return jacobian_reasons(tuned, opts, spec)
+    if name == "kernel_log_range":
+        return [
+            f"forward second moment drifts by a factor {math.exp(comps[name] or 0):.3g} across the network after tuning"
+        ]
+    if name == "output_log_ratio":
+        std = math.exp(0.5 * tuned.after.log_k[-1].item())
+        return [f"output std is {std:.3g} after tuning; target {opts.output_std:g}"]
+    if name == "non_finite":
+        return ["non-finite values in the forward pass or the diagnostics"]
+    if name == "probe_loss":
+        return [probe_reason(probe, opts)]
+    return [diag.describe(name, comps[name])]
 
 
 def probe_reason(probe: ProbeResult, opts: ConditionOptions) -> str:

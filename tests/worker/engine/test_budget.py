@@ -94,7 +94,7 @@ def test_the_whole_conditioning_of_a_small_cnn_stays_within_its_budget(budget: f
         assert (layer.hessian_mean_sq_singular is not None) == (layer.name in measured), layer
         assert layer.gamma is not None and layer.kappa_d is not None  # scaling and bnp always run
     if tuning.hessian_measured is not None:
-        assert any("Hessian figures" in r for r in report.reasons)
+        assert any("Hessian figures" in r for r in report.notes)
         assert names[-1] not in tuning.hessian_measured  # hidden layers first: the output layer is not scored
         if len(tuning.hessian_measured) < 2:
             assert report.components["hessian_log_spread"] is None  # no spread from one layer
@@ -139,7 +139,7 @@ def test_balancing_that_does_not_converge_is_dropped_with_a_note() -> None:
     )
     assert report.tuning.balancing_mode == "dropped"
     assert report.tuning.balancing == {}
-    assert any("balancing did not converge" in r for r in report.reasons)
+    assert any("balancing did not converge" in r for r in report.notes)
     assert report.scales == {k: v for k, v in report.tuning.autoinit.items()}
 
 
