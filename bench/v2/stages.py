@@ -102,7 +102,7 @@ def _fingerprint(stage: Stage, candidate: Candidate, out: Path, scale: float) ->
         extra = engine_version()
     elif stage.needs_preflight():
         report = _preflight_report(out, candidate, 0 if stage.kind != "train" else stage.seed)
-        extra = [report.get("scales"), report.get("error"), report.get("counted_cost")]
+        extra = [report.get("scales"), report.get("error"), report.get("counted_cost"), report.get("draw")]
     protocol = PROTOCOLS[stage.protocol].to_json() if stage.protocol else None
     blob = json.dumps(
         [stage.key, VERSION[stage.kind], candidate.spec, candidate.dataset, protocol, scale, extra],
@@ -116,8 +116,16 @@ def cached(out: Path, stage: Stage, candidate: Candidate, scale: float = 1.0) ->
     return path.exists() and read_json(path).get("fingerprint") == _fingerprint(stage, candidate, out, scale)
 
 
-def _model(candidate: Candidate, seed: int, scales: dict[str, float] | None = None) -> torch.nn.Module:
-    return nas.build_model(candidate.spec, scales=scales, seed=seed)
+def _model(
+    candidate: Candidate, seed: int, scales: dict[str, float] | None = None, draw: str = "gaussian"
+) -> torch.nn.Module:
+    return nas.build_model(candidate.spec, scales=scales, seed=seed, draw=draw)  # type: ignore[arg-type]
+
+
+def _tuned_model(candidate: Candidate, seed: int, report: dict[str, Any]) -> torch.nn.Module:
+    """The network Preflight's report tuned: its scales on the weights of its seed and draw (a report
+    cached before the draw existed was tuned on the Gaussian one)."""
+    return _model(candidate, seed, report["scales"], report.get("draw", "gaussian"))
 
 
 def _preflight(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dict[str, Any]:
@@ -138,6 +146,7 @@ def _preflight(candidate: Candidate, stage: Stage, out: Path, scale: float) -> d
         "verdict": report.verdict,
         "reasons": list(report.reasons),
         "scales": dict(report.scales),
+        "draw": report.environment.draw,  # the weights the scales were tuned on
         "components": body.get("components"),
         "probe_loss": (tuning.get("probe") or {}).get("loss"),
         "counted_cost": float(budget.get("counted_steps", 0.0)),  # every stage, the probe included
@@ -155,7 +164,7 @@ def _proxies(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dic
     result: dict[str, Any] = {"parameters": summary.parameters, "macs": summary.macs}
     result["spec"] = compute_proxies(_model(candidate, 0), x, y)
     if report.get("scales") is not None:
-        result["tuned"] = compute_proxies(_model(candidate, 0, report["scales"]), x, y)
+        result["tuned"] = compute_proxies(_tuned_model(candidate, 0, report), x, y)
     return result
 
 
@@ -200,10 +209,9 @@ def _train(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dict[
         report = _preflight_report(out, candidate, stage.seed)
         if report.get("scales") is None:
             return {"error": report.get("error", "no scales"), "run": None}
-        scales = report["scales"]
 
         def make() -> torch.nn.Module:
-            return _model(candidate, stage.seed, scales)
+            return _tuned_model(candidate, stage.seed, report)
 
         init_seconds = 0.0
     else:

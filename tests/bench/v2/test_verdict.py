@@ -41,3 +41,21 @@ def test_the_cost_figures_are_the_median_and_the_90th_percentile() -> None:
     rows = [_row(i, untrainable=False, pruned=False, accuracy=0.8, cost=float(i + 1)) for i in range(10)]
     figures = costs(rows)
     assert figures["median"] == pytest.approx(5.5) and figures["p90"] == pytest.approx(9.1)
+
+
+def test_the_tuned_runs_train_the_network_the_report_tuned() -> None:
+    """The tuned stages rebuild the report's scales on its seed and draw: the orthogonal draw's
+    scales on the Gaussian weights would be another network (a bug this test would have caught)."""
+    import torch
+
+    from bench.v2.stages import _tuned_model
+    from nas.examples import EXAMPLE_MLP
+    from worker.engine import condition
+
+    report = condition(EXAMPLE_MLP, options={"probe_steps": 1})
+    assert report.environment.draw == "orthogonal"
+    stage = {"scales": dict(report.scales), "draw": report.environment.draw}
+    candidate = Candidate("c", "mlp", "digits", EXAMPLE_MLP)
+    x = torch.randn(4, *EXAMPLE_MLP["input_shape"], generator=torch.Generator().manual_seed(0))
+    ours = _tuned_model(candidate, report.environment.seed, stage).eval()
+    assert torch.equal(ours(x), report.build_model(EXAMPLE_MLP).eval()(x))
