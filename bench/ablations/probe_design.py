@@ -62,7 +62,7 @@ def run_one(cand: dict[str, Any]) -> str:
         write_json(path, {"error": "no scales"})
         return f"{candidate.id} no scales"
     x, y = dataset(candidate.dataset).batch(BATCH)
-    model = nas.build_model(candidate.spec, scales=pre["scales"], seed=0)
+    model = nas.build_model(candidate.spec, scales=pre["scales"], seed=0, draw=pre.get("draw", "gaussian"))
     result: dict[str, Any] = {}
     for name, (steps, rates) in DESIGNS.items():
         probe = run_probe(model, x, y, steps=steps, lrs=rates, momentum=0.9, seed=0)
