@@ -74,10 +74,40 @@ def _condition(args: argparse.Namespace) -> int:
             print(f"invalid option {'.'.join(map(str, error['loc']))}: {error['msg']}", file=sys.stderr)
         return 2
     data = _load_data(args.data) if args.data else None
+    display = _Progress(sys.stderr)
     try:
-        report = condition(spec, data=data, options=options)
+        report = condition(spec, data=data, options=options, progress=display)
     except ValueError as exc:
+        display.done()
         print(f"preflight condition: {exc}", file=sys.stderr)
         return 2
+    display.done()
     print(report.model_dump_json(indent=2))
     return 0
+
+
+class _Progress:
+    """The engine's stages on stderr as they start (the report goes to stdout): one line rewritten
+    in place on a terminal, one plain line per stage otherwise (a log, a pipe)."""
+
+    def __init__(self, stream: Any) -> None:
+        from worker.engine.pipeline import STAGES
+
+        self._stream, self._total = stream, len(STAGES)
+        self._index = {stage: i + 1 for i, stage in enumerate(STAGES)}
+        self._tty = bool(getattr(stream, "isatty", lambda: False)())
+        self._width = 0
+
+    def __call__(self, stage: str) -> None:
+        line = f"preflight condition: [{self._index.get(stage, 0)}/{self._total}] {stage}"
+        if self._tty:
+            self._stream.write("\r" + line.ljust(self._width))
+            self._width = max(self._width, len(line))
+        else:
+            self._stream.write(line + "\n")
+        self._stream.flush()
+
+    def done(self) -> None:
+        if self._tty and self._width:
+            self._stream.write("\r" + " " * self._width + "\r")
+            self._stream.flush()

@@ -64,3 +64,34 @@ def test_data_of_the_wrong_shape_exits_2(spec_file: Path, tmp_path: Path, capsys
 def test_missing_data_file_is_reported(spec_file: Path) -> None:
     with pytest.raises(SystemExit, match="no such data file"):
         main(["condition", str(spec_file), "--data", "/nonexistent.npz"])
+
+
+def test_condition_shows_its_stages_on_stderr_as_plain_lines_off_a_terminal(
+    spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worker.engine.pipeline import STAGES
+
+    assert main(["condition", str(spec_file), "--device", "cpu"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)  # the report alone on stdout
+    shown = [line.split("] ", 1)[1] for line in captured.err.splitlines() if line.startswith("preflight condition: [")]
+    # every stage of the default path, in order (the diagnostics are off by default)
+    assert shown == [stage for stage in STAGES if stage != "diagnostics"]
+
+
+def test_the_progress_display_rewrites_one_line_on_a_terminal() -> None:
+    import io
+
+    from service.cli.condition_commands import _Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    display = _Progress(stream)
+    display("balancing")
+    display("scoring")
+    display.done()
+    text = stream.getvalue()
+    assert "\n" not in text and text.count("\r") >= 3 and "scoring" in text

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -57,17 +57,29 @@ from worker.engine.reasons import reasons
 from worker.engine.score import score
 from worker.engine.structure import block_log_rho
 
-__all__ = ["condition", "select_device"]
+__all__ = ["STAGES", "condition", "select_device"]
 
 log = logging.getLogger(__name__)
 
 select_device = resolve_device  # the name this module exported before worker.engine.device
 
 
+STAGES = (
+    "timing one training step",
+    "profiling the spec's initialization",
+    "balancing",
+    "tuning (AutoInit)",
+    "diagnostics",
+    "trainability probe",
+    "scoring",
+)  # what ``progress`` is told, in this order (a stage that does not run is skipped)
+
+
 def condition(
     spec: ArchitectureSpec | Mapping[str, Any] | str,
     data: Tensor | Any | None = None,
     options: ConditionOptions | Mapping[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ConditioningReport:
     """Condition one candidate; see the module docstring for the steps.
 
@@ -75,8 +87,10 @@ def condition(
     once). ``data``: None (a Gaussian batch of the input shape), a tensor or array of inputs
     ``[N, *input_shape]``, or a mapping with ``"x"`` and optionally integer ``"y"`` targets.
     Raises ``nas.SpecError`` for an invalid spec and ValueError for unusable data; a network
-    that cannot be conditioned still gets a report (status and reasons say why).
+    that cannot be conditioned still gets a report (status and reasons say why). ``progress`` is
+    called with each stage's name (``STAGES``) as it starts, for a display.
     """
+    tell = progress or (lambda _stage: None)
     opts = options if isinstance(options, ConditionOptions) else ConditionOptions.model_validate(options or {})
     # the one parse of the spec (nas.parse_spec inside build_model); model.trace has its shapes
     model = build_model(spec, seed=opts.seed + seeds.WEIGHTS, draw=opts.draw)  # type: ignore[arg-type]  # a non-dict Mapping: SpecError
@@ -90,16 +104,20 @@ def condition(
     started = time.perf_counter()
     ledger = Ledger(opts.budget_steps)
     # one timed forward + backward: the unit of the cost budget, counted in it
+    tell(STAGES[0])
     ledger.record("step", time_training_step(model, x), STEP_COST)
+    tell(STAGES[1])
     clock = time.perf_counter()
     with conditioning_mode(model), torch.no_grad():
         before = block_jacobians(model, x, opts.n_vectors, seeds.generator(opts.seed, seeds.PROFILE_BEFORE, device))
     ledger.record("profile_before", time.perf_counter() - clock, profile_cost(opts.n_vectors))
+    tell(STAGES[2])
     clock = time.perf_counter()
     balancing, balancing_note, balancing_mode = _balance(model, x, opts, device)
     ledger.record("balance", time.perf_counter() - clock, 0.0)  # the closed form: no counted pass
     if balancing:
         apply_scales_(model, balancing)
+    tell(STAGES[3])
     tuned = autoinit(
         model,
         x,
@@ -122,6 +140,8 @@ def condition(
         apply_scales_(model, unit)
         ledger.record("norm_inputs", time.perf_counter() - clock, FORWARD_COST)
     left = ledger.left()
+    if opts.diagnostics:
+        tell(STAGES[4])
     diagnostics = (
         run_diagnostics(
             model,
@@ -136,11 +156,14 @@ def condition(
     )
     ledger.seconds |= diagnostics.seconds
     ledger.counted |= diagnostics.cost
+    if opts.probe_steps:
+        tell(STAGES[5])
     probe = _probe(model, x, y, opts, tuned)
     ledger.record("probe", probe.seconds, probe.cost)  # counted in the budget, reserved before AutoInit
     budget = ledger.summary(time.perf_counter() - started)
     diagnostics.notes += [note] if (note := ledger.overrun_note()) else []
 
+    tell(STAGES[6])
     comps = components(tuned, diagnostics, opts, probe.loss)
     result = score(comps, opts.thresholds)
     why = reasons(tuned, result, diagnostics, opts, parsed, probe)
