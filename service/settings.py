@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     require_auth: bool | None = None
     # Revocation takes effect within this many seconds (tokens are cached in memory).
     token_cache_seconds: float = Field(5.0, ge=0)
+    # The highest priority a token that is not admin gets: a submission asking for more is
+    # queued at this (lowering is free), so that no tenant can put its work ahead of everyone's.
+    max_token_priority: int = Field(10, ge=-1000, le=1000)
     max_body_bytes: int = Field(4 * 2**20, ge=1024)
     max_batch: int = Field(256, ge=1)
     max_wait_seconds: float = Field(60.0, gt=0)

@@ -178,8 +178,9 @@ def _report_of_a_real_run() -> ConditioningReport:
     return condition(mlp)
 
 
-def _complete_queued(url: str, count: int, report: ConditioningReport) -> list[int]:
-    """Claim and complete ``count`` queued candidates with ``report``, as a worker would."""
+def _complete_queued(url: str, count: int, report: ConditioningReport) -> list[str]:
+    """Claim and complete ``count`` queued candidates with ``report``, as a worker would; their
+    public ids (what the API answers to)."""
     from service.store import jobs
     from service.store.db import make_engine, make_sessionmaker, session_scope
 
@@ -196,19 +197,36 @@ def _complete_queued(url: str, count: int, report: ConditioningReport) -> list[i
                 done.append(job.id)
     finally:
         engine.dispose()
-    return done
+    return _public_ids(url, done)
 
 
-def _queued_ids(url: str, count: int) -> list[int]:
-    """Ids of candidates still queued (the submission phases made them)."""
+def _public_ids(url: str, job_ids: list[int]) -> list[str]:
+    """The public ids of jobs (``owned_candidates``: one per owner of a deduplicated job)."""
+    if not job_ids:
+        return []
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            listed = ",".join(str(int(i)) for i in job_ids)  # integers from the queue itself
+            rows = connection.execute(text(f"SELECT public_id FROM owned_candidates WHERE candidate_id IN ({listed})"))
+            return [str(row[0]) for row in rows]
+    finally:
+        engine.dispose()
+
+
+def _queued_ids(url: str, count: int) -> list[str]:
+    """Public ids of candidates still queued (the submission phases made them)."""
     engine = create_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
             rows = connection.execute(
-                text("SELECT id FROM candidates WHERE status = 'queued' ORDER BY id LIMIT :n"),
+                text(
+                    "SELECT o.public_id FROM owned_candidates o JOIN candidates c ON c.id = o.candidate_id "
+                    "WHERE c.status = 'queued' ORDER BY o.id LIMIT :n"
+                ),
                 {"n": count},
             )
-            return [int(row[0]) for row in rows]
+            return [str(row[0]) for row in rows]
     finally:
         engine.dispose()
 
@@ -223,8 +241,8 @@ def run_phases(
     report: ConditioningReport,
 ) -> list[Result]:
     counter = itertools.count(100)
-    ids: list[int] = []
-    done: list[int] = []
+    ids: list[str] = []
+    done: list[str] = []
     results = []
 
     def health() -> tuple[str, str, bytes, int]:

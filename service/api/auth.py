@@ -13,7 +13,8 @@ import time
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.store.tokens import TOKEN_PREFIX, hash_token, stored_hash
+from service.store.owners import Caller
+from service.store.tokens import TOKEN_PREFIX, active_token, hash_token
 
 __all__ = ["TokenCache"]
 
@@ -25,12 +26,13 @@ class TokenCache:
     def __init__(self, sessions: sessionmaker[Session], ttl: float) -> None:
         self._sessions = sessions
         self._ttl = ttl
-        self._known: dict[str, tuple[bool, float]] = {}
+        self._known: dict[str, tuple[Caller | None, float]] = {}
         self._lock = threading.Lock()
 
-    def is_valid(self, token: str) -> bool:
+    def caller(self, token: str) -> Caller | None:
+        """Whom a valid token acts for (its id owns what it creates); None: invalid or revoked."""
         if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
-            return False
+            return None
         digest = hash_token(token)
         now = time.monotonic()
         with self._lock:
@@ -38,11 +40,13 @@ class TokenCache:
         if cached is not None and cached[1] > now:
             return cached[0]
         with self._sessions() as session:
-            stored = stored_hash(session, digest=digest)
-        valid = stored is not None and hmac.compare_digest(stored, digest)
+            stored = active_token(session, digest=digest)
+        caller = None
+        if stored is not None and hmac.compare_digest(stored.token_hash, digest):
+            caller = Caller(owner_id=stored.id, admin=stored.admin)
         if self._ttl > 0:
             with self._lock:
                 if len(self._known) > 10_000:
                     self._known.clear()
-                self._known[digest] = (valid, now + self._ttl)
-        return valid
+                self._known[digest] = (caller, now + self._ttl)
+        return caller

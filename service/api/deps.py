@@ -1,5 +1,6 @@
 """Typed dependencies of the routes: the settings, the store (engine, sessionmaker, a read
-session, the group commit), the spec limits, the metrics and the caller's token.
+session, the group commit), the spec limits, the metrics and the caller (whom the request's
+token acts for: ``service.store.owners``).
 
 Routes take what they use as ``Annotated[..., Depends(...)]`` aliases from here and never
 read ``request.app.state`` themselves; the app's lifespan puts these objects there.
@@ -23,9 +24,11 @@ from service.api.problems import ProblemError
 from service.settings import Settings
 from service.store.db import session_scope
 from service.store.group_commit import GroupCommitter
+from service.store.owners import ANONYMOUS, Caller
 
 __all__ = [
     "AuthDep",
+    "CallerDep",
     "WorkerLivenessDep",
     "CommitterDep",
     "EngineDep",
@@ -79,11 +82,12 @@ _BEARER = HTTPBearer(auto_error=False, description="an API token: `preflight tok
 
 async def require_token(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
-) -> None:
-    """Refuse the request unless auth is off or it carries a valid bearer token."""
+) -> Caller:
+    """Refuse the request unless auth is off or it carries a valid bearer token; answer whom it
+    acts for (auth off: the one anonymous owner, who sees everything, as before tenancy)."""
     settings: Settings = request.app.state.settings
     if not settings.auth_required:
-        return
+        return ANONYMOUS
     token = credentials.credentials if credentials is not None else ""
     challenge = {"WWW-Authenticate": 'Bearer realm="preflight"'}
     if not token.strip():
@@ -94,13 +98,15 @@ async def require_token(
             headers=challenge,
         )
     tokens: TokenCache = request.app.state.tokens
-    if not await run_in_threadpool(tokens.is_valid, token.strip()):
+    caller = await run_in_threadpool(tokens.caller, token.strip())
+    if caller is None:
         raise ProblemError(
             401,
             "invalid or revoked token",
             kind="unauthorized",
             headers={"WWW-Authenticate": 'Bearer realm="preflight", error="invalid_token"'},
         )
+    return caller
 
 
 async def get_worker_liveness(request: Request) -> Callable[[], str | None] | None:
@@ -121,3 +127,5 @@ MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 # reads right after a write sees it.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 AuthDep = Depends(require_token)
+# the same dependency (FastAPI runs it once per request): routes that scope what they touch to its owner
+CallerDep = Annotated[Caller, Depends(require_token)]

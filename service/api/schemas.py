@@ -10,7 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field
 from sqlalchemy import Row
 
 from nas.spec import storable_text
-from service.store.models import Candidate, Status
+from service.store.models import Status
 
 __all__ = [
     "CandidateBatchCreate",
@@ -36,7 +36,12 @@ class CandidateOptions(BaseModel):
 
     study: Annotated[str, AfterValidator(storable_text)] | None = Field(None, min_length=1, max_length=200)
     trial: int | None = Field(None, ge=0, le=2**62)
-    priority: int = Field(0, ge=-1000, le=1000, description="higher runs first")
+    priority: int = Field(
+        0,
+        ge=-1000,
+        le=1000,
+        description="higher runs first; a token that is not admin gets at most PREFLIGHT_MAX_TOKEN_PRIORITY",
+    )
     device: str = Field(
         "auto",
         max_length=9,
@@ -88,14 +93,17 @@ class Timings(BaseModel):
 
 
 class CandidatePublic(BaseModel):
-    """A candidate and, once done, its conditioning report."""
+    """A candidate as its owner sees it and, once done, its conditioning report. Owners that
+    submit the same network share the job and its report, each under its own id."""
 
-    id: int
+    id: str = Field(description="opaque (128 random bits); each owner has its own id for a shared candidate")
     status: Status
     spec_hash: str
-    study: str | None = Field(None, description="the study of the first submission")
+    study: str | None = Field(None, description="the study of this owner's first submission")
     trial: int | None = None
-    priority: int
+    priority: int = Field(
+        description="this owner's first submission's, capped for a token; a shared job keeps its first owner's"
+    )
     device: str
     options: dict[str, Any]
     attempts: int
@@ -108,13 +116,17 @@ class CandidatePublic(BaseModel):
     report: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, row: Candidate | Row[Any], *, with_report: bool = True, cached: bool | None = None) -> CandidatePublic:
-        """From an ORM row or a Core row of the candidates table (same attribute names)."""
+    def of(cls, row: Row[Any], *, with_report: bool = True, cached: bool | None = None) -> CandidatePublic:
+        """From a row of ``service.store.reports``' owner view (a candidate's attribute names).
+        The result (score, verdict, report) is shown with ``done`` only: an owner that cancelled
+        its submission of a job that ran on for others sees it cancelled, as before tenancy."""
         started, finished = row.started_at, row.finished_at
         end = finished if finished is not None else None
+        status = Status(row.status)
+        done = status is Status.DONE
         return cls(
             id=row.id,
-            status=Status(row.status),
+            status=status,
             spec_hash=row.spec_hash,
             study=row.study,
             trial=row.trial,
@@ -124,18 +136,18 @@ class CandidatePublic(BaseModel):
             attempts=row.attempts,
             worker=row.worker,
             error=row.error,
-            score=row.score,
-            verdict=row.verdict,
+            score=row.score if done else None,
+            verdict=row.verdict if done else None,
             timings=Timings(
                 created_at=_utc(row.created_at),
                 started_at=_utc(started),
                 finished_at=_utc(finished),
                 queued_seconds=_seconds(row.created_at, started),
                 run_seconds=_seconds(started, end),
-                tuning_seconds=row.tuning_seconds,
+                tuning_seconds=row.tuning_seconds if done else None,
             ),
             cached=cached,
-            report=row.report if with_report else None,
+            report=row.report if with_report and done else None,
         )
 
 

@@ -55,6 +55,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     token_commands = token.add_subparsers(dest="token_command", metavar="ACTION", required=True)
     create = token_commands.add_parser("create", help="create a token and print it (once)")
     create.add_argument("name", help="who or what uses it")
+    create.add_argument(
+        "--admin",
+        action="store_true",
+        help="an admin token: sees every token's candidates, batches and studies, and its priority is not capped",
+    )
     create.set_defaults(handler=_token_create)
     revoke = token_commands.add_parser("revoke", help="revoke a token by id or name")
     revoke.add_argument("token", help="token id (a number) or name")
@@ -208,9 +213,10 @@ def _with_session(work: Any) -> Any:
 def _token_create(args: argparse.Namespace) -> int:
     from service.store.tokens import create_token
 
-    created = _with_session(lambda session: create_token(session, name=args.name))
+    created = _with_session(lambda session: create_token(session, name=args.name, admin=args.admin))
     print(created.token)
-    print(f"token {created.id} ({created.name}) created; it is shown only this once", file=sys.stderr)
+    kind = "admin token" if created.admin else "token"
+    print(f"{kind} {created.id} ({created.name}) created; it is shown only this once", file=sys.stderr)
     return 0
 
 
@@ -228,7 +234,9 @@ def _token_revoke(args: argparse.Namespace) -> int:
 def _token_list(args: argparse.Namespace) -> int:
     from service.store.tokens import list_tokens
 
-    for token_id, name, prefix, created, revoked in _with_session(list_tokens):
-        state = f"revoked {revoked:%Y-%m-%d %H:%M}" if revoked else "active"
-        print(f"{token_id}\t{name}\t{prefix}...\tcreated {created:%Y-%m-%d %H:%M}\t{state}")
+    for token in _with_session(list_tokens):
+        state = f"revoked {token.revoked_at:%Y-%m-%d %H:%M}" if token.revoked_at else "active"
+        role = "admin" if token.admin else "tenant"
+        created = f"created {token.created_at:%Y-%m-%d %H:%M}"
+        print(f"{token.id}\t{token.name}\t{token.prefix}...\t{role}\t{created}\t{state}")
     return 0

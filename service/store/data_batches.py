@@ -6,6 +6,9 @@ labels; on the benchmark that flags untrainable candidates with precision 0.82 a
 ``POST /v1/batches`` stores a batch once under the SHA-256 of its content; a submission names
 it with the option ``data`` (part of the cache key), and the worker hands it to
 ``worker.engine.condition(spec, data={"x": ..., "y": ...})``.
+
+A batch belongs to each owner that uploaded it (``data_batch_owners``; the content is stored
+once): to any other token it does not exist, neither to read nor to name in a submission.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from sqlalchemy.orm import Session
 from nas import ArchitectureSpec
 from nas.shapes import trace_shapes
 from nas.targets import target_error
+from service.store.db import insert_ignoring_duplicates
 from service.store.errors import InvalidBatch
-from service.store.models import DataBatch
+from service.store.models import DataBatch, DataBatchOwner
+from service.store.owners import ANONYMOUS, ANONYMOUS_OWNER, Caller
 
 __all__ = [
     "MAX_ROWS",
@@ -149,16 +154,34 @@ def batch_id(x: dict[str, Any], y: dict[str, Any] | None) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def store(session: Session, x: dict[str, Any], y: dict[str, Any] | None, shape: BatchShape) -> tuple[DataBatch, bool]:
-    """Insert the batch unless its id exists; returns (row, created). Two clients uploading
-    the same content at once both get the one row: the loser of the insert race reads the
-    winner's (on PostgreSQL the existence check does not lock)."""
+def store(
+    session: Session,
+    x: dict[str, Any],
+    y: dict[str, Any] | None,
+    shape: BatchShape,
+    *,
+    owner_id: int = ANONYMOUS_OWNER,
+) -> tuple[DataBatch, bool]:
+    """Insert the batch unless its id exists, and make it the owner's; returns (row, created:
+    new to this owner). Two clients uploading the same content at once both get the one row:
+    the loser of the insert race reads the winner's (on PostgreSQL the existence check does
+    not lock)."""
+    row = _stored(session, x, y, shape)
+    now = datetime.now(UTC).replace(tzinfo=None)
+    link = insert_ignoring_duplicates(session, DataBatchOwner, ["batch_id", "owner_id"])
+    result = session.execute(
+        link.returning(DataBatchOwner.owner_id), {"batch_id": row.id, "owner_id": owner_id, "created_at": now}
+    )
+    return row, result.first() is not None
+
+
+def _stored(session: Session, x: dict[str, Any], y: dict[str, Any] | None, shape: BatchShape) -> DataBatch:
     key = batch_id(x, y)
     existing = session.get(DataBatch, key)
     if existing is not None:
         if existing.shape != shape:  # stored before the shape kept the labels' "y" and "classes"
             existing.shape = shape
-        return existing, False
+        return existing
     row = DataBatch(id=key, shape=shape, x=x, y=y, created_at=datetime.now(UTC).replace(tzinfo=None))
     try:
         with session.begin_nested():
@@ -166,13 +189,20 @@ def store(session: Session, x: dict[str, Any], y: dict[str, Any] | None, shape: 
     except IntegrityError:
         winner = session.get(DataBatch, key)
         assert winner is not None
-        return winner, False
-    return row, True
+        return winner
+    return row
 
 
-def shape_of(bind: Session | Connection, key: str) -> BatchShape | None:
-    """The batch's shape (None: no such batch), in a session or on a plain connection."""
-    return bind.execute(select(DataBatch.shape).where(DataBatch.id == key)).scalar_one_or_none()
+def shape_of(bind: Session | Connection, key: str, caller: Caller = ANONYMOUS) -> BatchShape | None:
+    """The batch's shape (None: no such batch that the caller may see: one another owner uploaded
+    is as absent as one never uploaded), in a session or on a plain connection."""
+    query = select(DataBatch.shape).where(DataBatch.id == key)
+    if not caller.admin:
+        owned = select(DataBatchOwner.batch_id).where(
+            DataBatchOwner.batch_id == key, DataBatchOwner.owner_id == caller.owner_id
+        )
+        query = query.where(owned.exists())
+    return bind.execute(query).scalar_one_or_none()
 
 
 def load(session: Session, key: str) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ import contextlib
 import datetime as _datetime
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 __all__ = [
     "WRITE_OPTION",
     "db_now",
+    "insert_ignoring_duplicates",
     "make_engine",
     "make_sessionmaker",
     "ping",
@@ -47,6 +48,19 @@ def db_now(session: Session) -> datetime:
         return value.replace(tzinfo=None) if value.tzinfo else value
     raw = session.execute(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")).scalar_one()
     return _datetime.datetime.fromisoformat(raw)
+
+
+def insert_ignoring_duplicates(session: Session, model: Any, keys: Sequence[str]) -> Any:
+    """INSERT ... ON CONFLICT (keys) DO NOTHING on either database: one cached statement that
+    runs with many parameter sets (SQLAlchemy batches them into multi-row INSERTs, with
+    RETURNING when asked), and never fails on a row a concurrent transaction inserted first."""
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+
+        return postgresql_insert(model).on_conflict_do_nothing(index_elements=list(keys))
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(model).on_conflict_do_nothing(index_elements=list(keys))
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:

@@ -18,15 +18,15 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio.to_thread
-from sqlalchemy import select
+from sqlalchemy import Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.store import jobs
+from service.store import jobs, reports
 from service.store.db import session_scope
-from service.store.models import Candidate
 
 __all__ = ["MAX_CANDIDATES_PER_COMMIT", "GroupCommitter", "Submitted"]
 
@@ -41,9 +41,10 @@ _DEADLOCK_RETRIES = 3
 
 @dataclass(frozen=True)
 class Submitted:
-    """One submitted candidate as committed: its row and whether this submission created it."""
+    """One submitted candidate as committed: the candidate as its owner sees it
+    (``reports.owned_views``) and whether this submission created the job."""
 
-    row: Candidate
+    row: Row[Any]
     created: bool
 
 
@@ -166,9 +167,7 @@ class GroupCommitter:
             try:
                 with session_scope(self._sessions, write=True) as session:
                     enqueued = jobs.submit(session, candidates=everything, max_attempts=self._max_attempts)
-                    ids = sorted({e.id for e in enqueued})
-                    found = session.scalars(select(Candidate).where(Candidate.id.in_(ids)))
-                    rows = {row.id: row for row in found}
+                    rows = reports.owned_views(session, owned_ids=[e.owned_id for e in enqueued])
                 break
             except DBAPIError as exc:
                 if attempt == _DEADLOCK_RETRIES or getattr(exc.orig, "sqlstate", None) not in _RETRYABLE_SQLSTATES:
@@ -178,7 +177,7 @@ class GroupCommitter:
         for waiting in group:
             part = enqueued[start : start + len(waiting.candidates)]
             start += len(waiting.candidates)
-            answers.append([Submitted(rows[e.id], e.created) for e in part])
+            answers.append([Submitted(rows[e.owned_id], e.created) for e in part])
         self.commits += 1
         self.requests += len(group)
         return answers

@@ -8,6 +8,10 @@ A candidate row is its own job. Its life (see :class:`service.store.models.Statu
       +--reap (lease expired, attempts left)              (lease expired, none left: failed)
     queued | running --cancel--> cancelled --submitted again--> queued
 
+A candidate is shared by every owner (token) that submitted its cache key; each owner holds
+its own ``owned_candidates`` row (``service.store.owners``), which ``submit`` creates and
+``service.store.reports.cancel_owned`` cancels. The functions here act on the shared job.
+
 Every transition is one atomic statement. A claim is an ``UPDATE ... WHERE id = (SELECT ...
 FOR UPDATE SKIP LOCKED) RETURNING`` on PostgreSQL; on SQLite the same UPDATE runs inside
 BEGIN IMMEDIATE, which holds the database's single write lock. Each claim draws a fresh
@@ -29,15 +33,17 @@ from sqlalchemy.orm import Session
 
 from nas.canonical import cache_key
 from nas.report import ConditioningReport, finite_or_none
-from service.store.db import db_now
+from service.store.db import db_now, insert_ignoring_duplicates
 from service.store.models import (
     BlockFigure,
     Candidate,
     LayerFigure,
+    OwnedCandidate,
     ScaleFactor,
     Status,
     Submission,
 )
+from service.store.owners import ANONYMOUS_OWNER, public_id
 
 __all__ = [
     "DEVICE_KINDS",
@@ -97,6 +103,7 @@ class NewCandidate:
     trial: int | None = None
     device: str = "any"
     priority: int = 0
+    owner_id: int = ANONYMOUS_OWNER  # who submits it (service.store.owners)
 
     @property
     def cache_key(self) -> str:
@@ -105,8 +112,12 @@ class NewCandidate:
 
 @dataclass(frozen=True)
 class Enqueued:
-    id: int
-    created: bool
+    """One submitted candidate: the shared job, and the submitter's own hold on it."""
+
+    id: int  # the job (candidates row)
+    created: bool  # this call created the job; False: it existed (a cache hit)
+    owned_id: int  # the owner's owned_candidates row
+    public_id: str  # its id in the API
 
 
 def finite(value: Any) -> Any:
@@ -124,7 +135,8 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
     """Queue each candidate unless its cache key exists; one Enqueued per input, in order.
 
     A cancelled candidate submitted again is queued again; any other existing one is
-    returned as it is (done at once on a cache hit). Every call records its submissions.
+    returned as it is (done at once on a cache hit). Each owner gets (or keeps) its own hold on
+    the candidate, un-cancelled when it had cancelled it. Every call records its submissions.
     """
     now = db_now(session)
     by_key: dict[str, NewCandidate] = {}
@@ -147,45 +159,86 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
         }
         for key, c in by_key.items()
     ]
-    created_ids = {
-        key: id_
-        for id_, key in session.execute(
-            _insert_ignoring_duplicates(session).returning(Candidate.id, Candidate.cache_key), rows
-        )
-    }
+    new = insert_ignoring_duplicates(session, Candidate, ["cache_key"]).returning(Candidate.id, Candidate.cache_key)
+    created_ids = {key: id_ for id_, key in session.execute(new, rows)}
     existing = set(by_key) - set(created_ids)
     ids = dict(created_ids)
     if existing:
-        for id_, key in session.execute(
-            select(Candidate.id, Candidate.cache_key).where(Candidate.cache_key.in_(existing))
-        ):
+        found = select(Candidate.id, Candidate.cache_key).where(Candidate.cache_key.in_(existing))
+        found = found.order_by(Candidate.id)
+        if session.get_bind().dialect.name == "postgresql":
+            # an owner's cancel of the same job waits for this submission's hold (see reports.cancel_owned)
+            found = found.with_for_update()
+        for id_, key in session.execute(found):
             ids[key] = id_
         session.execute(
             update(Candidate)
             .where(Candidate.id.in_([ids[key] for key in existing]), Candidate.status == Status.CANCELLED)
             .values(status=Status.QUEUED, attempts=0, error=None, finished_at=None)
         )
+    held = _hold(session, candidates, ids, now)
     session.execute(
         insert(Submission),
-        [{"candidate_id": ids[c.cache_key], "study": c.study, "trial": c.trial, "created_at": now} for c in candidates],
+        [
+            {
+                "candidate_id": ids[c.cache_key],
+                "owner_id": c.owner_id,
+                "study": c.study,
+                "trial": c.trial,
+                "created_at": now,
+            }
+            for c in candidates
+        ],
     )
     out, seen = [], set()
     for c in candidates:  # a key repeated within the call is created once
-        out.append(Enqueued(id=ids[c.cache_key], created=c.cache_key in created_ids and c.cache_key not in seen))
+        owned_id, public = held[c.owner_id, ids[c.cache_key]]
+        created = c.cache_key in created_ids and c.cache_key not in seen
+        out.append(Enqueued(id=ids[c.cache_key], created=created, owned_id=owned_id, public_id=public))
         seen.add(c.cache_key)
     return out
 
 
-def _insert_ignoring_duplicates(session: Session) -> Any:
-    """INSERT ... ON CONFLICT (cache_key) DO NOTHING, one cached statement run with many
-    parameter sets (SQLAlchemy batches them into multi-row INSERTs with RETURNING)."""
-    if session.get_bind().dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-
-        return postgresql_insert(Candidate).on_conflict_do_nothing(index_elements=["cache_key"])
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert(Candidate).on_conflict_do_nothing(index_elements=["cache_key"])
+def _hold(
+    session: Session, candidates: Sequence[NewCandidate], ids: dict[str, int], now: datetime
+) -> dict[tuple[int, int], tuple[int, str]]:
+    """Each owner's hold on each job it submitted, created with the owner's first study, trial and
+    priority, or kept (and no longer cancelled); (owner, job id) -> (owned id, public id)."""
+    wanted: dict[tuple[int, int], NewCandidate] = {}
+    for c in candidates:
+        wanted.setdefault((c.owner_id, ids[c.cache_key]), c)
+    session.execute(
+        insert_ignoring_duplicates(session, OwnedCandidate, ["owner_id", "candidate_id"]),
+        [
+            {
+                "public_id": public_id(),
+                "candidate_id": job,
+                "owner_id": owner,
+                "study": c.study,
+                "trial": c.trial,
+                "priority": c.priority,
+                "created_at": now,
+            }
+            for (owner, job), c in wanted.items()
+        ],
+    )
+    rows = session.execute(
+        select(
+            OwnedCandidate.id,
+            OwnedCandidate.public_id,
+            OwnedCandidate.owner_id,
+            OwnedCandidate.candidate_id,
+            OwnedCandidate.cancelled_at,
+        ).where(
+            OwnedCandidate.candidate_id.in_({job for _, job in wanted}),
+            OwnedCandidate.owner_id.in_({owner for owner, _ in wanted}),
+        )
+    )
+    held = {(row.owner_id, row.candidate_id): row for row in rows if (row.owner_id, row.candidate_id) in wanted}
+    resumed = [row.id for row in held.values() if row.cancelled_at is not None]
+    if resumed:
+        session.execute(update(OwnedCandidate).where(OwnedCandidate.id.in_(resumed)).values(cancelled_at=None))
+    return {key: (row.id, row.public_id) for key, row in held.items()}
 
 
 def claim(session: Session, *, worker: str, device_kind: str, lease_seconds: float) -> Job | None:

@@ -1,6 +1,12 @@
 """The SQL store: candidates (which are also the queue's jobs), who submitted them, the
 figures of their reports as queryable rows, and API tokens.
 
+Tenancy (``service.store.owners``): a ``candidates`` row is the shared job and result of one
+cache key; each owner (token) that submitted it holds an ``owned_candidates`` row, which is
+what the API calls a candidate (its opaque public id, the owner's study, trial and priority,
+and whether that owner cancelled it). Data batches are shared the same way
+(``data_batch_owners``).
+
 A user can ask the database directly, e.g. the tuned multiplier of every first layer::
 
     SELECT c.id, s.multiplier FROM candidate_scales s JOIN candidates c ON c.id = s.candidate_id
@@ -16,6 +22,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -24,6 +31,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -34,7 +42,9 @@ __all__ = [
     "BlockFigure",
     "Candidate",
     "DataBatch",
+    "DataBatchOwner",
     "LayerFigure",
+    "OwnedCandidate",
     "ScaleFactor",
     "Status",
     "Submission",
@@ -107,14 +117,39 @@ class Candidate(Base):
     scales: Mapped[list[ScaleFactor]] = relationship(cascade="all, delete-orphan", lazy="raise")
 
 
+class OwnedCandidate(Base):
+    """One owner's submission of a candidate: what the API shows as a candidate. Owners that
+    submit the same cache key share the ``candidates`` row (the job, its report) but each has
+    its own row here, so its own id, and cancels only its own (the job stops when no owner
+    still wants it)."""
+
+    __tablename__ = "owned_candidates"
+    __table_args__ = (
+        UniqueConstraint("owner_id", "candidate_id"),
+        Index("ix_owned_candidates_owner", "owner_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)  # order and cursors only
+    public_id: Mapped[str] = mapped_column(String(32), unique=True)  # the id in the API: 128 random bits
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"), index=True)
+    owner_id: Mapped[int] = mapped_column(BigInteger)  # the token's id; 0: anonymous (auth off)
+    study: Mapped[str | None] = mapped_column(String(200))  # of this owner's first submission
+    trial: Mapped[int | None] = mapped_column(BigInteger)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime)  # this owner cancelled it (until it resubmits)
+
+
 class Submission(Base):
-    """One request for a candidate by a study's trial; a cache hit adds a row here only."""
+    """One request for a candidate by a study's trial; a cache hit adds a row here only. A study
+    is its owner's: ``owner_id`` with ``study`` names it."""
 
     __tablename__ = "submissions"
-    __table_args__ = (Index("ix_submissions_study", "study", "candidate_id"),)
+    __table_args__ = (Index("ix_submissions_study", "study", "owner_id", "candidate_id"),)
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"), index=True)
+    owner_id: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     study: Mapped[str | None] = mapped_column(String(200))
     trial: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime)
@@ -175,6 +210,8 @@ class ApiToken(Base):
     name: Mapped[str] = mapped_column(String(200))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16))  # first characters, to recognise a token
+    # an admin token sees every owner's candidates, batches and studies, and its priority is not capped
+    admin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(DateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime)
 
@@ -192,4 +229,15 @@ class DataBatch(Base):
     shape: Mapped[dict[str, Any]]  # {"x": [N, *input_shape], "labels": "class" | "float" | null}
     x: Mapped[dict[str, Any]]  # {"values": nested lists}
     y: Mapped[dict[str, Any] | None]  # {"values": list} or null
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class DataBatchOwner(Base):
+    """An owner's hold on a data batch: the content is stored once, and each owner that uploaded
+    it may read it and name it in its submissions; to any other token it does not exist."""
+
+    __tablename__ = "data_batch_owners"
+
+    batch_id: Mapped[str] = mapped_column(ForeignKey("data_batches.id", ondelete="CASCADE"), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     created_at: Mapped[datetime] = mapped_column(DateTime)

@@ -1,8 +1,9 @@
 """Bearer API tokens in the store: created and revoked with `preflight token`, kept as SHA-256.
 
 A token is ``pf_`` followed by 43 URL-safe characters (256 random bits); the database keeps
-only its hash and first characters. The request side (checking a bearer token, with a cache)
-is ``service.api.auth``.
+only its hash and first characters. An admin token (``preflight token create NAME --admin``)
+sees every owner's items (``service.store.owners``). The request side (checking a bearer token,
+with a cache) is ``service.api.auth``.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from service.store.models import ApiToken
 
 __all__ = [
     "TOKEN_PREFIX",
+    "ActiveToken",
     "CreatedToken",
+    "TokenInfo",
+    "active_token",
     "any_active",
     "create_token",
     "hash_token",
     "list_tokens",
     "revoke_token",
-    "stored_hash",
 ]
 
 TOKEN_PREFIX = "pf_"
@@ -38,18 +41,38 @@ class CreatedToken:
     id: int
     name: str
     token: str  # shown once, never stored
+    admin: bool = False
+
+
+@dataclass(frozen=True)
+class ActiveToken:
+    """What a request's token stands for: the owner id of what it creates, and whether it is admin."""
+
+    id: int
+    token_hash: str
+    admin: bool
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    id: int
+    name: str
+    prefix: str
+    admin: bool
+    created_at: datetime
+    revoked_at: datetime | None
 
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(session: Session, *, name: str) -> CreatedToken:
+def create_token(session: Session, *, name: str, admin: bool = False) -> CreatedToken:
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken(name=name, token_hash=hash_token(token), prefix=token[:10], created_at=utcnow())
+    row = ApiToken(name=name, token_hash=hash_token(token), prefix=token[:10], admin=admin, created_at=utcnow())
     session.add(row)
     session.flush()
-    return CreatedToken(id=row.id, name=name, token=token)
+    return CreatedToken(id=row.id, name=name, token=token, admin=admin)
 
 
 def revoke_token(session: Session, *, token_id: int | None = None, name: str | None = None) -> int:
@@ -61,20 +84,23 @@ def revoke_token(session: Session, *, token_id: int | None = None, name: str | N
     return cast(CursorResult[Any], result).rowcount
 
 
-def list_tokens(session: Session) -> list[tuple[int, str, str, datetime, datetime | None]]:
+def list_tokens(session: Session) -> list[TokenInfo]:
     rows = session.execute(
-        select(ApiToken.id, ApiToken.name, ApiToken.prefix, ApiToken.created_at, ApiToken.revoked_at).order_by(
-            ApiToken.id
+        select(
+            ApiToken.id, ApiToken.name, ApiToken.prefix, ApiToken.admin, ApiToken.created_at, ApiToken.revoked_at
+        ).order_by(ApiToken.id)
+    )
+    return [TokenInfo(*row) for row in rows]
+
+
+def active_token(session: Session, *, digest: str) -> ActiveToken | None:
+    """The token whose hash is ``digest``, when it exists and is not revoked."""
+    row = session.execute(
+        select(ApiToken.id, ApiToken.token_hash, ApiToken.admin).where(
+            ApiToken.token_hash == digest, ApiToken.revoked_at.is_(None)
         )
-    )
-    return [tuple(row) for row in rows]  # type: ignore[misc]
-
-
-def stored_hash(session: Session, *, digest: str) -> str | None:
-    """The stored hash equal to ``digest`` when that token exists and is not revoked."""
-    return session.scalar(
-        select(ApiToken.token_hash).where(ApiToken.token_hash == digest, ApiToken.revoked_at.is_(None))
-    )
+    ).one_or_none()
+    return None if row is None else ActiveToken(id=row.id, token_hash=row.token_hash, admin=bool(row.admin))
 
 
 def any_active(session: Session) -> bool:

@@ -1,4 +1,7 @@
-"""/v1/batches: upload a data batch (inputs and optional labels) to condition candidates on."""
+"""/v1/batches: upload a data batch (inputs and optional labels) to condition candidates on.
+
+A batch is its uploaders' (``service.store.owners``): another token reads it as absent (404)
+and cannot name it in a submission; an admin token reads every batch."""
 
 from __future__ import annotations
 
@@ -10,10 +13,11 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.api.deps import AuthDep, EngineDep, SessionsDep
-from service.api.problems import ProblemError
+from service.api.deps import AuthDep, CallerDep, EngineDep, SessionsDep
+from service.api.problems import Problem, ProblemError
 from service.store import data_batches
 from service.store.db import read_connection, session_scope
+from service.store.owners import Caller
 
 __all__ = ["DataBatchPublic", "router"]
 
@@ -30,35 +34,43 @@ def _public(shape: data_batches.BatchShape, key: str) -> DataBatchPublic:
     return DataBatchPublic(id=key, shape=list(shape["x"]), labels=shape["labels"])
 
 
-def _store(sessions: sessionmaker[Session], body: Any) -> tuple[DataBatchPublic, bool]:
+def _store(sessions: sessionmaker[Session], body: Any, caller: Caller) -> tuple[DataBatchPublic, bool]:
     try:
         x, y, shape = data_batches.parse(body)
     except data_batches.InvalidBatch as exc:
         raise ProblemError.from_invalid_batch(exc) from None
     with session_scope(sessions, write=True) as session:
-        row, created = data_batches.store(session, x, y, shape)
+        row, created = data_batches.store(session, x, y, shape, owner_id=caller.owner_id)
         return _public(row.shape, row.id), created
 
 
 @router.post("", status_code=201, response_model=DataBatchPublic, summary="Upload a data batch")
-async def upload_batch(sessions: SessionsDep, body: Annotated[Any, Body()]) -> Response:
+async def upload_batch(sessions: SessionsDep, caller: CallerDep, body: Annotated[Any, Body()]) -> Response:
     """Store ``{"x": [N, *input_shape], "y": [N]?}`` under the SHA-256 of its content (201; 200
-    when it was already stored). Submissions name it with the option ``data``: the worker then
-    conditions on these inputs and probes trainability on these labels, not on a Gaussian batch
-    with random labels."""
-    public, created = await run_in_threadpool(_store, sessions, body)
+    when the caller had already uploaded it: whether another token did is never told).
+    Submissions name it with the option ``data``: the worker then conditions on these inputs
+    and probes trainability on these labels, not on a Gaussian batch with random labels."""
+    public, created = await run_in_threadpool(_store, sessions, body, caller)
     return Response(public.model_dump_json(), status_code=201 if created else 200, media_type="application/json")
 
 
-def _shape(engine: Engine, key: str) -> data_batches.BatchShape | None:
+def _shape(engine: Engine, key: str, caller: Caller) -> data_batches.BatchShape | None:
     with read_connection(engine) as connection:
-        return data_batches.shape_of(connection, key)
+        return data_batches.shape_of(connection, key, caller)
 
 
-@router.get("/{batch_id}", response_model=DataBatchPublic, summary="A data batch's shape")
-async def get_batch(engine: EngineDep, batch_id: Annotated[str, Path(max_length=64)]) -> DataBatchPublic:
+@router.get(
+    "/{batch_id}",
+    response_model=DataBatchPublic,
+    responses={404: {"model": Problem, "description": "no data batch with this id that the caller uploaded"}},
+    summary="A data batch's shape",
+)
+async def get_batch(
+    engine: EngineDep, caller: CallerDep, batch_id: Annotated[str, Path(max_length=64)]
+) -> DataBatchPublic:
     # ids are hex digests: anything else (a NUL byte, a lone surrogate) is no batch, not a query
-    shape = await run_in_threadpool(_shape, engine, batch_id) if batch_id.isascii() and batch_id.isalnum() else None
+    ok = batch_id.isascii() and batch_id.isalnum()
+    shape = await run_in_threadpool(_shape, engine, batch_id, caller) if ok else None
     if shape is None:
         raise ProblemError(404, f"no data batch with id {batch_id}", kind="not-found")
     return _public(shape, batch_id)

@@ -1,4 +1,8 @@
-"""/v1/candidates: submit (one or a batch), read, long-poll, list, cancel."""
+"""/v1/candidates: submit (one or a batch), read, long-poll, list, cancel.
+
+Each is scoped to the caller (``service.store.owners``): a token reads, lists and cancels its
+own candidates only (another's answer 404, like an id that never existed), an admin token
+every owner's. Ids are opaque, one per owner even when owners share a candidate's job."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from nas import SpecError, SpecLimits, spec_hash
 from nas.validate import count_layers, job_limit_issue, parse_and_trace
 from service.api.deps import (
     AuthDep,
+    CallerDep,
     CommitterDep,
     EngineDep,
     SessionDep,
@@ -37,7 +42,8 @@ from service.api.schemas import (
 from service.api.tuning import DATA, canonical_tuning_options
 from service.store import data_batches, jobs, reports
 from service.store.db import read_connection, session_scope
-from service.store.models import Candidate, Status
+from service.store.models import Status
+from service.store.owners import ANONYMOUS_OWNER, Caller, capped_priority, is_public_id
 
 __all__ = ["router"]
 
@@ -52,8 +58,8 @@ router = APIRouter(
     },
 )
 
-# Ids are 64-bit; larger numbers are refused as invalid (422), not looked up.
-CandidateId = Annotated[int, Path(ge=1, le=2**63 - 1, description="the candidate's id")]
+# Ids are 32 hex characters; anything else is no candidate (404) and is never looked up.
+CandidateId = Annotated[str, Path(max_length=64, description="the candidate's id, as the submission answered it")]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "no candidate with this id"}}
 _SUBMIT_EXAMPLES = {
     "one": {
@@ -90,9 +96,12 @@ def _new_candidates(
     batch: bool,
     limits: SpecLimits | None = None,
     data_shape: data_batches.BatchShape | None = None,
+    owner_id: int = ANONYMOUS_OWNER,
+    priority: int | None = None,
 ) -> list[jobs.NewCandidate]:
     """Validate every spec (all or nothing) against the canonical tuning options and the
-    data batch they name, before anything is queued."""
+    data batch they name, before anything is queued; ``priority`` (the capped one) replaces
+    the options'."""
     out = []
     for index, data in enumerate(specs):
         field = f"specs[{index}]" if batch else "spec"
@@ -119,15 +128,16 @@ def _new_candidates(
                 study=options.study,
                 trial=options.trial,
                 device=_device_class(options.device),
-                priority=options.priority,
+                priority=options.priority if priority is None else priority,
+                owner_id=owner_id,
             )
         )
     return out
 
 
-def _batch_shape(engine: Engine, key: str) -> data_batches.BatchShape | None:
+def _batch_shape(engine: Engine, key: str, caller: Caller) -> data_batches.BatchShape | None:
     with read_connection(engine) as connection:
-        return data_batches.shape_of(connection, key)
+        return data_batches.shape_of(connection, key, caller)
 
 
 def _json(model: BaseModel, status_code: int = 200) -> Response:
@@ -147,11 +157,13 @@ async def submit_candidates(
     engine: EngineDep,
     committer: CommitterDep,
     limits: SpecLimitsDep,
+    caller: CallerDep,
     body: Annotated[CandidateSubmission, Body(openapi_examples=_SUBMIT_EXAMPLES)],
 ) -> Response:
     """Queue candidates for conditioning. The same canonical spec with the same tuning
-    options is never tuned twice: its existing candidate comes back (``cached: true``),
-    with its report when it is done."""
+    options is never tuned twice: its existing job is shared (``cached: true``), with its
+    report when it is done, under the caller's own id. A token that is not admin gets at
+    most priority ``PREFLIGHT_MAX_TOKEN_PRIORITY``."""
     batch = isinstance(body, CandidateBatchCreate)
     specs = body.specs if isinstance(body, CandidateBatchCreate) else [body.spec]
     if len(specs) > settings.max_batch:
@@ -166,7 +178,7 @@ async def submit_candidates(
     tuning = canonical_tuning_options(dict(body.options.model_extra or {}))
     data_shape = None
     if DATA in tuning:  # a data batch: it must exist, and fit every spec's input shape
-        data_shape = await run_in_threadpool(_batch_shape, engine, tuning[DATA])
+        data_shape = await run_in_threadpool(_batch_shape, engine, tuning[DATA], caller)
         if data_shape is None:
             raise ProblemError(
                 422,
@@ -174,23 +186,38 @@ async def submit_candidates(
                 kind="invalid-request",
                 errors=[ProblemIssue(path=f"options.{DATA}", message="no such data batch")],
             )
+    priority = capped_priority(body.options.priority, caller, settings.max_token_priority)
+
+    def validate() -> list[jobs.NewCandidate]:
+        return _new_candidates(
+            specs,
+            tuning,
+            body.options,
+            batch=batch,
+            limits=limits,
+            data_shape=data_shape,
+            owner_id=caller.owner_id,
+            priority=priority,
+        )
+
     # inline only when small: a few specs of a few hundred layers; anything larger is validated in
     # the thread pool, so a 4 MB spec never holds the event loop (and /healthz) for seconds
     if len(specs) <= _INLINE_VALIDATION and all(count_layers(s, _INLINE_LAYERS) <= _INLINE_LAYERS for s in specs):
-        new = _new_candidates(specs, tuning, body.options, batch=batch, limits=limits, data_shape=data_shape)
+        new = validate()
     else:
-        new = await run_in_threadpool(
-            lambda: _new_candidates(specs, tuning, body.options, batch=batch, limits=limits, data_shape=data_shape)
-        )
+        new = await run_in_threadpool(validate)
     submitted = await committer.submit(new)
     public = [CandidatePublic.of(s.row, cached=not s.created) for s in submitted]
     return _json(CandidateBatchPublic(candidates=public) if batch else public[0], 202)
 
 
-def _read_once(engine: Engine, candidate_id: int) -> Row[Any] | None:
-    """The hot path of clients polling for reports: one plain connection, no ORM session."""
+def _read_once(engine: Engine, candidate_id: str, caller: Caller) -> Row[Any] | None:
+    """The hot path of clients polling for reports: one plain connection, no ORM session. An id
+    that cannot be one is no candidate, without a query."""
+    if not is_public_id(candidate_id):
+        return None
     with read_connection(engine) as connection:
-        return reports.candidate_row(connection, candidate_id=candidate_id)
+        return reports.owned_candidate(connection, public_id=candidate_id, caller=caller)
 
 
 @router.get(
@@ -199,9 +226,9 @@ def _read_once(engine: Engine, candidate_id: int) -> Row[Any] | None:
     responses=_NOT_FOUND,
     summary="A candidate and its report",
 )
-async def get_candidate(engine: EngineDep, candidate_id: CandidateId) -> Response:
+async def get_candidate(engine: EngineDep, caller: CallerDep, candidate_id: CandidateId) -> Response:
     # async, with the one blocking read in the thread pool: one hop per request, not three
-    row = await run_in_threadpool(_read_once, engine, candidate_id)
+    row = await run_in_threadpool(_read_once, engine, candidate_id, caller)
     if row is None:
         raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
     return _json(CandidatePublic.of(row))
@@ -218,6 +245,7 @@ async def wait_for_candidate(
     candidate_id: CandidateId,
     settings: SettingsDep,
     engine: EngineDep,
+    caller: CallerDep,
     timeout: Annotated[float, Query(ge=0, le=3600, description="seconds; capped by the server")] = 30.0,
 ) -> Response:
     """Answer when the candidate is done, failed or cancelled, or when ``timeout`` seconds
@@ -225,7 +253,7 @@ async def wait_for_candidate(
     deadline = time.monotonic() + min(timeout, settings.max_wait_seconds)
     interval = 0.05
     while True:
-        row = await run_in_threadpool(_read_once, engine, candidate_id)
+        row = await run_in_threadpool(_read_once, engine, candidate_id, caller)
         if row is None:
             raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
         left = deadline - time.monotonic()
@@ -256,6 +284,7 @@ def _decode_cursor(cursor: str) -> int:
 def list_candidates(
     session: SessionDep,
     settings: SettingsDep,
+    caller: CallerDep,
     study: Annotated[str | None, Query(max_length=200)] = None,
     status: Status | None = None,
     verdict: Annotated[str | None, Query(max_length=16)] = None,
@@ -266,13 +295,15 @@ def list_candidates(
     page = limit or settings.page_size
     after_id = _decode_cursor(cursor) if cursor is not None else None
     rows = list(
-        reports.list_candidates(session, limit=page + 1, study=study, status=status, verdict=verdict, after_id=after_id)
+        reports.list_candidates(
+            session, caller=caller, limit=page + 1, study=study, status=status, verdict=verdict, after_id=after_id
+        )
     )
     more = len(rows) > page
     rows = rows[:page]
     return CandidateList(
         candidates=[CandidatePublic.of(row, with_report=include_report) for row in rows],
-        next_cursor=_encode_cursor(rows[-1].id) if more and rows else None,
+        next_cursor=_encode_cursor(rows[-1].owned_id) if more and rows else None,
     )
 
 
@@ -282,12 +313,18 @@ def list_candidates(
     responses={**_NOT_FOUND, 409: {"model": Problem, "description": "already done or failed"}},
     summary="Cancel a queued or running candidate",
 )
-async def cancel_candidate(sessions: SessionsDep, candidate_id: CandidateId) -> Response:
-    """A running job's worker notices at its next heartbeat and drops its work."""
+async def cancel_candidate(sessions: SessionsDep, caller: CallerDep, candidate_id: CandidateId) -> Response:
+    """Cancel the caller's submission. The job stops when no other owner that submitted the
+    same candidate still wants it (a running job's worker notices at its next heartbeat and
+    drops its work); otherwise it runs on for them."""
     # The whole write transaction runs in one thread-pool hop: on SQLite it holds the
     # process's write lock, and a lock held across hops (dependency, then endpoint) lets a
     # few concurrent cancels take every thread while the holder waits for one.
-    status, row = await run_in_threadpool(_cancel, sessions, candidate_id)
+    status, row = (
+        (None, None)
+        if not is_public_id(candidate_id)
+        else await run_in_threadpool(_cancel, sessions, candidate_id, caller)
+    )
     if status is None:
         raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
     if status in (Status.DONE, Status.FAILED):
@@ -300,6 +337,8 @@ async def cancel_candidate(sessions: SessionsDep, candidate_id: CandidateId) -> 
     return _json(CandidatePublic.of(row))
 
 
-def _cancel(sessions: sessionmaker[Session], candidate_id: int) -> tuple[Status | None, Candidate | None]:
+def _cancel(
+    sessions: sessionmaker[Session], candidate_id: str, caller: Caller
+) -> tuple[Status | None, Row[Any] | None]:
     with session_scope(sessions, write=True) as session:
-        return reports.cancel_candidate(session, candidate_id=candidate_id)
+        return reports.cancel_owned(session, public_id=candidate_id, caller=caller)

@@ -1,4 +1,7 @@
-"""/v1/studies/{study}/summary: what a pruner needs for percentile rules."""
+"""/v1/studies/{study}/summary: what a pruner needs for percentile rules.
+
+A study is its owner's (``service.store.owners``): two tokens' studies of one name are two
+studies, and a token's summary covers its own submissions only (an admin's, every owner's)."""
 
 from __future__ import annotations
 
@@ -8,8 +11,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from nas.spec import storable_text
-from service.api.deps import AuthDep, SessionDep
-from service.api.problems import ProblemError
+from service.api.deps import AuthDep, CallerDep, SessionDep
+from service.api.problems import Problem, ProblemError
 from service.api.schemas import ScoreSummary, StudySummary
 from service.store.models import Status
 from service.store.reports import study_figures
@@ -30,14 +33,20 @@ def quantile(ordered: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-@router.get("/{study}/summary", summary="Counts by status and verdict, score quantiles")
+@router.get(
+    "/{study}/summary",
+    summary="Counts by status and verdict, score quantiles",
+    responses={404: {"model": Problem, "description": "the caller's token submitted nothing in this study"}},
+)
 def study_summary(
     study: Annotated[str, Path(max_length=200)],
     session: SessionDep,
+    caller: CallerDep,
     q: Annotated[list[float] | None, Query(description="quantiles in [0, 1]; repeat the parameter")] = None,
 ) -> StudySummary:
     """Candidates a study submitted (each counted once, however often it was submitted).
-    Scores are of done candidates; an unknown study has zero counts."""
+    Scores are of done candidates. A study in which the caller's token submitted nothing is
+    404 (another token's study is not told apart from none); with auth off, zero counts."""
     try:
         storable_text(study)
     except ValueError as error:
@@ -46,8 +55,10 @@ def study_summary(
     for value in quantiles:
         if not 0.0 <= value <= 1.0 or math.isnan(value):
             raise ProblemError(422, f"quantile {value} is outside [0, 1]", kind="invalid-request")
-    figures = study_figures(session, study=study)
+    figures = study_figures(session, study=study, caller=caller)
     counts, verdicts, scores = figures.counts, figures.verdicts, figures.scores
+    if not counts and not caller.anonymous:
+        raise ProblemError(404, f"no study named {study!r}", kind="not-found")
     summary = ScoreSummary(count=len(scores))
     if scores:
         summary = ScoreSummary(

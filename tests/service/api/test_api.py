@@ -283,9 +283,9 @@ def test_list_filters_and_pages_with_a_cursor(
     assert seen == ids
     study = api.get("/v1/candidates", params={"study": "s"}).json()["candidates"]
     assert [c["id"] for c in study] == ids[0::2]
-    done_id = worker.finish_one(sample_report)
+    assert worker.finish_one(sample_report) is not None  # the oldest job: the first submitted (ids[0])
     done = api.get("/v1/candidates", params={"status": "done", "verdict": "keep", "include_report": True}).json()
-    assert [c["id"] for c in done["candidates"]] == [done_id] and done["candidates"][0]["report"] is not None
+    assert [c["id"] for c in done["candidates"]] == [ids[0]] and done["candidates"][0]["report"] is not None
     assert_problem(api.get("/v1/candidates", params={"cursor": "!!"}), 422)
     huge = base64.urlsafe_b64encode(b"c" + b"9" * 40).decode().rstrip("=")  # beyond a 64-bit id: not a 500
     assert_problem(api.get("/v1/candidates", params={"cursor": huge}), 422)

@@ -1,0 +1,278 @@
+"""Tenancy through real HTTP, on SQLite and PostgreSQL: every candidate, batch and study is the
+token's that created it; another token gets 404 for it (as for an id that never existed) and
+never lists it; owners that submit the same network share the job and its report, each with its
+own submission, id and cancel; an admin token sees everything; a token's priority is capped."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from nas.report import ConditioningReport
+from service.settings import Settings
+from service.store import jobs
+from service.store.db import make_engine, make_sessionmaker, session_scope
+from service.store.models import Candidate
+from service.store.tokens import create_token
+from service.testing import live_server
+
+PROBLEM = "application/problem+json"
+X = [[float(i + j) / 10 for j in range(4)] for i in range(8)]
+Y = [i % 3 for i in range(8)]
+
+
+def spec(width: int = 8) -> dict[str, Any]:
+    return {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}, {"type": "relu"}]}]}
+
+
+@dataclass
+class Tenants:
+    """One live server requiring tokens, and a client for each of tokens A, B and an admin."""
+
+    url: str
+    a: httpx.Client
+    b: httpx.Client
+    admin: httpx.Client
+    store: Any  # the sessionmaker of the server's database
+
+    def jobs(self) -> list[Any]:
+        with session_scope(self.store) as session:
+            return list(session.execute(select(Candidate.id, Candidate.status, Candidate.priority)))
+
+    def finish_one(self, report: ConditioningReport) -> int | None:
+        """Finish the most urgent job as a worker would (claim, then complete)."""
+        with session_scope(self.store, write=True) as session:
+            job = jobs.claim(session, worker="test", device_kind="cpu", lease_seconds=30)
+        if job is None:
+            return None
+        with session_scope(self.store, write=True) as session:
+            jobs.complete(session, job_id=job.id, token=job.lease_token, report=report)
+        return job.id
+
+
+@pytest.fixture
+def tenants(db_url: str, make_settings: Callable[..., Settings]) -> Iterator[Tenants]:
+    engine = make_engine(db_url)
+    sessions = make_sessionmaker(engine)
+    with session_scope(sessions, write=True) as session:
+        tokens = {
+            "a": create_token(session, name="a").token,
+            "b": create_token(session, name="b").token,
+            "admin": create_token(session, name="ops", admin=True).token,
+        }
+    settings = make_settings(db_url, require_auth=True, max_token_priority=5)
+    with live_server(settings) as url:
+        clients = {
+            who: httpx.Client(base_url=url, timeout=30, headers={"authorization": f"Bearer {token}"})
+            for who, token in tokens.items()
+        }
+        try:
+            yield Tenants(url=url, store=sessions, **clients)
+        finally:
+            for client in clients.values():
+                client.close()
+    engine.dispose()
+
+
+def assert_not_found(response: httpx.Response) -> None:
+    assert response.status_code == 404, (response.status_code, response.text)
+    assert response.headers["content-type"].startswith(PROBLEM) and response.json()["status"] == 404
+
+
+def submit(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post("/v1/candidates", json=body)
+    assert response.status_code == 202, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def test_another_tokens_candidate_batch_and_study_are_404_as_if_they_never_existed(tenants: Tenants) -> None:
+    mine = submit(tenants.a, {"spec": spec(), "options": {"study": "a-study"}})
+    batch = tenants.a.post("/v1/batches", json={"x": X, "y": Y}).json()
+    never = "0" * 32
+    for path in (f"/v1/candidates/{mine['id']}", f"/v1/candidates/{mine['id']}/wait?timeout=0"):
+        assert_not_found(tenants.b.get(path))
+        assert tenants.a.get(path).json()["id"] == mine["id"]
+    theirs, nobodys = tenants.b.get(f"/v1/candidates/{mine['id']}"), tenants.b.get(f"/v1/candidates/{never}")
+    assert theirs.json()["type"] == nobodys.json()["type"] and theirs.json()["title"] == nobodys.json()["title"]
+    assert_not_found(tenants.b.delete(f"/v1/candidates/{mine['id']}"))
+    assert_not_found(tenants.b.get(f"/v1/batches/{batch['id']}"))
+    assert_not_found(tenants.b.get("/v1/studies/a-study/summary"))
+    assert_not_found(tenants.b.get("/v1/studies/nobody/summary"))  # the same answer: nothing told apart
+    refused = tenants.b.post("/v1/candidates", json={"spec": spec(3), "options": {"data": batch["id"]}})
+    assert refused.status_code == 422 and refused.json()["errors"][0]["path"] == "options.data"
+    # A's own are untouched and readable
+    assert tenants.a.get(f"/v1/batches/{batch['id']}").json() == batch
+    assert tenants.a.get("/v1/studies/a-study/summary").json()["total"] == 1
+    assert tenants.a.get(f"/v1/candidates/{mine['id']}").json()["status"] == "queued"
+
+
+def test_a_tokens_list_and_study_summaries_show_only_its_own_submissions(
+    tenants: Tenants, sample_report: ConditioningReport
+) -> None:
+    a_ids = [submit(tenants.a, {"spec": spec(w), "options": {"study": "s"}})["id"] for w in (1, 2)]
+    (b_id,) = [submit(tenants.b, {"spec": spec(w), "options": {"study": "s"}})["id"] for w in (3,)]
+    assert [c["id"] for c in tenants.a.get("/v1/candidates").json()["candidates"]] == a_ids
+    assert [c["id"] for c in tenants.b.get("/v1/candidates").json()["candidates"]] == [b_id]
+    assert [c["id"] for c in tenants.b.get("/v1/candidates", params={"study": "s"}).json()["candidates"]] == [b_id]
+    page = tenants.a.get("/v1/candidates", params={"limit": 1}).json()
+    rest = tenants.a.get("/v1/candidates", params={"cursor": page["next_cursor"]}).json()["candidates"]
+    assert [c["id"] for c in page["candidates"] + rest] == a_ids  # a cursor pages the caller's own list
+    assert tenants.finish_one(sample_report) is not None  # A's first, the oldest job
+    # one study name, two owners: two studies
+    assert tenants.a.get("/v1/studies/s/summary").json()["total"] == 2
+    assert tenants.a.get("/v1/studies/s/summary").json()["counts"]["done"] == 1
+    b_summary = tenants.b.get("/v1/studies/s/summary").json()
+    assert b_summary["total"] == 1 and b_summary["counts"]["queued"] == 1 and b_summary["scores"]["count"] == 0
+    assert tenants.b.get("/v1/candidates", params={"status": "done"}).json()["candidates"] == []
+
+
+def test_ids_are_opaque_random_and_not_enumerable(tenants: Tenants) -> None:
+    batch = submit(tenants.a, {"specs": [spec(w) for w in range(1, 6)]})["candidates"]
+    ids = [c["id"] for c in batch]
+    assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids) and len(set(ids)) == 5  # 128 random bits each
+    neighbour = ids[0][:-1] + format((int(ids[0][-1], 16) + 1) % 16, "x")
+    assert_not_found(tenants.a.get(f"/v1/candidates/{neighbour}"))  # nothing to walk from one id to the next
+    job_ids = [row.id for row in tenants.jobs()]
+    for internal in job_ids:  # the store's sequential ids are no ids of the API, for anyone
+        assert_not_found(tenants.a.get(f"/v1/candidates/{internal}"))
+        assert_not_found(tenants.admin.get(f"/v1/candidates/{internal}"))
+
+
+def test_the_same_spec_from_two_tokens_is_tuned_once_and_each_owner_gets_its_own_submission(
+    tenants: Tenants, sample_report: ConditioningReport
+) -> None:
+    first = submit(tenants.a, {"spec": spec(), "options": {"study": "a-s", "trial": 1, "priority": 2}})
+    second = submit(tenants.b, {"spec": spec(), "options": {"study": "b-s", "trial": 7}})
+    assert first["id"] != second["id"] and first["cached"] is False and second["cached"] is True
+    assert (second["study"], second["trial"], second["priority"]) == ("b-s", 7, 0)  # nothing of A's shows
+    assert len(tenants.jobs()) == 1  # one job for both
+    assert submit(tenants.b, {"spec": spec(), "options": {"study": "b-s"}})["id"] == second["id"]  # B's again
+    assert tenants.finish_one(sample_report) is not None
+    a_done = tenants.a.get(f"/v1/candidates/{first['id']}").json()
+    b_done = tenants.b.get(f"/v1/candidates/{second['id']}").json()
+    assert a_done["status"] == b_done["status"] == "done"
+    assert a_done["report"] == b_done["report"] and b_done["report"]["scales"] == sample_report.scales
+    assert (a_done["study"], b_done["study"]) == ("a-s", "b-s")
+    assert tenants.b.get("/v1/studies/b-s/summary").json()["counts"]["done"] == 1
+    assert_not_found(tenants.a.get("/v1/studies/b-s/summary"))
+
+
+def test_each_owner_cancels_only_its_own_submission_and_the_job_stops_when_nobody_wants_it(
+    tenants: Tenants, sample_report: ConditioningReport
+) -> None:
+    a = submit(tenants.a, {"spec": spec()})
+    b = submit(tenants.b, {"spec": spec()})
+    cancelled = tenants.b.delete(f"/v1/candidates/{b['id']}")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert tenants.b.delete(f"/v1/candidates/{b['id']}").json()["status"] == "cancelled"  # idempotent
+    assert tenants.a.get(f"/v1/candidates/{a['id']}").json()["status"] == "queued"
+    assert [row.status for row in tenants.jobs()] == ["queued"]  # A still wants it
+    tenants.a.delete(f"/v1/candidates/{a['id']}")
+    assert [row.status for row in tenants.jobs()] == ["cancelled"]  # now nobody does
+    again = submit(tenants.b, {"spec": spec()})  # B changes its mind: its own submission, queued again
+    assert again["id"] == b["id"] and again["status"] == "queued"
+    assert tenants.a.get(f"/v1/candidates/{a['id']}").json()["status"] == "cancelled"
+    assert tenants.finish_one(sample_report) is not None  # the job ran for B only
+    a_view = tenants.a.get(f"/v1/candidates/{a['id']}").json()
+    assert a_view["status"] == "cancelled" and a_view["report"] is None and a_view["score"] is None
+    assert tenants.b.get(f"/v1/candidates/{b['id']}").json()["status"] == "done"
+    problem = tenants.b.delete(f"/v1/candidates/{b['id']}")
+    assert problem.status_code == 409 and problem.headers["content-type"].startswith(PROBLEM)
+
+
+def test_a_running_job_runs_on_for_the_owner_that_still_wants_it(
+    tenants: Tenants, sample_report: ConditioningReport
+) -> None:
+    a = submit(tenants.a, {"spec": spec()})
+    b = submit(tenants.b, {"spec": spec()})
+    with session_scope(tenants.store, write=True) as session:
+        job = jobs.claim(session, worker="test", device_kind="cpu", lease_seconds=30)
+    assert job is not None
+    assert tenants.a.delete(f"/v1/candidates/{a['id']}").json()["status"] == "cancelled"
+    with session_scope(tenants.store, write=True) as session:  # the worker's lease still holds
+        assert jobs.heartbeat(session, job_id=job.id, token=job.lease_token, lease_seconds=30)
+        assert jobs.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
+    assert tenants.b.get(f"/v1/candidates/{b['id']}").json()["status"] == "done"
+    assert tenants.a.get(f"/v1/candidates/{a['id']}").json()["status"] == "cancelled"
+
+
+def test_the_same_batch_uploaded_by_two_tokens_is_stored_once_and_each_owns_it(tenants: Tenants) -> None:
+    first = tenants.a.post("/v1/batches", json={"x": X, "y": Y})
+    second = tenants.b.post("/v1/batches", json={"x": X, "y": Y})
+    assert first.status_code == second.status_code == 201  # new to each: B is not told A has it
+    assert first.json() == second.json()
+    assert tenants.b.post("/v1/batches", json={"x": X, "y": Y}).status_code == 200
+    assert tenants.b.get(f"/v1/batches/{first.json()['id']}").json() == first.json()
+    assert submit(tenants.b, {"spec": spec(3), "options": {"data": first.json()["id"]}})["status"] == "queued"
+
+
+def test_an_admin_token_sees_reads_and_cancels_every_owners_items(tenants: Tenants) -> None:
+    a = submit(tenants.a, {"spec": spec(1), "options": {"study": "shared-name"}})
+    b = submit(tenants.b, {"spec": spec(2), "options": {"study": "shared-name"}})
+    batch = tenants.a.post("/v1/batches", json={"x": X}).json()
+    listed = [c["id"] for c in tenants.admin.get("/v1/candidates").json()["candidates"]]
+    assert listed == [a["id"], b["id"]]
+    assert tenants.admin.get(f"/v1/candidates/{a['id']}").json()["id"] == a["id"]
+    assert tenants.admin.get(f"/v1/batches/{batch['id']}").json() == batch
+    assert tenants.admin.get("/v1/studies/shared-name/summary").json()["total"] == 2
+    assert tenants.admin.delete(f"/v1/candidates/{b['id']}").json()["status"] == "cancelled"
+    assert tenants.b.get(f"/v1/candidates/{b['id']}").json()["status"] == "cancelled"
+    assert_not_found(tenants.admin.get("/v1/studies/nobody/summary"))
+
+
+def test_a_tokens_priority_is_capped_and_an_admins_is_not(tenants: Tenants) -> None:
+    high = submit(tenants.a, {"spec": spec(1), "options": {"priority": 1000}})
+    low = submit(tenants.a, {"spec": spec(2), "options": {"priority": -7}})
+    urgent = submit(tenants.admin, {"spec": spec(3), "options": {"priority": 1000}})
+    assert (high["priority"], low["priority"], urgent["priority"]) == (5, -7, 1000)
+    assert sorted(row.priority for row in tenants.jobs()) == [-7, 5, 1000]  # as queued, not just as shown
+    with session_scope(tenants.store, write=True) as session:
+        job = jobs.claim(session, worker="test", device_kind="cpu", lease_seconds=30)
+    assert job is not None and job.spec["blocks"][0]["layers"][0]["out"] == 3  # the admin's runs first
+
+
+def test_with_auth_off_everything_is_one_anonymous_owner_and_priority_is_not_capped(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    with (
+        live_server(make_settings(sqlite_url, max_token_priority=5)) as url,
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        first = submit(client, {"spec": spec(), "options": {"priority": 900, "study": "s"}})
+        assert first["priority"] == 900
+        assert submit(client, {"spec": spec()})["id"] == first["id"]
+        assert [c["id"] for c in client.get("/v1/candidates").json()["candidates"]] == [first["id"]]
+        assert client.get("/v1/studies/unknown/summary").json()["total"] == 0  # as before tenancy
+    engine = make_engine(sqlite_url)
+    with session_scope(make_sessionmaker(engine)) as session:
+        assert session.scalar(select(func.count()).select_from(Candidate)) == 1
+    engine.dispose()
+
+
+def test_token_create_admin_makes_a_token_that_sees_everything(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from service.cli import main
+    from service.store.tokens import active_token, hash_token
+
+    monkeypatch.setenv("PREFLIGHT_DATABASE_URL", sqlite_url)
+    assert main(["token", "create", "ops", "--admin"]) == 0
+    admin = capsys.readouterr().out.strip()
+    assert main(["token", "create", "optuna-box"]) == 0
+    tenant = capsys.readouterr().out.strip()
+    assert main(["token", "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert "\tops\t" in listed[0] and "\tadmin\t" in listed[0] and "\ttenant\t" in listed[1]
+    engine = make_engine(sqlite_url)
+    with session_scope(make_sessionmaker(engine)) as session:
+        found = {token: active_token(session, digest=hash_token(token)) for token in (admin, tenant)}
+    engine.dispose()
+    assert found[admin] is not None and found[admin].admin
+    assert found[tenant] is not None and not found[tenant].admin

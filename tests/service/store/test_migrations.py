@@ -1,0 +1,112 @@
+"""The Alembic migrations on SQLite and PostgreSQL: they build exactly the models' schema, and
+0003 (tenancy) gives what was stored before it to the anonymous owner, with fresh opaque ids,
+and goes back down cleanly."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from service.store.db import make_engine
+from service.store.migrations import alembic_config, current_revision, head_revision, upgrade
+from service.store.models import Base
+
+
+def test_the_migrations_build_exactly_the_models_schema(db_url: str) -> None:
+    engine = make_engine(db_url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            assert current_revision(engine) == head_revision() == "0003"
+            assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database with no schema at all, on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'old.db'}"
+        return
+    server = str(request.getfixturevalue("postgres_server"))
+    name = f"preflight_migration_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def _candidate(connection: object, key: str, status: str, finished: datetime | None) -> None:
+    connection.execute(  # type: ignore[attr-defined]
+        text(
+            "INSERT INTO candidates (cache_key, spec_hash, spec, options, study, trial, device, priority, status, "
+            "attempts, max_attempts, created_at, finished_at) VALUES (:key, :key, '{}', '{}', 'old', 4, 'any', 3, "
+            ":status, 0, 3, :created, :finished)"
+        ),
+        {"key": key, "status": status, "created": datetime(2026, 1, 1), "finished": finished},
+    )
+
+
+def test_upgrading_to_tenancy_gives_what_existed_to_the_anonymous_owner_and_downgrades(empty_url: str) -> None:
+    upgrade(empty_url, "0002")
+    engine = make_engine(empty_url, poolclass=NullPool)
+    cancelled_at = datetime(2026, 1, 2)
+    with engine.begin() as connection:
+        _candidate(connection, "a" * 64, "done", datetime(2026, 1, 3))
+        _candidate(connection, "b" * 64, "cancelled", cancelled_at)
+        connection.execute(
+            text(
+                "INSERT INTO submissions (candidate_id, study, trial, created_at) "
+                "SELECT id, 'old', 4, created_at FROM candidates"
+            )
+        )
+        connection.execute(
+            text("INSERT INTO data_batches (id, shape, x, y, created_at) VALUES (:id, '{}', '{}', NULL, :at)"),
+            {"id": "c" * 64, "at": datetime(2026, 1, 1)},
+        )
+        connection.execute(
+            text("INSERT INTO api_tokens (name, token_hash, prefix, created_at) VALUES ('t', :hash, 'pf_', :at)"),
+            {"hash": "d" * 64, "at": datetime(2026, 1, 1)},
+        )
+    upgrade(empty_url)
+    with engine.connect() as connection:
+        owned = connection.execute(
+            text(
+                "SELECT o.public_id, o.owner_id, o.study, o.trial, o.priority, o.cancelled_at, c.status "
+                "FROM owned_candidates o JOIN candidates c ON c.id = o.candidate_id ORDER BY c.id"
+            )
+        ).all()
+        assert [(r.owner_id, r.study, r.trial, r.priority, r.status) for r in owned] == [
+            (0, "old", 4, 3, "done"),
+            (0, "old", 4, 3, "cancelled"),
+        ]
+        assert owned[0].cancelled_at is None  # a raw read: SQLite answers text, PostgreSQL a datetime
+        assert str(owned[1].cancelled_at).startswith(str(cancelled_at))
+        assert all(re.fullmatch(r"[0-9a-f]{32}", r.public_id) for r in owned)
+        assert owned[0].public_id != owned[1].public_id
+        assert connection.execute(text("SELECT DISTINCT owner_id FROM submissions")).scalars().all() == [0]
+        assert connection.execute(text("SELECT batch_id, owner_id FROM data_batch_owners")).all() == [("c" * 64, 0)]
+        assert connection.execute(text("SELECT admin FROM api_tokens")).scalars().all() == [False]
+    command.downgrade(alembic_config(empty_url), "0002")
+    assert current_revision(engine) == "0002"
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM candidates")).scalar_one() == 2
+    upgrade(empty_url)
+    assert current_revision(engine) == "0003"
+    engine.dispose()
