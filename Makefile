@@ -35,8 +35,9 @@ test: lint
 
 # Benchmark v2 (docs/benchmarks.md): resumable, about 8-12 hours on a 2-core CPU; needs Fashion-MNIST
 # (apt-get install dataset-fashion-mnist, or PREFLIGHT_FASHION_MNIST_DIR).
-# The quick loop while developing: every test not marked slow (no subprocess servers, no benchmark
-# smoke runs, no worker kills), without the static checks. `make test` stays the complete suite.
+# The quick loop while developing (under 2 minutes on 2 cores): every test not marked slow (no
+# subprocess servers or worker loops, no benchmark or browser runs, no worker kills), without the
+# static checks. `make test` stays the complete suite.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 

@@ -158,6 +158,7 @@ def run_runner(settings: Settings, **kwargs: Any) -> Runner:
     return runner
 
 
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_serve_with_embedded_worker_conditions_a_candidate(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:
@@ -196,6 +197,7 @@ def test_an_embedded_worker_whose_engine_cannot_start_makes_the_server_unready(
             assert client.get("/healthz").status_code == 200
 
 
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_a_healthy_embedded_worker_is_ready_and_live(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
     from service.embedded import EmbeddedService
 
@@ -205,6 +207,7 @@ def test_a_healthy_embedded_worker_is_ready_and_live(sqlite_url: str, make_setti
             assert "preflight_embedded_worker_live 1.0" in client.get("/metrics").text
 
 
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_a_worker_touches_its_alive_file_only_while_it_can_take_jobs(
     sqlite_url: str, make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
@@ -234,6 +237,7 @@ BIG_ACTIVATIONS = {  # 3 M activations per sample: 12 GB at batch 1024, far over
 }
 
 
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_a_job_over_the_engine_memory_limit_fails_at_once_and_the_worker_carries_on(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:
@@ -255,6 +259,7 @@ def test_a_job_over_the_engine_memory_limit_fails_at_once_and_the_worker_carries
     assert "out of memory" in error and "smaller batch_size" in error
 
 
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_runner_fails_a_job_past_its_timeout_and_carries_on(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:
@@ -272,6 +277,7 @@ def test_runner_fails_a_job_past_its_timeout_and_carries_on(
     assert [row[0] for row in rows(sqlite_url, select(Candidate.status).where(Candidate.id.in_(fast)))] == ["done"] * 2
 
 
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_a_dead_workers_job_is_reaped_while_every_worker_is_busy(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:
@@ -301,6 +307,7 @@ def status_of(url: str, job_id: int) -> str:
     return str(status)
 
 
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_cancelling_a_running_job_stops_its_worker(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
     (job_id,) = submit_many(sqlite_url, 1, tuning(**HEAVY), make=heavy_spec)
     runner = run_runner(make_settings(sqlite_url))
@@ -318,6 +325,7 @@ def test_cancelling_a_running_job_stops_its_worker(sqlite_url: str, make_setting
     assert statuses(sqlite_url)["cancelled"] == 1
 
 
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_sigterm_releases_a_job_that_outlasts_the_grace_period(
     sqlite_url: str, spawn: Callable[..., WorkerProcess]
 ) -> None:
@@ -335,6 +343,7 @@ def test_sigterm_releases_a_job_that_outlasts_the_grace_period(
     assert "released (shutting down)" in worker.log.read_text()
 
 
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_sigterm_lets_a_short_job_finish(sqlite_url: str, spawn: Callable[..., WorkerProcess]) -> None:
     submit_many(sqlite_url, 40, tuning(**TINY))
     worker = spawn(sqlite_url)

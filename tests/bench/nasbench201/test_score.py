@@ -27,6 +27,7 @@ def test_the_gaussian_batch_has_the_benchmarks_shape() -> None:
         cell_batch("cifar")
 
 
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_a_small_run_scores_every_cell_with_every_method_and_caches_it(table: dict, tmp_path: Path) -> None:
     cells = sample_cells(table, 3, seed=0)
     results = run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1)

@@ -193,6 +193,7 @@ study.optimize(objective, n_trials=6)
 """
 
 
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_controller_processes_share_one_rdb_storage(tmp_path: Path) -> None:
     import subprocess
     import sys

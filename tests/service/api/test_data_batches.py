@@ -143,6 +143,7 @@ def test_the_batch_is_part_of_the_cache_key(api: httpx.Client) -> None:
     assert len({with_a["id"], with_b["id"], without["id"]}) == 3
 
 
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_the_worker_conditions_and_probes_on_the_uploaded_batch(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:
