@@ -34,8 +34,9 @@ def keeps(report: ConditioningReport, threshold: float | None = None) -> bool:
 
 
 def report_threshold(report: ConditioningReport) -> float | None:
-    """The score threshold the caller set in the report's options (``thresholds.score``)."""
-    return report.thresholds.score
+    """The cut the report's verdict used (``prune_below``: the caller's ``thresholds.score``, else
+    the calibrated cut); a report without one falls back to ``thresholds.score``."""
+    return report.prune_below if report.prune_below is not None else report.thresholds.score
 
 
 def conditioning_margin(report: ConditioningReport, threshold: float | None = None) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from nas.options import ConditionOptions, Thresholds
 
@@ -154,7 +154,7 @@ class ConditioningReport(_Model):
     tuning: TuningReport
     components: dict[str, float | None]
     penalties: dict[str, float | None]
-    thresholds: Thresholds
+    thresholds: Thresholds  # the components' thresholds; the verdict's cut is prune_below alone
     # the calibration that scored it (with the trainability probe, or without when it did not
     # run) and the cut the verdict used (thresholds.score, else that fit's calibrated cut)
     score_fit: Literal["with_probe", "without_probe"] = "with_probe"
@@ -164,6 +164,12 @@ class ConditioningReport(_Model):
     # what the engine did rather than found: balancing dropped, a diagnostic skipped or cut down
     # under the cost budget, the probe failing (the reasons are about the network)
     notes: list[str] = Field(default_factory=list)
+
+    @field_serializer("thresholds")
+    def _thresholds_without_the_cut(self, thresholds: Thresholds) -> dict[str, Any]:
+        """The cut is stated once, as ``prune_below`` (the one the verdict used), not also as a
+        ``thresholds.score`` that is null whenever the calibrated cut applies."""
+        return thresholds.model_dump(exclude={"score"})
 
     def build_model(self, spec: Any) -> Any:
         """The network at its tuned initialization: ``nas.build_model`` of ``spec`` (the spec this

@@ -63,3 +63,17 @@ def test_a_candidate_is_kept_by_threshold_else_by_verdict_and_never_without_a_sc
 @pytest.mark.parametrize("verdict", ["failed:prune", "failed:raise", None])
 def test_a_verdict_other_than_keep_is_not_kept(verdict: str | None) -> None:
     assert keeps_figures(1.0, verdict) is False
+
+
+def test_the_margin_of_a_calibrated_verdict_is_measured_from_the_cut_it_used() -> None:
+    """No thresholds.score (the calibrated cut applied): the margin is prune_below - score."""
+    pruned = sample_report(score=-0.5, verdict="prune", prune_below=-0.4)
+    kept = sample_report(score=-0.1, verdict="keep", prune_below=-0.4)
+    assert conditioning_margin(pruned) == pytest.approx(0.1)
+    assert conditioning_margin(kept) == pytest.approx(-0.3)
+
+
+def test_a_report_states_its_cut_once_as_prune_below() -> None:
+    body = sample_report(score=-0.5, verdict="prune", prune_below=-0.4).model_dump(mode="json")
+    assert body["prune_below"] == -0.4 and "score" not in body["thresholds"]
+    assert ConditioningReport.model_validate(body).prune_below == -0.4
