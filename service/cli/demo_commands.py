@@ -316,7 +316,7 @@ def _search(
         spec = space(trial)
         record = TrialRecord(trial.number, spec["name"], "complete", 0, None, 0.0, params=dict(trial.params))
         result.trials.append(record)
-        scales = None
+        scales, report = None, None
         if gate is not None:
             try:
                 report = gate.check(trial, spec)
