@@ -19,6 +19,7 @@ from sqlalchemy import Engine, Row
 from sqlalchemy.orm import Session, sessionmaker
 
 from nas import SpecError, SpecLimits, spec_hash
+from nas.spec import storable_text
 from nas.validate import count_layers, job_limit_issue, parse_and_trace
 from service.api.deps import (
     AuthDep,
@@ -293,6 +294,13 @@ def list_candidates(
     include_report: bool = False,
 ) -> CandidateList:
     page = limit or settings.page_size
+    for name, text in (("study", study), ("verdict", verdict)):
+        if text is None:
+            continue
+        try:
+            storable_text(text)
+        except ValueError as error:  # a NUL or a lone surrogate: no database can be asked for it
+            raise ProblemError(422, f"{name} {error}", kind="invalid-request") from None
     after_id = _decode_cursor(cursor) if cursor is not None else None
     rows = list(
         reports.list_candidates(

@@ -410,6 +410,8 @@ VALID = {"input_shape": [4], "blocks": [{"layers": [LINEAR]}]}
         ("POST", "/v1/candidates", {"spec": VALID, "options": {"study": "\udfff"}}),
         ("GET", "/v1/studies/a%00b/summary", None),
         ("GET", "/v1/batches/a%00b", None),
+        ("GET", "/v1/candidates?study=%00", None),
+        ("GET", "/v1/candidates?verdict=a%00", None),
     ],
 )
 def test_nul_characters_and_lone_surrogates_are_refused_not_a_server_error(
