@@ -149,7 +149,7 @@ def condition(
             y,
             opts,
             seeds.generator(opts.seed, seeds.DIAGNOSTICS, device),
-            None if left is None else left - _probe_reserve(opts),
+            None if left is None else left - probe_cost(opts.probe_steps, len(opts.probe_lrs)),
         )
         if opts.diagnostics
         else Diagnostics()
