@@ -72,8 +72,9 @@ def check_limits(spec: ArchitectureSpec, trace: ShapeTrace, limits: SpecLimits) 
 def count_layers(data: Any, cap: int) -> int:
     """The layers of a raw (unvalidated) spec, counted through residual paths and cell edges and
     stopping past ``cap``: cheap enough to run before validation, so that an oversized spec is
-    refused without the seconds pydantic would spend on 100,000 layers, and a server can decide
-    where to validate a spec (inline when small, off the event loop when large)."""
+    refused without the seconds pydantic would spend on 100,000 layers (nor the tens of
+    milliseconds of counting them all), and a server can decide where to validate a spec
+    (inline when small, off the event loop when large)."""
     if not isinstance(data, dict) or not isinstance(data.get("blocks"), list):
         return 0
     stack: list[Any] = [block.get("layers") for block in data["blocks"] if isinstance(block, dict)]
@@ -84,6 +85,8 @@ def count_layers(data: Any, cap: int) -> int:
             continue
         for layer in layers:
             count += 1
+            if count > cap:
+                break
             if isinstance(layer, dict):
                 stack.extend(layer.get(key) for key in ("body", "shortcut") if key in layer)
                 edges = layer.get("edges")

@@ -40,7 +40,10 @@ class CandidateOptions(BaseModel):
         0,
         ge=-1000,
         le=1000,
-        description="higher runs first; a token that is not admin gets at most PREFLIGHT_MAX_TOKEN_PRIORITY",
+        description=(
+            "higher runs first among the jobs of owners equally busy (owners share the workers fairly first);"
+            " a token that is not admin gets at most PREFLIGHT_MAX_TOKEN_PRIORITY"
+        ),
     )
     device: str = Field(
         "auto",

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, Result, case, delete, func, insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from nas.canonical import cache_key
 from nas.report import ConditioningReport, finite_or_none
@@ -242,17 +242,23 @@ def _hold(
 
 
 def claim(session: Session, *, worker: str, device_kind: str, lease_seconds: float) -> Job | None:
-    """Lease the most urgent queued job this worker's device can run, or None (the lease runs on
-    the database's clock, ``db_now``)."""
+    """Lease the next queued job this worker's device can run, or None (the lease runs on the
+    database's clock, ``db_now``).
+
+    Owners share the workers fairly: the next job is one whose owner has the fewest jobs
+    running (for a job several owners submitted, the least busy of them), then the highest
+    priority, then the oldest. An owner's priority orders its own jobs and cannot push past
+    an owner that is waiting with nothing running, so one token's slow or poison jobs hold
+    another's work up by at most the running job that a worker finishes first."""
     now = db_now(session)
     pick = (
         select(Candidate.id)
         .where(Candidate.status == Status.QUEUED, Candidate.device.in_(DEVICE_KINDS[device_kind]))
-        .order_by(Candidate.priority.desc(), Candidate.id)
+        .order_by(_owners_running(), Candidate.priority.desc(), Candidate.id)
         .limit(1)
     )
     if session.get_bind().dialect.name == "postgresql":
-        pick = pick.with_for_update(skip_locked=True)
+        pick = pick.with_for_update(skip_locked=True, of=Candidate)
     token = secrets.token_hex(16)
     row = session.execute(
         update(Candidate)
@@ -287,6 +293,28 @@ def claim(session: Session, *, worker: str, device_kind: str, lease_seconds: flo
         lease_token=token,
         leased_until=row.leased_until,
     )
+
+
+def _owners_running() -> Any:
+    """For the queued job being ranked, the fewest running jobs of any owner still holding it
+    (0 when it has no holder, as jobs queued straight into the table do)."""
+    running = aliased(Candidate)
+    holder = aliased(OwnedCandidate)
+    per_owner = (
+        select(holder.owner_id, func.count().label("jobs"))
+        .join(running, running.id == holder.candidate_id)
+        .where(running.status == Status.RUNNING)
+        .group_by(holder.owner_id)
+        .subquery("running_per_owner")
+    )
+    fewest = (
+        select(func.min(func.coalesce(per_owner.c.jobs, 0)))
+        .select_from(OwnedCandidate)
+        .outerjoin(per_owner, per_owner.c.owner_id == OwnedCandidate.owner_id)
+        .where(OwnedCandidate.candidate_id == Candidate.id, OwnedCandidate.cancelled_at.is_(None))
+        .scalar_subquery()
+    )
+    return func.coalesce(fewest, 0)
 
 
 def _held(job_id: int, token: str) -> Iterable[Any]:

@@ -64,7 +64,12 @@ def heavy_spec(width: int) -> dict[str, Any]:
 
 
 def submit_many(
-    url: str, count: int, options: dict[str, Any], max_attempts: int = 3, make: Callable[[int], dict[str, Any]] = spec
+    url: str,
+    count: int,
+    options: dict[str, Any],
+    max_attempts: int = 3,
+    make: Callable[[int], dict[str, Any]] = spec,
+    owner_id: int = 0,
 ) -> list[int]:
     from nas import parse_spec, spec_hash
 
@@ -73,7 +78,10 @@ def submit_many(
         parsed = parse_spec(make(width))
         new.append(
             jobs.NewCandidate(
-                spec=parsed.model_dump(mode="json", exclude_none=True), spec_hash=spec_hash(parsed), options=options
+                spec=parsed.model_dump(mode="json", exclude_none=True),
+                spec_hash=spec_hash(parsed),
+                options=options,
+                owner_id=owner_id,
             )
         )
     engine = make_engine(url)
@@ -275,6 +283,32 @@ def test_runner_fails_a_job_past_its_timeout_and_carries_on(
     ((error, attempts),) = rows(sqlite_url, select(Candidate.error, Candidate.attempts).where(Candidate.id == slow))
     assert "timed out after 5 s" in error and attempts == 2
     assert [row[0] for row in rows(sqlite_url, select(Candidate.status).where(Candidate.id.in_(fast)))] == ["done"] * 2
+
+
+@pytest.mark.slow  # a subprocess or a real worker loop: several seconds
+def test_four_poison_jobs_hold_another_owners_candidate_up_by_one_timeout_at_most(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """The issue's four poison jobs (each runs to its timeout, then once more) on two workers:
+    another owner's candidate, queued while both workers are stuck, is taken by the first
+    worker to come free, before the two poison jobs still waiting and before any retry the
+    other worker has not yet taken, so it waits one job timeout at most. Without fair share
+    it would wait for all eight poison attempts (four timeouts of two workers)."""
+    poison = submit_many(sqlite_url, 4, tuning(**HEAVY), max_attempts=2, make=heavy_spec, owner_id=1)
+    settings = make_settings(sqlite_url, job_timeout_seconds=4.0)
+    runners = [run_runner(settings, name=f"worker-{n}") for n in range(2)]
+    try:
+        wait_until(lambda: statuses(sqlite_url).get("running", 0) == 2, 120, "both workers to take a poison job")
+        (normal,) = submit_many(sqlite_url, 1, tuning(**TINY), owner_id=2)
+        wait_until(lambda: status_of(sqlite_url, normal) == "done", 120, "the other owner's candidate")
+    finally:
+        for runner in runners:
+            runner.stop(hard=True)
+        for runner in runners:
+            runner.join(60)
+    started = dict(rows(sqlite_url, select(Candidate.id, Candidate.started_at)))
+    waiting = sorted(poison, key=lambda job: (started[job] is None, started[job]))[2:]  # behind the first two
+    assert all(started[job] is None or started[job] > started[normal] for job in waiting), started
 
 
 @pytest.mark.slow  # a subprocess or a real worker loop: several seconds

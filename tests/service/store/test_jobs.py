@@ -70,6 +70,26 @@ def test_claim_takes_highest_priority_then_oldest(sessions: Any) -> None:
     assert claim(sessions) is None
 
 
+def test_an_owner_with_nothing_running_goes_before_a_busier_owners_urgent_jobs(sessions: Any) -> None:
+    """Fair share: owner 1 runs one job and queues more at top priority; owner 2's later,
+    low-priority job is taken next, then owner 1's by age."""
+    first, urgent, urgent_later = submit(
+        sessions, new(1, owner_id=1, priority=10), new(2, owner_id=1, priority=10), new(3, owner_id=1, priority=10)
+    )
+    assert claim(sessions).id == first.id
+    (other,) = submit(sessions, new(4, owner_id=2))
+    assert [claim(sessions).id for _ in range(3)] == [other.id, urgent.id, urgent_later.id]
+
+
+def test_a_job_several_owners_hold_is_ranked_by_its_least_busy_owner(sessions: Any) -> None:
+    busy, busy_queued = submit(sessions, new(1, owner_id=1, priority=5), new(2, owner_id=1, priority=5))
+    assert claim(sessions).id == busy.id
+    shared, same = submit(sessions, new(3, owner_id=2), new(3, owner_id=1))  # owner 2 has nothing running
+    (idle_owner_job,) = submit(sessions, new(4, owner_id=3, priority=1))
+    assert shared.id == same.id
+    assert [claim(sessions).id for _ in range(3)] == [idle_owner_job.id, shared.id, busy_queued.id]
+
+
 @pytest.mark.parametrize(
     ("job_device", "worker_kind", "claimed"),
     [
