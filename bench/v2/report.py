@@ -17,7 +17,7 @@ from bench.pipeline.fashion_mnist import RESOLUTION, TEST_PER_CLASS, TRAIN_PER_C
 from bench.pipeline.run import write_json
 from bench.v2 import analysis, pruners
 from bench.v2.candidates import DEV_FAMILIES, TEST_ONLY_FAMILIES
-from bench.v2.protocols import ADAMW, EPOCHS, EVAL_TRAIN, SGD
+from bench.v2.protocols import ADAMW, EPOCHS, EVAL_TRAIN, PROTOCOLS, SGD
 from bench.v2.stages import INIT_PEERS
 from bench.v2.stats import RESAMPLES
 
@@ -57,7 +57,8 @@ def _machine() -> str:
 
 def _completeness(rows: list[analysis.Row], seeds: int) -> str:
     trains = sum(len(v) for r in rows for v in r.runs.values())
-    expected = len(rows) * (4 * seeds + len(INIT_PEERS) * seeds)
+    # the spec's and the tuned init (A and B) and every init peer, under each protocol, at each seed
+    expected = len(rows) * (2 + len(INIT_PEERS)) * len(PROTOCOLS) * seeds
     done = sum(1 for r in rows if r.preflight and r.baselines and r.proxies)
     return (
         f"{len(rows)} candidates; Preflight, proxies and baselines on {done}; "
@@ -402,11 +403,11 @@ def _answers(test: dict[str, Any], replays: dict[str, Any]) -> list[str]:
                 else:
                     even.append(label)
         if better or worse or even:
+            groups = (("better than", better), ("worse than", worse), ("not distinguishable from", even))
+            verdicts = [f"{verdict} {', '.join(peers)}" for verdict, peers in groups if peers]
             lines.append(
                 f"- **{name}, tuned init against the init peers** (share of candidates where the tuned init ends at "
-                "a lower training loss): "
-                f"better than {', '.join(better) or 'none'}; worse than {', '.join(worse) or 'none'}; "
-                f"not distinguishable from {', '.join(even) or 'none'}."
+                f"a lower training loss): {'; '.join(verdicts)}."
             )
         replay = replays.get(group, {})
         if "methods" in replay:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -42,3 +43,6 @@ def test_smoke_benchmark_computes_every_stage_and_writes_the_report(tmp_path, fa
     assert "The frozen test set" in page and "The development set" in page
     assert "### Fashion-MNIST (test)" in page
     assert "Not enough candidates with every stage computed" in page  # the replay needs six or more
+    # every stage computed: as many trainings in the cache as the completeness line expects
+    counts = re.findall(r"(\d+) of (\d+) \(candidate, init, protocol, seed\) trainings", page)
+    assert counts and all(trained == expected for trained, expected in counts), counts
