@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             args.cells_per_stage,
         )
     if args.report_only:
-        results = scored(cells, args.data, args.out, args.channels, args.cells_per_stage)
+        results = scored(cells, table, args.data, args.out, args.channels, args.cells_per_stage)
     else:
         results = run(cells, table, args.data, args.out, args.jobs, args.channels, args.cells_per_stage)
     if not results:

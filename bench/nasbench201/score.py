@@ -78,60 +78,80 @@ def cell_batch(kind: str, n: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
     return (x - x.mean()) / x.std(), data.y_train[:n]
 
 
-def _fingerprint(kind: str, channels: int, cells_per_stage: int) -> str:
-    blob = json.dumps([engine_version(), kind, channels, cells_per_stage, BATCH, sorted(PROXIES)])
+def _fingerprint(part: str, kind: str, channels: int, cells_per_stage: int) -> str:
+    """What a cached part was computed with: the proxies do not depend on Preflight's engine, so a
+    changed engine reruns only Preflight's part."""
+    engine = engine_version() if part == "preflight" else None
+    blob = json.dumps([engine, kind, channels, cells_per_stage, BATCH, sorted(PROXIES) if part == "proxies" else None])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _path(out: Path, kind: str, ops: tuple[str, ...]) -> Path:
-    return out / kind / f"{hashlib.sha256(nasbench201_arch_string(ops).encode()).hexdigest()[:16]}.json"
+def _path(out: Path, kind: str, part: str, ops: tuple[str, ...]) -> Path:
+    return out / kind / part / f"{hashlib.sha256(nasbench201_arch_string(ops).encode()).hexdigest()[:16]}.json"
 
 
-def _cached(out: Path, kind: str, ops: tuple[str, ...], fingerprint: str) -> dict[str, Any] | None:
-    """A cell's stored result when it was computed with these settings and this engine."""
-    path = _path(out, kind, ops)
+def _cached(out: Path, kind: str, part: str, ops: tuple[str, ...], fingerprint: str) -> dict[str, Any] | None:
+    """A cell's stored part when it was computed with these settings (and, for Preflight, this engine)."""
+    path = _path(out, kind, part, ops)
     if path.exists() and (data := json.loads(path.read_text())).get("fingerprint") == fingerprint:
         return dict(data)
     return None
 
 
+def _store(out: Path, kind: str, part: str, ops: tuple[str, ...], result: dict[str, Any]) -> None:
+    path = _path(out, kind, part, ops)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, allow_nan=True))
+
+
 def score_cell(
     ops: tuple[str, ...], accuracy: float, kind: str, out: Path, channels: int = 16, cells_per_stage: int = 5
 ) -> dict[str, Any]:
-    """Preflight and the proxies on one cell (cached by fingerprint)."""
+    """Preflight and the proxies on one cell, each part cached by its own fingerprint."""
     from worker.engine import condition
 
-    fingerprint = _fingerprint(kind, channels, cells_per_stage)
-    if (cached := _cached(out, kind, ops, fingerprint)) is not None:
-        return cached
     spec = nasbench201_spec(ops, channels=channels, cells_per_stage=cells_per_stage)
     x, y = cell_batch(kind)
-    start = time.perf_counter()
-    proxies = compute_proxies(build_model(spec, seed=0), x, y)
-    proxy_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    report = condition(spec, data={"x": x, "y": y}, options={"seed": 0})
-    budget = report.tuning.budget
-    result = {
-        "fingerprint": fingerprint,
-        "arch": nasbench201_arch_string(ops),
-        "ops": list(ops),
-        "accuracy": accuracy,
-        "proxies": proxies,
-        "proxy_seconds": proxy_seconds,
-        "preflight": {
+    fingerprint = _fingerprint("proxies", kind, channels, cells_per_stage)
+    if _cached(out, kind, "proxies", ops, fingerprint) is None:
+        start = time.perf_counter()
+        proxies = compute_proxies(build_model(spec, seed=0), x, y)
+        seconds = time.perf_counter() - start
+        _store(out, kind, "proxies", ops, {"fingerprint": fingerprint, "proxies": proxies, "proxy_seconds": seconds})
+    fingerprint = _fingerprint("preflight", kind, channels, cells_per_stage)
+    if _cached(out, kind, "preflight", ops, fingerprint) is None:
+        start = time.perf_counter()
+        report = condition(spec, data={"x": x, "y": y}, options={"seed": 0})
+        budget = report.tuning.budget
+        preflight = {
             "score": report.score,
             "verdict": report.verdict,
             "components": report.components,
             "counted_cost": float(budget.get("counted_steps") or 0.0),  # every stage, the probe included
             "status": report.tuning.status,
             "seconds": time.perf_counter() - start,
-        },
-    }
-    path = _path(out, kind, ops)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, allow_nan=True))
+        }
+        _store(out, kind, "preflight", ops, {"fingerprint": fingerprint, "preflight": preflight})
+    result = _result(ops, accuracy, kind, out, channels, cells_per_stage)
+    assert result is not None
     return result
+
+
+def _result(
+    ops: tuple[str, ...], accuracy: float, kind: str, out: Path, channels: int, cells_per_stage: int
+) -> dict[str, Any] | None:
+    proxies = _cached(out, kind, "proxies", ops, _fingerprint("proxies", kind, channels, cells_per_stage))
+    preflight = _cached(out, kind, "preflight", ops, _fingerprint("preflight", kind, channels, cells_per_stage))
+    if proxies is None or preflight is None:
+        return None
+    return {
+        "arch": nasbench201_arch_string(ops),
+        "ops": list(ops),
+        "accuracy": accuracy,
+        "proxies": proxies["proxies"],
+        "proxy_seconds": proxies["proxy_seconds"],
+        "preflight": preflight["preflight"],
+    }
 
 
 def _task(args: tuple[tuple[str, ...], float, str, str, int, int]) -> str:
@@ -150,8 +170,11 @@ def run(
     channels: int = 16,
     cells_per_stage: int = 5,
 ) -> list[dict[str, Any]]:
-    """Score every cell (in ``jobs`` processes), resuming from the cache."""
-    tasks = [(c, table[c], kind, str(out), channels, cells_per_stage) for c in cells]
+    """Score every cell (in ``jobs`` processes), resuming from the cache. The cells are taken in
+    a seeded random order, not decile by decile, so that a run stopped early leaves a uniform
+    subsample of the stratified sample, which is what ``--report-only`` then reports."""
+    order = random.Random(0).sample(cells, len(cells))
+    tasks = [(c, table[c], kind, str(out), channels, cells_per_stage) for c in order]
     if jobs > 1:
         import multiprocessing
 
@@ -161,19 +184,20 @@ def run(
     else:
         for i, task in enumerate(tasks, 1):
             print(f"[{i}/{len(tasks)}] {_task(task)}", flush=True)
-    return scored(cells, kind, out, channels, cells_per_stage)
+    return scored(cells, table, kind, out, channels, cells_per_stage)
 
 
 def scored(
     cells: list[tuple[str, ...]],
+    table: dict[tuple[str, ...], float],
     kind: str,
     out: Path,
     channels: int = 16,
     cells_per_stage: int = 5,
 ) -> list[dict[str, Any]]:
     """The cells of ``cells`` already scored with the current engine and settings (no computation)."""
-    fingerprint = _fingerprint(kind, channels, cells_per_stage)
-    return [data for cell in cells if (data := _cached(out, kind, cell, fingerprint)) is not None]
+    results = (_result(cell, table[cell], kind, out, channels, cells_per_stage) for cell in cells)
+    return [result for result in results if result is not None]
 
 
 def _columns(results: list[dict[str, Any]]) -> dict[str, np.ndarray]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.nasbench201.score import cell_batch, report, run, sample_cells
+from bench.nasbench201.score import cell_batch, report, run, sample_cells, scored
 
 
 def test_the_sample_is_stratified_by_accuracy_and_the_dev_sample_is_disjoint(table: dict) -> None:
@@ -28,17 +28,24 @@ def test_the_gaussian_batch_has_the_benchmarks_shape() -> None:
 
 
 @pytest.mark.slow  # a subprocess or a real worker loop: several seconds
-def test_a_small_run_scores_every_cell_with_every_method_and_caches_it(table: dict, tmp_path: Path) -> None:
+def test_a_small_run_scores_every_cell_with_every_method_and_caches_each_part(table: dict, tmp_path: Path) -> None:
     cells = sample_cells(table, 3, seed=0)
     results = run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1)
     assert [r["ops"] for r in results] == [list(c) for c in cells]
     for r in results:
         assert r["accuracy"] == table[tuple(r["ops"])] and r["preflight"]["counted_cost"] > 0
         assert {"naswot", "synflow", "params"} <= set(r["proxies"])
-    files = sorted((tmp_path / "gaussian").glob("*.json"))
-    assert len(files) == 3
+    files = sorted((tmp_path / "gaussian").glob("*/*.json"))
+    assert len(files) == 6  # the proxies and Preflight, apart
     stamp = [f.stat().st_mtime_ns for f in files]
     run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1)  # resumed, not recomputed
-    assert [f.stat().st_mtime_ns for f in sorted((tmp_path / "gaussian").glob("*.json"))] == stamp
+    assert [f.stat().st_mtime_ns for f in sorted((tmp_path / "gaussian").glob("*/*.json"))] == stamp
+    for path in (tmp_path / "gaussian" / "preflight").glob("*.json"):  # as after an engine change
+        path.write_text(path.read_text().replace('"fingerprint": "', '"fingerprint": "stale'))
+    proxies = sorted((tmp_path / "gaussian" / "proxies").glob("*.json"))
+    proxy_stamps = [f.stat().st_mtime_ns for f in proxies]
+    assert scored(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1) == []
+    assert len(run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1)) == 3
+    assert [f.stat().st_mtime_ns for f in proxies] == proxy_stamps  # the proxies were not recomputed
     text = report(results, "gaussian")
     assert "| preflight |" in text and "Gaussian" in text and "proxy:naswot" in text
