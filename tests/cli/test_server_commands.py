@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -158,8 +159,12 @@ def test_healthz_stays_under_100_ms_while_a_4_mb_spec_is_refused(tmp_path: Path)
     """The issue's spec of 161,304 layers (4 MB), posted five times to a served process while
     another client polls ``/healthz``: every refusal is a 422 naming the layer limit, ``/healthz``
     answers while each is in flight, and the longest it waits during a refusal is under 100 ms
-    (the median of five refusals, so one scheduler hiccup on a loaded machine does not decide
-    it). Counting all the layers before refusing once held the event loop for about 0.2 s."""
+    (the median of five refusals). The server must decode the body, which holds the interpreter
+    for as long as ``json.loads`` takes here, so on a loaded machine the bound scales to twice
+    that decode, timed in this process just before. Counting all the layers before refusing
+    once held the event loop two to three times as long as the decode (116 to 190 ms with both
+    cores busy); that regression is pinned without timing by ``count_layers`` stopping one
+    layer past the limit (``tests/nas/test_spec_v11.py``)."""
     port = free_port()
     env = {**os.environ, "PREFLIGHT_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}"}
     server = subprocess.Popen(
@@ -171,6 +176,7 @@ def test_healthz_stays_under_100_ms_while_a_4_mb_spec_is_refused(tmp_path: Path)
     spec = {"input_shape": [4], "blocks": [{"layers": [{"type": "relu"}] * 161_304}]}
     compact = json.dumps({"spec": spec}).encode()  # encoded once, before any timing
     body = compact + b" " * (4 * 2**20 - len(compact))  # padded to the body limit: 4 MiB, still legal
+    decode = statistics.median(_seconds(lambda: json.loads(body)) for _ in range(3))
     longest_waits = []
     try:
         url = f"http://127.0.0.1:{port}"
@@ -198,4 +204,11 @@ def test_healthz_stays_under_100_ms_while_a_4_mb_spec_is_refused(tmp_path: Path)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
-    assert statistics.median(longest_waits) < 0.1, [f"{wait * 1000:.0f} ms" for wait in longest_waits]
+    bound = max(0.1, 2 * decode)
+    assert statistics.median(longest_waits) < bound, ([f"{w * 1000:.0f} ms" for w in longest_waits], bound)
+
+
+def _seconds(work: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
