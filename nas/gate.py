@@ -80,6 +80,12 @@ class Screened:
         """What ``nas.build_model(spec, scales=...)`` takes: the tuned multipliers."""
         return dict(self.report.scales)
 
+    @property
+    def recommended_lr(self) -> float | None:
+        """The rate to train the survivor at with SGD and momentum (the report's ``recommended_lr``:
+        one probe step below the probe's best rate); None when the probe did not run."""
+        return self.report.recommended_lr
+
     def build_model(self) -> PreflightNet:
         """The survivor at its tuned initialization: the spec's weights at the seed the
         conditioning used, multiplied by the tuned scales."""

@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
 from nas.options import ConditionOptions, Thresholds
 
 __all__ = [
+    "RECOMMENDED_LR_FACTOR",
     "BlockReport",
     "ConditioningReport",
     "Environment",
@@ -24,6 +25,13 @@ __all__ = [
     "finite_or_none",
     "float_or_nan",
 ]
+
+
+# The rate to train at is the probe's best rate times this: one step of the probe's grid (0.1, 0.03)
+# below it. The rate that lowers the loss most in a few steps overshoots over epochs (the
+# short-horizon bias of Wu et al. 2018); on benchmark v2's development set the probe's best rate
+# itself did worse than any fixed rate, one step below it better (bench/ablations/learning_rate.py).
+RECOMMENDED_LR_FACTOR = 0.3
 
 
 def float_or_nan(value: object) -> float:
@@ -164,6 +172,17 @@ class ConditioningReport(_Model):
     # what the engine did rather than found: balancing dropped, a diagnostic skipped or cut down
     # under the cost budget, the probe failing (the reasons are about the network)
     notes: list[str] = Field(default_factory=list)
+    # the learning rate to train the tuned network at with SGD and momentum (the probe's optimizer):
+    # the probe's best rate x RECOMMENDED_LR_FACTOR; None without a probe or when every rate diverged.
+    # Derived from tuning.probe when a report (or one stored before it existed) does not carry it.
+    recommended_lr: float | None = None
+
+    @model_validator(mode="after")
+    def _recommend_a_rate(self) -> ConditioningReport:
+        probe = self.tuning.probe
+        if self.recommended_lr is None and probe is not None and probe.best_lr is not None:
+            self.recommended_lr = probe.best_lr * RECOMMENDED_LR_FACTOR
+        return self
 
     @field_serializer("thresholds")
     def _thresholds_without_the_cut(self, thresholds: Thresholds) -> dict[str, Any]:

@@ -36,7 +36,8 @@ def test_the_search_snippet_runs_against_a_live_service(live_service: Any, monke
     x_train = ((digits.data - digits.data.mean()) / digits.data.std()).astype(np.float32)
     trained: list[Any] = []
 
-    def train_and_validate(model: torch.nn.Module) -> float:  # the reader's training loop, here one forward
+    def train_and_validate(model: torch.nn.Module, lr: float) -> float:  # the reader's loop, here one forward
+        assert 0 < lr <= 0.1
         trained.append(model)
         with torch.no_grad():
             return float(model(torch.from_numpy(x_train[:32])).softmax(-1).max(-1).values.mean())
