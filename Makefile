@@ -26,8 +26,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 	@echo "setup: done"
 
+# The Fashion-MNIST search (CNNs) where its IDX files are installed (dataset-fashion-mnist), else digits.
+DEMO_DATASET = $(shell $(BIN)/python -c "import nas.fashion_mnist as f; print('fashion-mnist' if f.available() else 'digits')" 2>/dev/null || echo digits)
+
 demo: $(STAMP)
-	$(BIN)/preflight demo
+	$(BIN)/preflight demo --dataset $(DEMO_DATASET)
 
 # The whole suite, after the static checks (lint): CI runs this (.ci/run).
 test: lint

@@ -1,10 +1,8 @@
 """Fashion-MNIST (Xiao et al. 2017), read from its original IDX files with numpy.
 
-No download at run time: the files come from Debian's ``dataset-fashion-mnist`` package
-(``apt-get install dataset-fashion-mnist`` puts them in ``/usr/share/datasets/fashion-mnist``)
-or from the dataset's own repository. ``PREFLIGHT_FASHION_MNIST_DIR`` (or ``python -m bench.v2
---fashion-mnist-dir``) points at another folder. Both the gzipped (``*.gz``) and the plain files
-are read.
+The files are found and read by ``nas.fashion_mnist`` (Debian's ``dataset-fashion-mnist``
+package, or the folder in ``PREFLIGHT_FASHION_MNIST_DIR`` or ``python -m bench.v2
+--fashion-mnist-dir``); this module takes the benchmark's subsets of them.
 
 The benchmark trains on a stratified subset of the 60,000 training images (``TRAIN_PER_CLASS``
 per class, chosen with seed 0), evaluates on a stratified subset of the 10,000 test images, and
@@ -17,82 +15,20 @@ the image keeps its structure.
 
 from __future__ import annotations
 
-import gzip
-import os
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from bench.pipeline.datasets import Dataset
+from nas.fashion_mnist import DEFAULT_DIR, ENV, FashionMNISTMissing, find_dir, read_arrays, read_idx, stratified
 
 __all__ = ["DEFAULT_DIR", "ENV", "FashionMNISTMissing", "find_dir", "load_fashion_mnist", "read_idx"]
 
-ENV = "PREFLIGHT_FASHION_MNIST_DIR"
-DEFAULT_DIR = Path("/usr/share/datasets/fashion-mnist")
-FILES = {
-    "train_x": "train-images-idx3-ubyte",
-    "train_y": "train-labels-idx1-ubyte",
-    "test_x": "t10k-images-idx3-ubyte",
-    "test_y": "t10k-labels-idx1-ubyte",
-}
 TRAIN_PER_CLASS = 400  # 4,000 training images
 TEST_PER_CLASS = 200  # 2,000 test images
 RESOLUTION = 14  # 2x2 block means of the 28x28 images
 SUBSET_SEED = 0
-_IDX_TYPES = {0x08: np.uint8}
-
-
-class FashionMNISTMissing(FileNotFoundError):
-    """The IDX files are not where the benchmark looks; the message says how to get them."""
-
-
-def _how_to_get(folder: Path) -> str:
-    return (
-        f"Fashion-MNIST not found in {folder} (looked for {', '.join(FILES.values())}, each plain or .gz). "
-        "Install it with `apt-get install dataset-fashion-mnist` (Debian/Ubuntu: the files land in "
-        f"{DEFAULT_DIR}), or download the four IDX files from "
-        "https://github.com/zalandoresearch/fashion-mnist (data/fashion) into a folder and set "
-        f"{ENV} to that folder."
-    )
-
-
-def _file(folder: Path, stem: str) -> Path | None:
-    for name in (stem + ".gz", stem):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
-def find_dir(folder: str | Path | None = None) -> Path:
-    """The folder holding the four IDX files: ``folder``, else ``$PREFLIGHT_FASHION_MNIST_DIR``,
-    else Debian's; raises ``FashionMNISTMissing`` (with how to get the data) when one is absent."""
-    path = Path(folder or os.environ.get(ENV) or DEFAULT_DIR)
-    if any(_file(path, stem) is None for stem in FILES.values()):
-        raise FashionMNISTMissing(_how_to_get(path))
-    return path
-
-
-def read_idx(path: Path) -> np.ndarray:
-    """An IDX file (LeCun's format: two zero bytes, the type code, the rank, big-endian int32
-    dimensions, then the data) as a numpy array."""
-    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as handle:
-        raw = handle.read()
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
-        raise ValueError(f"{path} is not an unsigned-byte IDX file (header {raw[:4]!r})")
-    rank = raw[3]
-    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">i4", count=rank, offset=4))
-    data = np.frombuffer(raw, dtype=_IDX_TYPES[raw[2]], offset=4 + 4 * rank)
-    if data.size != int(np.prod(dims)):
-        raise ValueError(f"{path}: header says {dims} ({int(np.prod(dims))} values), file holds {data.size}")
-    return data.reshape(dims)
-
-
-def _stratified(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    picks = [rng.permutation(np.flatnonzero(labels == c))[:per_class] for c in np.unique(labels)]
-    return np.sort(np.concatenate(picks))
 
 
 @cache
@@ -107,10 +43,9 @@ def load_fashion_mnist(
     resolution images (``image=False``: flat vectors for MLPs); ``resolution`` divides 28."""
     if resolution < 1 or 28 % resolution:
         raise ValueError(f"resolution must divide 28, but got {resolution=}")
-    path = find_dir(folder)
-    arrays = {key: read_idx(_file(path, stem)) for key, stem in FILES.items()}  # type: ignore[arg-type]
-    train = _stratified(arrays["train_y"], train_per_class, SUBSET_SEED)
-    test = _stratified(arrays["test_y"], test_per_class, SUBSET_SEED)
+    arrays = read_arrays(folder)
+    train = stratified(arrays["train_y"], train_per_class, SUBSET_SEED)
+    test = stratified(arrays["test_y"], test_per_class, SUBSET_SEED)
     block = 28 // resolution
     x_tr, x_te = (
         (arrays[k][index].astype(np.float64) / 255.0)

@@ -39,6 +39,7 @@ EXIT_SERVICE = 3  # the service could not be reached, or answered with an error
 EXIT_AUTH = 4  # the service refused the token
 EXIT_DATABASE = 5  # the database could not be reached or is not migrated
 EXIT_MISSING_EXTRA = 6  # an optional dependency is not installed
+EXIT_MISSING_DATA = 7  # a dataset a command reads is not on this machine
 
 
 # The extra that installs a module a command needs (the core install has the spec, the builder,
@@ -71,6 +72,10 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         return EXIT_SERVICE, f"{_one_line(error)}; is `preflight serve` running at that URL (PREFLIGHT_URL)?"
     if isinstance(error, PreflightError):
         return EXIT_SERVICE, _one_line(error)
+    from nas.fashion_mnist import FashionMNISTMissing
+
+    if isinstance(error, FashionMNISTMissing):
+        return EXIT_MISSING_DATA, _one_line(error)  # the message says how to get the files
     if isinstance(error, ModuleNotFoundError) and error.name:
         extra = _EXTRAS.get(error.name.split(".")[0])
         fix = f'pip install "nas-preflight[{extra}]"' if extra else f"pip install {error.name.split('.')[0]}"

@@ -97,7 +97,7 @@ def _score_vs_accuracy(plt: Any, results: dict[str, Any]) -> Any:
     _plain_ticks(ax.xaxis)
     ax.set_xlabel("conditioning score (higher is better conditioned; symmetric log scale)")
     ax.set_ylabel("validation accuracy after training")
-    ax.set_title("Conditioning score against trained accuracy (digits)")
+    ax.set_title(f"Conditioning score against trained accuracy ({results.get('dataset', 'digits')})")
     _legend_outside(ax)
     return fig
 

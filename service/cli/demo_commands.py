@@ -1,8 +1,9 @@
 """`preflight demo`: an Optuna architecture search on real data, with and without Preflight.
 
-On scikit-learn's handwritten digits, the same search (same sampler, same seed, same
-number of trials) runs four times on the embedded default (a SQLite file, the API and a
-worker in this process, on a free port):
+On scikit-learn's handwritten digits (MLPs and residual MLPs), or with ``--dataset
+fashion-mnist`` on 14 x 14 Fashion-MNIST images (CNNs and residual CNNs, ``nas.fashion_mnist``),
+the same search (same sampler, same seed, same number of trials) runs four times on the
+embedded default (a SQLite file, the API and a worker in this process, on a free port):
 
 1. ``no gate``: every candidate is trained from its plain initialization;
 2. ``median pruner``: the same, with Optuna's MedianPruner stopping weak trainings early;
@@ -38,10 +39,23 @@ SEARCHES = ("no gate", "median pruner", "preflight gate", "gate + median pruner"
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = subparsers.add_parser(
-        "demo", help="an Optuna NAS on scikit-learn's digits, with and without the conditioning gate"
+        "demo", help="an Optuna NAS on scikit-learn's digits or Fashion-MNIST, with and without the conditioning gate"
+    )
+    demo.add_argument(
+        "--dataset",
+        choices=sorted(DATASETS),
+        default="digits",
+        help="digits: MLPs and residual MLPs on scikit-learn's 8x8 digits (default); fashion-mnist: CNNs and "
+        "residual CNNs on 14x14 Fashion-MNIST images (3,000 for training), read from the IDX files of Debian's "
+        "dataset-fashion-mnist package or PREFLIGHT_FASHION_MNIST_DIR",
     )
     demo.add_argument("--trials", type=int, default=20, help="trials per search (default 20)")
-    demo.add_argument("--epochs", type=int, default=20, help="training epochs of a survivor (default 20)")
+    demo.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="training epochs of a survivor (default: 20 on digits, 4 on fashion-mnist)",
+    )
     demo.add_argument("--out", default="preflight-demo-output", help="output folder (default ./preflight-demo-output)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--device", default="auto", help="device of the embedded worker (auto, cpu, cuda:N)")
@@ -107,7 +121,13 @@ class SearchResult:
         return max(done, key=lambda t: t.accuracy or 0.0) if done else None
 
 
+# dataset -> training epochs of a survivor by default
+DATASETS = {"digits": 20, "fashion-mnist": 4}
+
+
 def _check_args(args: argparse.Namespace) -> str | None:
+    if args.epochs is None:
+        args.epochs = DATASETS[args.dataset]
     if args.trials < 1:
         return f"--trials must be at least 1, but got {args.trials}"
     if args.epochs < 1:
@@ -124,6 +144,10 @@ def _demo(args: argparse.Namespace) -> int:
     if problem:
         print(f"preflight demo: {problem}", file=sys.stderr)
         return 2
+    if args.dataset == "fashion-mnist":
+        from nas.fashion_mnist import find_dir
+
+        find_dir()  # before any work: a missing dataset is one line saying how to get it
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -170,26 +194,43 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def search_space(n_classes: int = 10) -> Any:
-    """The demo's space: MLPs or residual MLPs, chosen by the trial (a custom space built
-    from the ready families). Wide enough to hold hopeless candidates: deep sigmoid or
-    tanh stacks, gains far from 1, no normalization."""
-    from nas.space import MLPSpace, ResidualSpace
+def search_space(n_classes: int = 10, dataset: str = "digits") -> Any:
+    """The demo's space, a custom one built from the ready families, chosen by the trial: on
+    digits MLPs or residual MLPs, on Fashion-MNIST CNNs or residual CNNs. Wide enough to hold
+    hopeless candidates: deep sigmoid or tanh stacks, gains far from 1, no normalization."""
+    from nas.space import CNNSpace, MLPSpace, ResidualSpace
 
     common: dict[str, Any] = {
-        "input_shape": [64],
         "n_classes": n_classes,
         "gain": (0.25, 4.0),
         "activations": ("relu", "gelu", "tanh", "sigmoid"),
-        "norms": ("none", "layernorm"),
         "init_schemes": ("fan_in", "arithmetic", "geometric", "torch_default"),
     }
-    mlp = MLPSpace(depth=(2, 14), width=(32, 128), prefix="mlp_", **common)
-    residual = ResidualSpace(depth=(2, 10), width=(32, 128), body_layers=(1, 2), prefix="res_", **common)
+    plain: CNNSpace | MLPSpace
+    if dataset == "fashion-mnist":
+        image = {**common, "input_shape": [1, 14, 14]}
+        plain = CNNSpace(
+            stages=(1, 3),
+            convs_per_stage=(1, 4),
+            channels=(8, 24),
+            kernels=(3,),
+            norms=("none", "batchnorm"),
+            prefix="cnn_",
+            **image,
+        )
+        residual = ResidualSpace(
+            depth=(2, 8), width=(8, 16), body_layers=(1, 2), norms=("none", "batchnorm"), prefix="res_", **image
+        )
+        names = ["cnn", "residual"]
+    else:
+        vector = {**common, "input_shape": [64], "norms": ("none", "layernorm")}
+        plain = MLPSpace(depth=(2, 14), width=(32, 128), prefix="mlp_", **vector)
+        residual = ResidualSpace(depth=(2, 10), width=(32, 128), body_layers=(1, 2), prefix="res_", **vector)
+        names = ["mlp", "residual"]
 
     def space(trial: Any) -> dict[str, Any]:
-        family = trial.suggest_categorical("family", ["mlp", "residual"])
-        return mlp(trial) if family == "mlp" else residual(trial)
+        family = trial.suggest_categorical("family", names)
+        return plain(trial) if family == names[0] else residual(trial)
 
     return space
 
@@ -199,18 +240,17 @@ def _run_all(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
     import torch
 
     from nas.client import PreflightClient
-    from nas.training import load_digits
 
     # The demo's networks are tiny: one intra-op thread each for training and the embedded
     # worker beats two threads contending (OpenMP spin-waits) on a 2-core machine.
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    data = load_digits(seed=args.seed)
+    data = _load(args)
     options: dict[str, Any] = {"seed": args.seed}
     if args.steps is not None:
         options["steps"] = args.steps
     with PreflightClient(url, timeout=60.0) as client:
-        if not args.gaussian:  # condition and probe on 64 real training digits, with their labels
+        if not args.gaussian:  # condition and probe on 64 real training images, with their labels
             options["data"] = client.upload_batch(data.x_train[:64], data.y_train[:64])
         runs = [_search(name, position, args, data, client, options) for position, name in enumerate(SEARCHES)]
         # Round robin, one trial of each search in turn: the four see the same load on
@@ -225,7 +265,17 @@ def _run_all(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
         searches = [run.result for run in runs]
         extra = _score_ungated(searches)
         profiles = _apjn_profiles(client, searches[SEARCHES.index("preflight gate")])
-    return {"searches": searches, "score_vs_accuracy": extra, "apjn": profiles}
+    return {"searches": searches, "score_vs_accuracy": extra, "apjn": profiles, "dataset": args.dataset}
+
+
+def _load(args: argparse.Namespace) -> Any:
+    if args.dataset == "fashion-mnist":
+        from nas.fashion_mnist import load_fashion_mnist
+
+        return load_fashion_mnist(seed=args.seed)
+    from nas.training import load_digits
+
+    return load_digits(seed=args.seed)
 
 
 def _apjn_profiles(client: Any, gated: SearchResult) -> dict[str, Any]:
@@ -308,7 +358,7 @@ def _search(
     if name in ("preflight gate", "gate + median pruner"):
         # With the study's ConditioningPruner the gate only records; should_prune decides.
         gate = ConditioningGate(client, options=options, timeout=600.0, prune=name == "preflight gate")
-    space = search_space(data.n_classes)
+    space = search_space(data.n_classes, args.dataset)
     result = SearchResult(name)
     optimizer = _bnp_factory() if (args.bnp and gate is not None) else None
 

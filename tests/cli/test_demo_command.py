@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,44 @@ def test_bad_demo_arguments_are_refused(argv: list[str], tmp_path: Path, capsys:
     assert "must be at least" in capsys.readouterr().err
 
 
-def test_make_demo_runs_the_demo() -> None:
-    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
-    assert "\t$(BIN)/preflight demo\n" in makefile
+def test_make_demo_runs_the_demo_on_fashion_mnist_where_it_is_installed() -> None:
+    root = Path(__file__).resolve().parents[2]
+    makefile = (root / "Makefile").read_text()
+    assert "\t$(BIN)/preflight demo --dataset $(DEMO_DATASET)\n" in makefile
+    from nas.fashion_mnist import available
+
+    chosen = subprocess.run(
+        ["make", "-s", "--no-print-directory", "--eval", "print-demo: ; @echo $(DEMO_DATASET)", "print-demo"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert chosen == ("fashion-mnist" if available() else "digits")
     assert build_parser().parse_args(["demo"]).out == "preflight-demo-output"
+
+
+@pytest.mark.slow
+def test_the_fashion_mnist_demo_searches_cnns_on_its_images(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fashion_mnist_dir: Path
+) -> None:
+    out = tmp_path / "demo"
+    argv = ["demo", "--dataset", "fashion-mnist", "--trials", "2", "--epochs", "1", "--steps", "2", "--out", str(out)]
+    assert main([*argv, "--no-progress", "--no-plots"]) == 0
+    assert "What happened:" in capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert results["args"]["dataset"] == "fashion-mnist"
+    names = [t["name"] for s in results["searches"] for t in s["trials"]]
+    assert names and all(name.startswith(("cnn-", "res-")) for name in names)
+
+
+def test_the_fashion_mnist_demo_without_the_data_says_how_to_get_it_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from service.cli import EXIT_MISSING_DATA
+
+    monkeypatch.setenv("PREFLIGHT_FASHION_MNIST_DIR", str(tmp_path / "nowhere"))
+    assert main(["demo", "--dataset", "fashion-mnist", "--out", str(tmp_path / "demo")]) == EXIT_MISSING_DATA
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "apt-get install dataset-fashion-mnist" in err
+    assert not (tmp_path / "demo").exists()  # nothing started

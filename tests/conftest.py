@@ -1,6 +1,7 @@
-"""Fashion-MNIST for benchmark v2's tests: the real IDX files (Debian's ``dataset-fashion-mnist``
-or ``PREFLIGHT_FASHION_MNIST_DIR``). Without them the tests that need them skip with the message
-that says how to get them, or fail when ``PREFLIGHT_REQUIRE_FASHION_MNIST=1`` (as in CI)."""
+"""Fashion-MNIST for the tests that read it (benchmark v2, the demo): the real IDX files
+(Debian's ``dataset-fashion-mnist`` or ``PREFLIGHT_FASHION_MNIST_DIR``). Without them the tests
+that need them skip with the message that says how to get them, or fail when
+``PREFLIGHT_REQUIRE_FASHION_MNIST=1`` (as in CI)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.pipeline.fashion_mnist import FashionMNISTMissing, find_dir
+from nas.fashion_mnist import FashionMNISTMissing, find_dir
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,143 @@
+"""Fashion-MNIST (Xiao et al. 2017), read from its original IDX files with numpy.
+
+No download at run time: the files come from Debian's ``dataset-fashion-mnist`` package
+(``apt-get install dataset-fashion-mnist`` puts them in ``/usr/share/datasets/fashion-mnist``)
+or from the dataset's own repository; ``PREFLIGHT_FASHION_MNIST_DIR`` points at another folder.
+Both the gzipped (``*.gz``) and the plain files are read. :func:`load_fashion_mnist` gives the
+stratified, downsampled split ``preflight demo --dataset fashion-mnist`` searches on; the
+benchmark (``bench/pipeline/fashion_mnist.py``) reads the same files through :func:`read_arrays`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nas.training import Dataset
+
+__all__ = [
+    "DEFAULT_DIR",
+    "ENV",
+    "FashionMNISTMissing",
+    "available",
+    "find_dir",
+    "load_fashion_mnist",
+    "read_arrays",
+    "read_idx",
+]
+
+ENV = "PREFLIGHT_FASHION_MNIST_DIR"
+DEFAULT_DIR = Path("/usr/share/datasets/fashion-mnist")
+FILES = {
+    "train_x": "train-images-idx3-ubyte",
+    "train_y": "train-labels-idx1-ubyte",
+    "test_x": "t10k-images-idx3-ubyte",
+    "test_y": "t10k-labels-idx1-ubyte",
+}
+_IDX_TYPES = {0x08: np.uint8}
+
+
+class FashionMNISTMissing(FileNotFoundError):
+    """The IDX files are not where Preflight looks; the message says how to get them."""
+
+
+def _how_to_get(folder: Path) -> str:
+    return (
+        f"Fashion-MNIST not found in {folder} (looked for {', '.join(FILES.values())}, each plain or .gz). "
+        "Install it with `apt-get install dataset-fashion-mnist` (Debian/Ubuntu: the files land in "
+        f"{DEFAULT_DIR}), or download the four IDX files from "
+        "https://github.com/zalandoresearch/fashion-mnist (data/fashion) into a folder and set "
+        f"{ENV} to that folder."
+    )
+
+
+def _file(folder: Path, stem: str) -> Path | None:
+    for name in (stem + ".gz", stem):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def find_dir(folder: str | Path | None = None) -> Path:
+    """The folder holding the four IDX files: ``folder``, else ``$PREFLIGHT_FASHION_MNIST_DIR``,
+    else Debian's; raises ``FashionMNISTMissing`` (with how to get the data) when one is absent."""
+    path = Path(folder or os.environ.get(ENV) or DEFAULT_DIR)
+    if any(_file(path, stem) is None for stem in FILES.values()):
+        raise FashionMNISTMissing(_how_to_get(path))
+    return path
+
+
+def available(folder: str | Path | None = None) -> bool:
+    """Whether :func:`find_dir` finds the files."""
+    try:
+        find_dir(folder)
+    except FashionMNISTMissing:
+        return False
+    return True
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """An IDX file (LeCun's format: two zero bytes, the type code, the rank, big-endian int32
+    dimensions, then the data) as a numpy array."""
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as handle:
+        raw = handle.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
+        raise ValueError(f"{path} is not an unsigned-byte IDX file (header {raw[:4]!r})")
+    rank = raw[3]
+    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">i4", count=rank, offset=4))
+    data = np.frombuffer(raw, dtype=_IDX_TYPES[raw[2]], offset=4 + 4 * rank)
+    if data.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: header says {dims} ({int(np.prod(dims))} values), file holds {data.size}")
+    return data.reshape(dims)
+
+
+def read_arrays(folder: str | Path | None = None) -> dict[str, np.ndarray]:
+    """The four arrays (``train_x``, ``train_y``, ``test_x``, ``test_y``), as stored (uint8)."""
+    path = find_dir(folder)
+    return {key: read_idx(_file(path, stem)) for key, stem in FILES.items()}  # type: ignore[arg-type]
+
+
+def stratified(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray:
+    """Sorted indices of ``per_class`` samples of each class, drawn with ``seed``."""
+    rng = np.random.default_rng(seed)
+    picks = [rng.permutation(np.flatnonzero(labels == c))[:per_class] for c in np.unique(labels)]
+    return np.sort(np.concatenate(picks))
+
+
+def load_fashion_mnist(
+    folder: str | Path | None = None,
+    *,
+    train_per_class: int = 300,
+    val_per_class: int = 100,
+    resolution: int = 14,
+    seed: int = 0,
+) -> Dataset:
+    """A stratified subset of the training images and one of the test images (the validation
+    split), as ``[1, resolution, resolution]`` images: each image's pixel blocks averaged
+    (``resolution`` divides 28), scaled to [0, 1], standardized with the training subset's one
+    mean and deviation. The defaults (3,000 + 1,000 images at 14 x 14) keep a CNN's epoch to
+    seconds on a CPU."""
+    if resolution < 1 or 28 % resolution:
+        raise ValueError(f"resolution must divide 28, but got {resolution=}")
+    arrays = read_arrays(folder)
+    train = stratified(arrays["train_y"], train_per_class, seed)
+    val = stratified(arrays["test_y"], val_per_class, seed)
+    block = 28 // resolution
+    x_tr, x_val = (
+        (arrays[k][index].astype(np.float64) / 255.0)
+        .reshape(-1, resolution, block, resolution, block)
+        .mean(axis=(2, 4))
+        for k, index in (("train_x", train), ("test_x", val))
+    )
+    mean, std = x_tr.mean(), x_tr.std()
+    return Dataset(
+        x_train=torch.tensor((x_tr - mean) / std, dtype=torch.float32).reshape(-1, 1, resolution, resolution),
+        y_train=torch.tensor(arrays["train_y"][train].astype(np.int64)),
+        x_val=torch.tensor((x_val - mean) / std, dtype=torch.float32).reshape(-1, 1, resolution, resolution),
+        y_val=torch.tensor(arrays["test_y"][val].astype(np.int64)),
+        n_classes=10,
+    )
