@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="report the sample's cells already scored")
     args = parser.parse_args(argv)
 
-    from bench.nasbench201.score import report, run, sample_cells, scored
+    from bench.nasbench201.score import plot, report, run, sample_cells, scored
     from bench.nasbench201.table import load_table
 
     table = load_table()
@@ -55,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         args.note = f"{args.note} Only {len(results)} of the {len(cells)} sampled cells are scored so far.".strip()
     skeleton = f"Networks: {args.channels} channels, {args.cells_per_stage} cells per stage."
     args.docs.parent.mkdir(parents=True, exist_ok=True)
-    args.docs.write_text(report(results, args.data, note=" ".join(p for p in (args.note, skeleton) if p)) + "\n")
+    figure = Path(args.docs.stem) / f"score_vs_accuracy_{args.data}.png"  # beside the report
+    plot(results, args.docs.parent / figure)
+    note = " ".join(p for p in (args.note, skeleton) if p)
+    args.docs.write_text(report(results, args.data, note=note, figure=figure.as_posix()) + "\n")
     print(f"wrote {args.docs}")
     return 0
 

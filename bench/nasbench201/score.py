@@ -220,8 +220,18 @@ def _hit_rate(scores: np.ndarray, accuracy: np.ndarray, k: int) -> float:
     return len(best & ranked) / k if k else math.nan
 
 
-def report(results: list[dict[str, Any]], kind: str, note: str = "") -> str:
-    """The Markdown report of one run (``docs/nasbench201.md``)."""
+def plot(results: list[dict[str, Any]], path: Path) -> Path:
+    """Each method's score against the accuracy, on these cells (``bench.nasbench201.plots``)."""
+    from bench.nasbench201.plots import write_score_vs_accuracy
+
+    accuracy = np.array([r["accuracy"] for r in results])
+    columns = _columns(results)
+    rho = {name: spearman(scores, accuracy) for name, scores in columns.items()}
+    return write_score_vs_accuracy(columns, accuracy, rho, path)
+
+
+def report(results: list[dict[str, Any]], kind: str, note: str = "", figure: str | None = None) -> str:
+    """The Markdown report of one run (``docs/nasbench201.md``); ``figure``: the link to the plot."""
     accuracy = np.array([r["accuracy"] for r in results])
     columns = _columns(results)
     bad = accuracy < FLAG_BELOW
@@ -290,4 +300,6 @@ def report(results: list[dict[str, Any]], kind: str, note: str = "") -> str:
             lines.append(f"| {name} | {rho.point:.3f} [{rho.low:.3f}, {rho.high:.3f}] | {int(have.sum())} |")
     costs = [r["preflight"]["counted_cost"] for r in results]
     lines += ["", f"Preflight's counted cost per cell: median {float(np.median(costs)):.1f} training steps.", ""]
+    if figure:
+        lines += [f"![Each method's score (its rank among the cells) against the trained accuracy]({figure})", ""]
     return "\n".join(lines)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.nasbench201.score import cell_batch, report, run, sample_cells, scored
+from bench.nasbench201.score import cell_batch, plot, report, run, sample_cells, scored
 
 
 def test_the_sample_is_stratified_by_accuracy_and_the_dev_sample_is_disjoint(table: dict) -> None:
@@ -47,5 +47,8 @@ def test_a_small_run_scores_every_cell_with_every_method_and_caches_each_part(ta
     assert scored(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1) == []
     assert len(run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1)) == 3
     assert [f.stat().st_mtime_ns for f in proxies] == proxy_stamps  # the proxies were not recomputed
-    text = report(results, "gaussian")
+    text = report(results, "gaussian", figure="nasbench201/score_vs_accuracy_gaussian.png")
     assert "| preflight |" in text and "Gaussian" in text and "proxy:naswot" in text
+    assert "](nasbench201/score_vs_accuracy_gaussian.png)" in text
+    figure = plot(results, tmp_path / "figure.png")
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
