@@ -1,0 +1,121 @@
+"""The verdict on the service's default path, on benchmark v2's frozen test set.
+
+``python -m bench.v2.gaussian_path`` conditions every test candidate as a submission without
+``options.data`` is conditioned (``worker.engine.condition(spec)``: a Gaussian batch of the input
+shape, the probe fitting random labels; every option at its default, seed 0) and reports its
+verdict's precision and recall in flagging the untrainable candidates, per dataset, next to the
+verdict of the labelled batch the benchmark conditions on (v2's Preflight stage, seed 0).
+
+Ground truth: the trained runs of benchmark v2. Nothing trains from the Gaussian path's own tuned
+init, so two truths stand in for it: B (trained from the labelled batch's tuned init) and A (from
+the spec's init); a candidate untrainable under both is untrainable whatever the tuning. Nothing
+is fitted or chosen here: the cut is the shipped one. Results are cached per candidate under
+``bench/results/gaussian_path/`` (the engine's version in each, so a changed engine reruns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.pipeline.candidates import Candidate
+from bench.pipeline.run import engine_version, read_json, write_json
+from bench.v2.analysis import GROUPS, Row, load_rows, verdict
+from bench.v2.candidates import test_set
+from bench.v2.stats import RESAMPLES
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench" / "results" / "gaussian_path"
+CACHE = ROOT / "bench" / "results" / "v2"
+SEEDS = 3  # the seeds of the trained runs read for the truths
+
+
+def _condition(cand: dict[str, Any]) -> str:
+    from worker.engine import condition
+
+    torch.set_num_threads(1)
+    candidate = Candidate(**cand)
+    path = OUT / f"{candidate.id}.json"
+    version = engine_version()
+    if path.exists() and read_json(path).get("engine_version") == version:
+        return f"{candidate.id} cached"
+    try:
+        report = condition(candidate.spec)
+        result = {"score": report.score, "verdict": report.verdict, "probe_targets": "random"}
+    except Exception as error:  # noqa: BLE001 - an engine crash is a finding
+        result = {"error": f"{type(error).__name__}: {error}", "score": math.nan, "verdict": None}
+    write_json(path, {**result, "engine_version": version})
+    return f"{candidate.id} {result['verdict']}"
+
+
+def _swapped(row: Row, gaussian: dict[str, Any] | None, init: str) -> Row:
+    """``row`` with the Gaussian path's verdict (None: the labelled batch's, as cached) and the
+    runs of ``init`` standing where ``analysis.verdict`` reads the tuned init's."""
+    runs = {(protocol, "tuned"): row.runs.get((protocol, init), []) for protocol in ("sgd", "adamw")}
+    preflight = row.preflight if gaussian is None else {"verdict": gaussian.get("verdict")}
+    return dataclasses.replace(row, preflight=preflight, runs=runs)
+
+
+def _cell(figure: dict[str, Any]) -> str:
+    if not figure.get("n"):
+        return "n/a"
+
+    def interval(key: str) -> str:
+        f = figure[key]
+        if f["point"] is None or (isinstance(f["point"], float) and math.isnan(f["point"])):
+            return "n/a"
+        low = f.get("low")
+        if low is None or math.isnan(low):
+            return f"{f['point']:.2f}"
+        return f"{f['point']:.2f} [{low:.2f}, {f['high']:.2f}]"
+
+    near = len(figure["pruned_near_best"])
+    return (
+        f"{figure['flagged']} flagged, {figure['untrainable']} untrainable: precision {interval('precision')}, "
+        f"recall {interval('recall')}; {near} pruned within 5 points of the best"
+    )
+
+
+def report() -> str:
+    """The table: per dataset and truth, the labelled batch's verdict and the Gaussian path's."""
+    candidates = test_set()
+    rows = load_rows(candidates, "test", CACHE, SEEDS, 1.0)
+    gaussian = {c.id: read_json(OUT / f"{c.id}.json") for c in candidates if (OUT / f"{c.id}.json").exists()}
+    lines = [
+        "| dataset | truth (protocol S) | labelled batch (data) | Gaussian batch (the default path) |",
+        "|---|---|---|---|",
+    ]
+    for group, name in GROUPS.items():
+        members = [r for r in rows if r.group == group and r.candidate.id in gaussian]
+        if not members:
+            continue
+        for truth, init in (("B, tuned init", "tuned"), ("A, spec init", "spec")):
+            labelled = verdict([_swapped(r, None, init) for r in members], "sgd", RESAMPLES)
+            default = verdict([_swapped(r, gaussian[r.candidate.id], init) for r in members], "sgd", RESAMPLES)
+            lines.append(f"| {name} ({len(members)}) | {truth} | {_cell(labelled)} | {_cell(default)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.v2.gaussian_path", description=__doc__)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.report_only:
+        tasks = [c.to_json() for c in test_set()]
+        with get_context("spawn").Pool(args.jobs, initializer=os.nice, initargs=(5,)) as pool:
+            for i, message in enumerate(pool.imap_unordered(_condition, tasks)):
+                print(f"{i + 1}/{len(tasks)} {message}", flush=True)
+    print(report())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
