@@ -265,7 +265,8 @@ def report(results: list[dict[str, Any]], kind: str, note: str = "", figure: str
     for name, scores in columns.items():
         rho = bootstrap(lambda i, s=scores: spearman(s[i], accuracy[i]), n)
         tau = kendall(scores, accuracy)
-        flag = precision_at_recall(-scores, bad, RECALL) if bad.sum() >= MIN_FLAGGED else math.nan
+        # the lowest scores are pruned first (higher = predicted better), as in benchmark v2
+        flag = precision_at_recall(scores, bad, RECALL) if bad.sum() >= MIN_FLAGGED else math.nan
         hits = [_hit_rate(scores, accuracy, k) if n >= 5 * k else math.nan for k in (10, 50)]
         lines.append(
             f"| {name} | {rho.point:.3f} [{rho.low:.3f}, {rho.high:.3f}] | {tau:.3f} | "
@@ -295,6 +296,8 @@ def report(results: list[dict[str, Any]], kind: str, note: str = "", figure: str
         for name in names:
             values = np.array([-_finite((r["preflight"].get("components") or {}).get(name)) for r in results])
             have = np.isfinite(values)  # a component skipped under the budget is left out, not ranked last
+            if not have.any():
+                continue  # off on this path (the diagnostics): nothing to rank
             v, a = values[have], accuracy[have]
             rho = bootstrap(lambda i, v=v, a=a: spearman(v[i], a[i]), int(have.sum()))
             lines.append(f"| {name} | {rho.point:.3f} [{rho.low:.3f}, {rho.high:.3f}] | {int(have.sum())} |")

@@ -52,3 +52,28 @@ def test_a_small_run_scores_every_cell_with_every_method_and_caches_each_part(ta
     assert "](nasbench201/score_vs_accuracy_gaussian.png)" in text
     figure = plot(results, tmp_path / "figure.png")
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_flagging_prunes_the_lowest_scores_first() -> None:
+    """Five dead cells (10 %) scored lowest by Preflight and highest by every proxy: Preflight
+    flags them at precision 1, the proxies at the base rate or worse (this once read the sign
+    backwards)."""
+    from bench.pipeline.proxies import PROXIES
+
+    results = []
+    for i in range(25):
+        dead = i < 5
+        results.append(
+            {
+                "accuracy": 10.0 if dead else 80.0 + i * 0.1,
+                "preflight": {"score": -100.0 + i if dead else float(i), "seconds": 1.0, "counted_cost": 15.0},
+                "proxies": {name: {"score": 1000.0 + i if dead else float(i), "seconds": 0.1} for name in PROXIES},
+            }
+        )
+    rows = {
+        line.split("|")[1].strip(): line.split("|")
+        for line in report(results, "fashion").splitlines()
+        if line.startswith("| ")
+    }
+    assert rows["preflight"][6].strip() == "1.00"
+    assert float(rows["proxy:naswot"][6]) < 0.3
