@@ -3,8 +3,6 @@ balancing that did not converge."""
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Any
 
 import pytest
@@ -39,22 +37,6 @@ SIGMOID_MLP = {
     + [{"layers": [{"type": "linear", "out": 10}]}],
 }
 
-# Timer noise on a shared CPU (other jobs on the two cores): the timed stages may pass the budget
-# by this factor. The decisions use the counted cost model (worker.engine.budget), whose constants are
-# upper-end measurements, so timed costs are normally below the counted ones.
-TOLERANCE = 2.0
-
-
-def _median_step(spec: dict[str, Any], batch: int) -> float:
-    model = build_model(spec, seed=0)
-    x = torch.randn(batch, *spec["input_shape"], generator=torch.Generator().manual_seed(0))
-    times = []
-    for _ in range(5):
-        clock = time.perf_counter()
-        model(x).pow(2).mean().backward()
-        times.append(time.perf_counter() - clock)
-    return statistics.median(times)
-
 
 def test_spread_order_covers_every_layer_and_every_prefix_is_spread() -> None:
     for n in range(12):
@@ -83,15 +65,8 @@ def test_the_whole_conditioning_of_a_small_cnn_stays_within_its_budget(budget: f
         and tuning.budget["counted_steps"] <= budget
     )
     assert tuning.budget["probe_counted_steps"] == counted["probe"] > 0
-    # timed: the stages' seconds sum to at most the budget times a training step, up to timer
-    # noise (the report's one timed step is a single sample; a median of 5 steers clear of spikes)
-    step = max(timings["step"], _median_step(CNN, 32))
-    probe = tuning.budget["probe_counted_steps"]
-    conditioning = {k: v for k, v in timings.items() if k != "probe"}
-    assert sum(conditioning.values()) <= TOLERANCE * (budget - probe) * step, timings
-    # the probe copies and restores the weights at every rate besides its steps: its own share,
-    # with the same tolerance
-    assert timings["probe"] <= TOLERANCE * probe * step, timings
+    # The timed seconds against the budget (a speed figure, which a loaded machine stretches) are
+    # measured as ratios by the benchmark, not here: python -m bench.perf.tuning_cost (docs/conditioning.md).
     assert tuning.balancing_mode == "closed_form"
     names = [layer.name for layer in report.layers]
     measured = names if tuning.hessian_measured is None else tuning.hessian_measured
