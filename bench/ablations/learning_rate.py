@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +27,11 @@ import torch
 
 import nas
 from bench.pipeline.candidates import Candidate
-from bench.pipeline.run import read_json, write_json
-from bench.v2.analysis import group_of
+from bench.pipeline.run import imap_spawned, read_json, write_json
+from bench.v2.analysis import group_of, read_stage
 from bench.v2.candidates import dev_set, test_set
 from bench.v2.protocols import PROTOCOLS
-from bench.v2.stages import BATCH, dataset
+from bench.v2.stages import BATCH, Stage, dataset
 from bench.v2.stats import Interval, bootstrap, paired_difference
 from nas.report import RECOMMENDED_LR_FACTOR
 
@@ -55,7 +53,7 @@ def _probe_one(args: tuple[dict[str, Any], int]) -> str:
     path = OUT / f"s{seed}" / f"{candidate.id}.json"
     if path.exists():
         return f"{candidate.id} s{seed} cached"
-    pre = read_json(CACHE / "preflight" / f"s{seed}" / f"{candidate.id}.json")
+    pre = read_stage(CACHE, Stage("preflight", seed), candidate) or {}
     if pre.get("scales") is None:
         write_json(path, {"error": "no scales"})
         return f"{candidate.id} s{seed} no scales"
@@ -75,11 +73,6 @@ def _probe_one(args: tuple[dict[str, Any], int]) -> str:
     return f"{candidate.id} s{seed} {probe.best_lr}"
 
 
-def _trained(candidate: Candidate, protocol: str, seed: int) -> dict[str, Any] | None:
-    path = CACHE / "train" / protocol / "tuned" / f"s{seed}" / f"{candidate.id}.json"
-    return read_json(path) if path.exists() else None
-
-
 def _accuracies(run: dict[str, Any], chance: float) -> np.ndarray:
     """Test accuracy at each rate; a diverged or missing figure counts as chance."""
     return np.array([a if a is not None and math.isfinite(a) else chance for a in run["test_accuracy"]])
@@ -92,7 +85,7 @@ def _rows(set_name: str) -> list[dict[str, Any]]:
     for candidate in make():
         for seed in seeds:
             probe_path = OUT / f"s{seed}" / f"{candidate.id}.json"
-            trained = _trained(candidate, "sgd", seed)
+            trained = read_stage(CACHE, Stage("train", seed, "sgd", "tuned"), candidate)
             if trained is None or not probe_path.exists():
                 continue
             probe, run = read_json(probe_path), trained["run"]
@@ -211,10 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.report_only:
         tasks = [(c.to_json(), seed) for make, seeds in SETS.values() for c in make() for seed in seeds]
-        with get_context("spawn").Pool(args.jobs, initializer=os.nice, initargs=(5,)) as pool:
-            for i, message in enumerate(pool.imap_unordered(_probe_one, tasks)):
-                if (i + 1) % 50 == 0:
-                    print(f"{i + 1}/{len(tasks)} {message}", flush=True)
+        for i, message in enumerate(imap_spawned(_probe_one, tasks, args.jobs, nice=5)):
+            if (i + 1) % 50 == 0:
+                print(f"{i + 1}/{len(tasks)} {message}", flush=True)
     print(report())
     return 0
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from collections import defaultdict
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ import torch
 import nas
 from bench.pipeline.candidates import Candidate
 from bench.pipeline.metrics import precision_at_recall, spearman
-from bench.pipeline.run import read_json, write_json
+from bench.pipeline.run import imap_spawned, read_json, write_json
 from bench.v2.analysis import group_of, load_rows, truth
 from bench.v2.candidates import dev_set
 from bench.v2.stages import BATCH, dataset
@@ -103,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     candidates = dev_set()
     if not args.report_only:
-        with get_context("spawn").Pool(args.jobs, initializer=os.nice, initargs=(5,)) as pool:
-            for i, message in enumerate(pool.imap_unordered(run_one, [c.to_json() for c in candidates])):
-                print(f"{i + 1}/{len(candidates)} {message}", flush=True)
+        tasks = [c.to_json() for c in candidates]
+        for i, message in enumerate(imap_spawned(run_one, tasks, args.jobs, nice=5)):
+            print(f"{i + 1}/{len(candidates)} {message}", flush=True)
     _report(candidates)
     return 0
 

@@ -33,7 +33,7 @@ import torch
 
 from bench.pipeline.metrics import kendall, precision_at_recall, spearman
 from bench.pipeline.proxies import PROXIES, compute_proxies
-from bench.pipeline.run import engine_version
+from bench.pipeline.run import engine_version, imap_spawned
 from bench.v2.stats import bootstrap, paired_difference
 from nas import build_model
 from nas.space import nasbench201_arch_string, nasbench201_spec
@@ -176,11 +176,8 @@ def run(
     order = random.Random(0).sample(cells, len(cells))
     tasks = [(c, table[c], kind, str(out), channels, cells_per_stage) for c in order]
     if jobs > 1:
-        import multiprocessing
-
-        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-            for i, line in enumerate(pool.imap_unordered(_task, tasks), 1):
-                print(f"[{i}/{len(tasks)}] {line}", flush=True)
+        for i, line in enumerate(imap_spawned(_task, tasks, jobs), 1):
+            print(f"[{i}/{len(tasks)}] {line}", flush=True)
     else:
         for i, task in enumerate(tasks, 1):
             print(f"[{i}/{len(tasks)}] {_task(task)}", flush=True)

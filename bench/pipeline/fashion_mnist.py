@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from functools import cache
 
-import numpy as np
 import torch
 
 from bench.pipeline.datasets import Dataset
-from nas.fashion_mnist import DEFAULT_DIR, ENV, FashionMNISTMissing, find_dir, read_arrays, read_idx, stratified
+from nas.fashion_mnist import DEFAULT_DIR, ENV, FashionMNISTMissing, find_dir, read_idx, standardized_subsets
 
 __all__ = ["DEFAULT_DIR", "ENV", "FashionMNISTMissing", "find_dir", "load_fashion_mnist", "read_idx"]
 
@@ -41,25 +40,13 @@ def load_fashion_mnist(
 ) -> Dataset:
     """The benchmark's Fashion-MNIST split: stratified subsets, standardized, 1 x resolution x
     resolution images (``image=False``: flat vectors for MLPs); ``resolution`` divides 28."""
-    if resolution < 1 or 28 % resolution:
-        raise ValueError(f"resolution must divide 28, but got {resolution=}")
-    arrays = read_arrays(folder)
-    train = stratified(arrays["train_y"], train_per_class, SUBSET_SEED)
-    test = stratified(arrays["test_y"], test_per_class, SUBSET_SEED)
-    block = 28 // resolution
-    x_tr, x_te = (
-        (arrays[k][index].astype(np.float64) / 255.0)
-        .reshape(-1, resolution, block, resolution, block)
-        .mean(axis=(2, 4))
-        for k, index in (("train_x", train), ("test_x", test))
-    )
-    mean, std = x_tr.mean(), x_tr.std()
+    x_tr, y_tr, x_te, y_te = standardized_subsets(folder, train_per_class, test_per_class, resolution, SUBSET_SEED)
     shape = (1, resolution, resolution) if image else (resolution * resolution,)
     return Dataset(
         name="fashion_mnist" + ("_image" if image else ""),
-        x_train=torch.tensor((x_tr - mean) / std, dtype=torch.float32).reshape(-1, *shape),
-        y_train=torch.tensor(arrays["train_y"][train].astype(np.int64)),
-        x_test=torch.tensor((x_te - mean) / std, dtype=torch.float32).reshape(-1, *shape),
-        y_test=torch.tensor(arrays["test_y"][test].astype(np.int64)),
+        x_train=torch.tensor(x_tr, dtype=torch.float32).reshape(-1, *shape),
+        y_train=torch.tensor(y_tr),
+        x_test=torch.tensor(x_te, dtype=torch.float32).reshape(-1, *shape),
+        y_test=torch.tensor(y_te),
         classes=10,
     )

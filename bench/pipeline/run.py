@@ -245,15 +245,15 @@ def run_stage(
         for i, task in enumerate(tasks):
             log(f"{stage} {i + 1}/{len(tasks)} {_task(task)}")
     else:
-        with get_context("spawn").Pool(jobs, initializer=os.nice, initargs=(5,)) as pool:
-            for i, cid in enumerate(pool.imap_unordered(_task, tasks)):
-                log(f"{stage} {i + 1}/{len(tasks)} {cid}")
+        for i, cid in enumerate(imap_spawned(_task, tasks, jobs, nice=5)):
+            log(f"{stage} {i + 1}/{len(tasks)} {cid}")
     return time.perf_counter() - start
 
 
-def imap_spawned(task: Callable[[Any], Any], tasks: list[Any], jobs: int = 2) -> Iterable[Any]:
-    """``task`` over ``tasks`` in ``jobs`` spawned processes, results in completion order."""
-    with get_context("spawn").Pool(jobs) as pool:
+def imap_spawned(task: Callable[[Any], Any], tasks: list[Any], jobs: int = 2, nice: int = 0) -> Iterable[Any]:
+    """``task`` over ``tasks`` in ``jobs`` spawned processes, results in completion order; ``nice``
+    lowers the workers' priority (5: a long benchmark yields to the machine's other work)."""
+    with get_context("spawn").Pool(jobs, initializer=os.nice, initargs=(nice,)) as pool:
         yield from pool.imap_unordered(task, tasks)
 
 

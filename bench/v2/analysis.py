@@ -26,7 +26,7 @@ from bench.pipeline.run import read_json
 from bench.v2.stages import INIT_PEERS, Stage, cached
 from bench.v2.stats import Interval, bootstrap, paired_difference, spearman_rows
 
-__all__ = ["GROUPS", "Row", "figures", "load_rows", "truth"]
+__all__ = ["GROUPS", "Row", "figures", "load_rows", "read_stage", "truth"]
 
 GROUPS = {"fashion_mnist": "Fashion-MNIST", "digits": "digits (8x8)", "breast_cancer": "breast cancer"}
 TRUTHS = {"A": "spec", "B": "tuned"}
@@ -57,7 +57,9 @@ class Row:
         return self.candidate.family
 
 
-def _read(out: Any, stage: Stage, candidate: Candidate, scale: float) -> dict[str, Any] | None:
+def read_stage(out: Any, stage: Stage, candidate: Candidate, scale: float = 1.0) -> dict[str, Any] | None:
+    """One cached stage's result for ``candidate``, or None when it is missing or stale (its
+    fingerprint no longer matches its inputs)."""
     return read_json(out / stage.key / f"{candidate.id}.json") if cached(out, stage, candidate, scale) else None
 
 
@@ -78,12 +80,12 @@ def load_rows(candidates: Iterable[Candidate], set_name: str, out: Any, seeds: i
     rows = []
     for c in candidates:
         row = Row(c, set_name)
-        row.preflight = _rescored(_read(out, Stage("preflight", 0), c, scale))
-        row.proxies = _read(out, Stage("proxies"), c, scale)
-        row.baselines = _read(out, Stage("baselines"), c, scale)
+        row.preflight = _rescored(read_stage(out, Stage("preflight", 0), c, scale))
+        row.proxies = read_stage(out, Stage("proxies"), c, scale)
+        row.baselines = read_stage(out, Stage("baselines"), c, scale)
         for protocol, inits in (("sgd", ("spec", "tuned", *INIT_PEERS)), ("adamw", ("spec", "tuned", *INIT_PEERS))):
             for init in inits:
-                got = [_read(out, Stage("train", s, protocol, init), c, scale) for s in range(seeds)]
+                got = [read_stage(out, Stage("train", s, protocol, init), c, scale) for s in range(seeds)]
                 runs = [g for g in got if g and g.get("run")]
                 if runs:
                     row.runs[(protocol, init)] = runs

@@ -18,15 +18,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from bench.pipeline.candidates import Candidate
-from bench.pipeline.run import engine_version, read_json, write_json
+from bench.pipeline.run import engine_version, imap_spawned, read_json, write_json
 from bench.v2.analysis import GROUPS, Row, load_rows, verdict
 from bench.v2.candidates import test_set
 from bench.v2.stats import RESAMPLES
@@ -110,9 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.report_only:
         tasks = [c.to_json() for c in test_set()]
-        with get_context("spawn").Pool(args.jobs, initializer=os.nice, initargs=(5,)) as pool:
-            for i, message in enumerate(pool.imap_unordered(_condition, tasks)):
-                print(f"{i + 1}/{len(tasks)} {message}", flush=True)
+        for i, message in enumerate(imap_spawned(_condition, tasks, args.jobs, nice=5)):
+            print(f"{i + 1}/{len(tasks)} {message}", flush=True)
     print(report())
     return 0
 

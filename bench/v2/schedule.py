@@ -7,13 +7,12 @@ task is cached as soon as it finishes, so a killed run resumes where it stopped.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
-from multiprocessing import get_context
 from pathlib import Path
 
 from bench.pipeline.candidates import Candidate
+from bench.pipeline.run import imap_spawned
 from bench.v2.stages import Stage, cached, plan, run_task
 
 __all__ = ["run"]
@@ -48,8 +47,7 @@ def run(
                 for i, task in enumerate(tasks):
                     log(f"[{name}] {i + 1}/{len(tasks)} {run_task(task)}")
             else:
-                with get_context("spawn").Pool(jobs, initializer=os.nice, initargs=(5,)) as pool:
-                    for i, message in enumerate(pool.imap_unordered(run_task, tasks)):
-                        log(f"[{name}] {i + 1}/{len(tasks)} {message}")
+                for i, message in enumerate(imap_spawned(run_task, tasks, jobs, nice=5)):
+                    log(f"[{name}] {i + 1}/{len(tasks)} {message}")
         walls[name] = time.perf_counter() - start
     return walls

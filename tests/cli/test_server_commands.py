@@ -32,6 +32,18 @@ def preflight(db: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
     )
 
 
+def serve(env: dict[str, str], port: int, *args: str, output: bool = True) -> subprocess.Popen[str]:
+    """``preflight serve`` on ``port`` in its own process; its log (stdout and stderr together)
+    is readable from ``communicate()`` unless ``output`` is False."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", *args, "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE if output else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if output else subprocess.DEVNULL,
+        text=True,
+    )
+
+
 def wait_until_ready(url: str, server: subprocess.Popen[str], seconds: float = 300.0) -> None:
     """Until ``/readyz`` answers 200: readiness, not speed, with a bound generous enough for a
     loaded machine; fails at once if the server exits."""
@@ -96,13 +108,7 @@ def test_serve_with_embedded_worker_end_to_end(tmp_path: Path) -> None:
         "PREFLIGHT_REQUIRE_AUTH": "true",
         "PREFLIGHT_POLL_SECONDS": "0.05",
     }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--embedded-worker", "--device", "cpu", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    server = serve(env, port, "--embedded-worker", "--device", "cpu")
     try:
         url = f"http://127.0.0.1:{port}"
         wait_until_ready(url, server)
@@ -130,18 +136,11 @@ def test_version_is_printed() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_serve_creates_and_migrates_a_new_sqlite_database_and_says_what_it_runs(tmp_path: Path) -> None:
     db, port = tmp_path / "fresh" / "p.db", free_port()
     db.parent.mkdir()
     env = {**os.environ, "PREFLIGHT_DATABASE_URL": f"sqlite:///{db}"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    server = serve(env, port)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_until_ready(url, server)
@@ -167,12 +166,7 @@ def test_healthz_stays_under_100_ms_while_a_4_mb_spec_is_refused(tmp_path: Path)
     layer past the limit (``tests/nas/test_spec_v11.py``)."""
     port = free_port()
     env = {**os.environ, "PREFLIGHT_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = serve(env, port, output=False)
     spec = {"input_shape": [4], "blocks": [{"layers": [{"type": "relu"}] * 161_304}]}
     compact = json.dumps({"spec": spec}).encode()  # encoded once, before any timing
     body = compact + b" " * (4 * 2**20 - len(compact))  # padded to the body limit: 4 MiB, still legal
