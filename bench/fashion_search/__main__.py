@@ -1,0 +1,40 @@
+"""``python -m bench.fashion_search``: the Fashion-MNIST search, seven ways, over seeds, and its
+report ``docs/fashion-search.md`` (``bench/fashion_search``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fashion_search", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default 5)")
+    parser.add_argument("--trials", type=int, default=30, help="trials per search (default 30)")
+    parser.add_argument("--epochs", type=int, default=4, help="epochs of a full training (default 4)")
+    parser.add_argument("--jobs", type=int, default=2, help="seeds run at once (default 2)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fashion_search")
+    parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "fashion-search.md")
+    parser.add_argument("--note", default="", help="a paragraph for the top of the report")
+    parser.add_argument("--report-only", action="store_true", help="report the seeds already run")
+    args = parser.parse_args(argv)
+    from nas.fashion_mnist import find_dir
+
+    find_dir()  # before any work: a missing dataset is one line saying how to get it
+    from bench.fashion_search.run import run, seed_results
+
+    seeds = list(range(args.seeds))
+    if not args.report_only:
+        run(args.out, seeds, args.trials, args.epochs, args.jobs)
+    done = seed_results(args.out, seeds, args.trials, args.epochs)
+    from bench.fashion_search.report import write_report
+
+    for path in write_report(done, args, ROOT):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""What a trial costs and reaches, measured once: a network conditioned once, trained once per
+(initialization, learning rate, seed), both cached on disk.
+
+Trainings are deterministic (one intra-op thread, seeded weights and minibatch order), so searches
+that propose the same network at the same rate share one training; each is charged the seconds its
+epochs took when they were trained, and a pruner that stops a trial after one epoch is charged one
+epoch. A curve grows on demand: every trainer of this process stays in memory, so a later search
+asking for more epochs continues it; after a restart the cached prefix is retrained (the same
+numbers) and extended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import nas
+from bench.pipeline.run import engine_version, read_json, write_json
+from nas.report import ConditioningReport
+from nas.training import Dataset, Trainer, accuracy
+
+__all__ = ["DATA", "Epoch", "Evaluator", "load_splits"]
+
+VERSION = 1  # of the cached records' meaning: bump to retrain and recondition everything
+# The split: stratified subsets of Fashion-MNIST at 14 x 14 (nas.fashion_mnist.standardized_subsets).
+DATA = {"train_per_class": 600, "val_per_class": 100, "test_per_class": 200, "resolution": 14, "seed": 0}
+BATCH = 64
+MOMENTUM = 0.9
+CONDITION_IMAGES = 64  # the labelled batch the gate uploads (options.data), the demo's
+
+
+def load_splits(folder: str | Path | None = None) -> tuple[Dataset, torch.Tensor, torch.Tensor]:
+    """The search's training and validation splits (both cut from Fashion-MNIST's training images,
+    disjoint) and its test images with labels (from the test images). The validation accuracy is the
+    search's objective; the test accuracy is only reported."""
+    from nas.fashion_mnist import standardized_subsets, stratified
+
+    per_class = DATA["train_per_class"] + DATA["val_per_class"]
+    x, y, x_test, y_test = standardized_subsets(
+        folder, per_class, DATA["test_per_class"], DATA["resolution"], DATA["seed"]
+    )
+    val = np.zeros(len(y), dtype=bool)
+    val[stratified(y, DATA["val_per_class"], DATA["seed"] + 1)] = True
+    shape = (-1, 1, DATA["resolution"], DATA["resolution"])
+
+    def images(a: np.ndarray) -> torch.Tensor:
+        return torch.tensor(a, dtype=torch.float32).reshape(shape)
+
+    data = Dataset(images(x[~val]), torch.tensor(y[~val]), images(x[val]), torch.tensor(y[val]), n_classes=10)
+    return data, images(x_test), torch.tensor(y_test)
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One epoch of a training: validation and test accuracy after it, its seconds (training and
+    validation, what a search pays) and optimizer steps."""
+
+    val: float
+    test: float
+    seconds: float
+    steps: int
+    diverged: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "val": self.val,
+            "test": self.test,
+            "seconds": self.seconds,
+            "steps": self.steps,
+            "diverged": self.diverged,
+        }
+
+
+@dataclass
+class _Training:
+    trainer: Trainer
+    epochs: list[Epoch] = field(default_factory=list)
+
+
+def _key(*parts: Any) -> str:
+    blob = json.dumps([VERSION, DATA, BATCH, MOMENTUM, *parts], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+class Evaluator:
+    """Conditioning and training of the search's networks, cached under ``out`` (``condition/`` and
+    ``curves/``, one JSON per network)."""
+
+    def __init__(self, out: Path, folder: str | Path | None = None) -> None:
+        self.out = out
+        self.data, self.x_test, self.y_test = load_splits(folder)
+        self.engine = engine_version()
+        self._trainings: dict[str, _Training] = {}
+
+    def condition(self, spec: dict[str, Any], seed: int) -> tuple[ConditioningReport, float]:
+        """The engine's report on ``spec`` (options ``seed`` and the labelled batch) and its seconds."""
+        from worker.engine import condition
+
+        path = self.out / "condition" / f"{_key('condition', self.engine, spec, seed)}.json"
+        if path.exists():
+            cached = read_json(path)
+            return ConditioningReport.model_validate(cached["report"]), float(cached["seconds"])
+        batch = {"x": self.data.x_train[:CONDITION_IMAGES], "y": self.data.y_train[:CONDITION_IMAGES]}
+        started = time.perf_counter()
+        report = condition(spec, data=batch, options={"seed": seed})
+        seconds = time.perf_counter() - started
+        write_json(path, {"report": report.model_dump(mode="json"), "seconds": seconds, "name": spec.get("name")})
+        return report, seconds
+
+    def epochs(
+        self, spec: dict[str, Any], lr: float, seed: int, count: int, report: ConditioningReport | None = None
+    ) -> list[Epoch]:
+        """The first ``count`` epochs of ``spec`` trained at ``lr`` (SGD, momentum 0.9, batch 64)
+        from its spec initialization, or from ``report``'s tuned one; ``seed`` draws the weights
+        and the minibatch order."""
+        init: Any = "spec"
+        if report is not None:
+            env = report.environment
+            init = {"scales": dict(report.scales), "seed": env.seed, "draw": env.draw}
+        key = _key("train", spec, init, lr, seed)
+        path = self.out / "curves" / f"{key}.json"
+        cached = [Epoch(**e) for e in read_json(path)["epochs"]] if path.exists() else []
+        if len(cached) >= count:
+            return cached[:count]
+        training = self._trainings.get(key)
+        if training is None:
+            model = report.build_model(spec) if report is not None else nas.build_model(spec, seed=seed)
+            trainer = Trainer(
+                model,
+                self.data,
+                lr=lr,
+                batch_size=BATCH,
+                momentum=MOMENTUM,
+                generator=torch.Generator().manual_seed(seed),
+            )
+            training = self._trainings[key] = _Training(trainer)
+        while len(training.epochs) < count:
+            trainer = training.trainer
+            seconds, steps = trainer.seconds, trainer.steps
+            val = trainer.epoch()
+            test = 0.0 if trainer.diverged else accuracy(trainer.model, self.x_test, self.y_test)
+            training.epochs.append(Epoch(val, test, trainer.seconds - seconds, trainer.steps - steps, trainer.diverged))
+        # a retrained prefix keeps the seconds first measured: the charge of an epoch never changes
+        merged = cached + training.epochs[len(cached) :]
+        write_json(path, {"epochs": [e.to_json() for e in merged], "name": spec.get("name"), "lr": lr})
+        return merged[:count]

@@ -1,0 +1,81 @@
+"""The searches of every seed, resumable: a seed's trials go to ``<out>/seeds/seed<N>.json`` when
+all seven searches are done, with the configuration they ran under (a changed configuration or
+engine reruns the seed; the trainings and conditionings it shares stay cached)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.pipeline.run import engine_version, imap_spawned, read_json, write_json
+
+__all__ = ["config", "run", "seed_path", "seed_results"]
+
+
+def config(trials: int, epochs: int) -> dict[str, Any]:
+    from bench.fashion_search.evaluate import DATA, VERSION
+
+    return {"trials": trials, "epochs": epochs, "engine": engine_version(), "data": DATA, "version": VERSION}
+
+
+def seed_path(out: Path, seed: int) -> Path:
+    return out / "seeds" / f"seed{seed}.json"
+
+
+def seed_results(out: Path, seeds: list[int], trials: int, epochs: int) -> dict[int, dict[str, Any]]:
+    """The finished seeds run under this configuration, with every search of ``SEARCHES``."""
+    from bench.fashion_search.searches import SEARCHES
+
+    wanted = config(trials, epochs)
+    done = {}
+    for seed in seeds:
+        path = seed_path(out, seed)
+        if not path.exists():
+            continue
+        data = read_json(path)
+        if data.get("config") == wanted and set(data["searches"]) == set(SEARCHES):
+            done[seed] = data
+    return done
+
+
+def _one_seed(task: tuple[Path, int, int, int]) -> int:
+    import torch
+
+    from bench.fashion_search.evaluate import Evaluator
+    from bench.fashion_search.searches import run_seed
+
+    out, seed, trials, epochs = task
+    torch.set_num_threads(1)  # small networks: one thread per process beats two contending
+    started = time.perf_counter()
+    searches = run_seed(Evaluator(out), seed, trials, epochs, log=lambda line: print(line, flush=True))
+    write_json(
+        seed_path(out, seed),
+        {
+            "config": config(trials, epochs),
+            "seed": seed,
+            "wall_seconds": time.perf_counter() - started,
+            "searches": searches,
+        },
+    )
+    return seed
+
+
+def run(out: Path, seeds: list[int], trials: int, epochs: int, jobs: int) -> None:
+    """Run the seeds not yet done, ``jobs`` at a time."""
+    from bench.fashion_search.searches import SEARCHES
+
+    todo = [s for s in seeds if s not in seed_results(out, seeds, trials, epochs)]
+    if not todo:
+        return
+    print(
+        f"fashion search: seeds {todo} ({trials} trials x {len(SEARCHES)} searches, {epochs} epochs), {jobs} at a time",
+        flush=True,
+    )
+    tasks = [(out, seed, trials, epochs) for seed in todo]
+    if jobs <= 1:
+        for task in tasks:
+            print(f"seed {_one_seed(task)} done", flush=True)
+        return
+    for seed in imap_spawned(_one_seed, tasks, jobs=jobs, nice=5):
+        print(f"seed {seed} done", flush=True)

@@ -1,0 +1,123 @@
+"""The search's figures: the incumbent is chosen by validation, compute counts conditioning, the
+perfect gate skips exactly the trials that did not train."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.fashion_search.analysis import (
+    best_at,
+    compute_to_reach,
+    figures,
+    in_macs,
+    incumbent_path,
+    perfect_gate,
+    seed_figures,
+)
+
+
+def _trial(val: float | None, test: float | None, train: float, condition: float = 0.0, state: str = "complete"):
+    return {
+        "name": "net",
+        "state": state,
+        "final_val": val if state == "complete" else None,
+        "test": test,
+        "train_seconds": train,
+        "condition_seconds": condition,
+        "params": {},
+        "lr": 0.01,
+    }
+
+
+def test_the_incumbent_is_the_best_validation_accuracy_not_the_best_test_accuracy():
+    trials = [_trial(0.8, 0.70, 1.0), _trial(0.7, 0.95, 1.0), _trial(0.9, 0.85, 1.0)]
+    assert incumbent_path(trials) == [(1.0, 0.70), (2.0, 0.70), (3.0, 0.85)]
+
+
+def test_compute_to_reach_charges_conditioning_and_pruned_trials_until_the_incumbent_reaches_the_target():
+    trials = [
+        _trial(None, None, 0.0, condition=2.0, state="pruned-before"),
+        _trial(0.6, 0.5, 3.0, condition=1.0),
+        _trial(None, 0.4, 1.5, state="pruned-during"),
+        _trial(0.9, 0.88, 4.0, condition=1.0),
+    ]
+    assert compute_to_reach(trials, 0.88) == pytest.approx(2.0 + 4.0 + 1.5 + 5.0)
+    assert compute_to_reach(trials, 0.89) == math.inf
+    assert best_at(trials, 7.9) == 0.5  # the third trial ends at 8.5
+    assert math.isnan(best_at(trials, 1.0))
+
+
+def test_the_perfect_gate_skips_for_free_exactly_the_trials_that_did_not_train():
+    trials = [_trial(0.1, 0.1, 10.0), _trial(0.49, 0.5, 5.0), _trial(0.8, 0.8, 2.0), _trial(0.9, 0.9, 3.0)]
+    skipped = perfect_gate(trials)
+    assert [t["state"] for t in skipped] == ["pruned-before", "pruned-before", "complete", "complete"]
+    assert compute_to_reach(skipped, 0.9) == 5.0
+    assert compute_to_reach(trials, 0.9) == 20.0
+
+
+def test_seed_figures_compare_each_search_with_the_ungated_one_and_the_perfect_gate():
+    ungated = [_trial(0.1, 0.1, 4.0), _trial(0.8, 0.8, 2.0), _trial(0.9, 0.9, 3.0)]
+    # the gate skipped the failing network (1 s of conditioning each) and trained the others as ungated did
+    gated = [
+        _trial(None, None, 0.0, condition=1.0, state="pruned-before"),
+        _trial(0.8, 0.8, 2.0, condition=1.0),
+        _trial(0.9, 0.9, 3.0, condition=1.0),
+    ]
+    got = seed_figures({"no gate": ungated, "preflight gate": gated})
+    assert got["target"] == 0.9
+    assert got["perfect_ratio"] == pytest.approx(5.0 / 9.0)
+    gate = got["searches"]["preflight gate"]
+    assert gate["ratio"] == pytest.approx(8.0 / 9.0)
+    assert gate["realised"] == pytest.approx((1 - 8.0 / 9.0) / (1 - 5.0 / 9.0))
+    # at the gate's whole compute (8 s) the ungated search's incumbent was its 0.8 network
+    assert gate["equal_compute_difference"] == pytest.approx(0.9 - 0.8)
+    assert got["searches"]["no gate"]["ratio"] == 1.0
+
+
+def test_figures_over_seeds_give_the_median_ratio_with_an_interval():
+    per_seed = {}
+    for seed, cost in enumerate((1.0, 2.0, 4.0, 8.0, 16.0)):
+        ungated = [_trial(0.1, 0.1, cost), _trial(0.9, 0.9, 1.0)]
+        gated = [_trial(None, None, 0.0, condition=0.5, state="pruned-before"), _trial(0.9, 0.9, 1.0)]
+        per_seed[seed] = seed_figures({"no gate": ungated, "preflight gate": gated})
+    gate = figures(per_seed)["searches"]["preflight gate"]
+    assert gate["ratio"].point == pytest.approx(1.5 / 5.0)
+    assert gate["ratio"].low <= gate["ratio"].point <= gate["ratio"].high
+    # at 1.5 s the ungated search had finished its failing trial (1 s) once, nothing on the other seeds
+    assert gate["equal_compute_difference"].point == pytest.approx(0.8)
+
+
+def test_a_search_that_has_finished_nothing_yet_counts_as_chance_at_equal_compute():
+    ungated = [_trial(0.9, 0.9, 10.0)]
+    gated = [_trial(0.7, 0.7, 2.0, condition=1.0)]
+    assert seed_figures({"no gate": ungated, "g": gated})["searches"]["g"]["equal_compute_difference"] == (
+        pytest.approx(0.7 - 0.1)
+    )
+
+
+def test_in_macs_charges_three_forward_passes_per_training_step_and_counted_conditioning_steps():
+    import optuna
+
+    from bench.fashion_search.space import search_space
+    from nas.summary import summarize
+
+    params = {
+        "family": "residual",
+        "res_depth": 2,
+        "res_width": 8,
+        "res_body_layers": 1,
+        "res_beta": 0.5,
+        "res_activation": "relu",
+        "res_norm": "none",
+        "res_init_scheme": "fan_in",
+        "res_init_gain": 1.0,
+        "lr": 0.01,
+    }
+    forward = summarize(search_space(optuna.trial.FixedTrial(params))[0]).macs / 1e9
+    trial = _trial(0.8, 0.8, 99.0, condition=99.0) | {"params": params, "train_steps": 10, "epochs": 1}
+    trial["condition_steps"] = 15.0
+    got = in_macs({"s": [trial]})["s"][0]
+    assert got["train_seconds"] == pytest.approx((3 * 64 * 10 + 1000) * forward)
+    assert got["condition_seconds"] == pytest.approx(3 * 64 * 15 * forward)
