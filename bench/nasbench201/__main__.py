@@ -18,7 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.nasbench201", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, default=1000, help="cells in the reported sample")
-    parser.add_argument("--dev", type=int, default=0, help="cells in a development sample disjoint from it")
+    parser.add_argument(
+        "--dev",
+        type=int,
+        default=0,
+        help="cells in a development sample disjoint from it (scored first; the fitted combination is fitted on it)",
+    )
     parser.add_argument("--data", choices=("fashion", "gaussian"), default="fashion")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--channels", type=int, default=16)
@@ -34,16 +39,14 @@ def main(argv: list[str] | None = None) -> int:
 
     table = load_table()
     cells = sample_cells(table, args.cells, seed=0)
+    dev = None
     if args.dev:
-        run(
-            sample_cells(table, args.dev, seed=1, exclude=cells),
-            table,
-            args.data,
-            args.out / "dev",
-            args.jobs,
-            args.channels,
-            args.cells_per_stage,
-        )
+        dev_cells = sample_cells(table, args.dev, seed=1, exclude=cells)
+        dev_out, settings = args.out / "dev", (args.channels, args.cells_per_stage)
+        if args.report_only:
+            dev = scored(dev_cells, table, args.data, dev_out, *settings)
+        else:
+            dev = run(dev_cells, table, args.data, dev_out, args.jobs, *settings)
     if args.report_only:
         results = scored(cells, table, args.data, args.out, args.channels, args.cells_per_stage)
     else:
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     figure = Path(args.docs.stem) / f"score_vs_accuracy_{args.data}.png"  # beside the report
     plot(results, args.docs.parent / figure)
     note = " ".join(p for p in (args.note, skeleton) if p)
-    args.docs.write_text(report(results, args.data, note=note, figure=figure.as_posix()) + "\n")
+    args.docs.write_text(report(results, args.data, note=note, figure=figure.as_posix(), dev=dev) + "\n")
     print(f"wrote {args.docs}")
     return 0
 

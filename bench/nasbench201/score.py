@@ -227,8 +227,15 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path:
     return write_score_vs_accuracy(columns, accuracy, rho, path)
 
 
-def report(results: list[dict[str, Any]], kind: str, note: str = "", figure: str | None = None) -> str:
-    """The Markdown report of one run (``docs/nasbench201.md``); ``figure``: the link to the plot."""
+def report(
+    results: list[dict[str, Any]],
+    kind: str,
+    note: str = "",
+    figure: str | None = None,
+    dev: list[dict[str, Any]] | None = None,
+) -> str:
+    """The Markdown report of one run (``docs/nasbench201.md``); ``figure``: the link to the plot;
+    ``dev``: the development cells scored, for the fitted combination (``combine``)."""
     accuracy = np.array([r["accuracy"] for r in results])
     columns = _columns(results)
     bad = accuracy < FLAG_BELOW
@@ -298,6 +305,12 @@ def report(results: list[dict[str, Any]], kind: str, note: str = "", figure: str
             v, a = values[have], accuracy[have]
             rho = bootstrap(lambda i, v=v, a=a: spearman(v[i], a[i]), int(have.sum()))
             lines.append(f"| {name} | {rho.point:.3f} [{rho.low:.3f}, {rho.high:.3f}] | {int(have.sum())} |")
+    if dev is not None:
+        from bench.nasbench201.combine import report_lines
+
+        proxies = {name: spearman(scores, accuracy) for name, scores in columns.items() if name != "preflight"}
+        best = max(proxies, key=lambda name: proxies[name] if math.isfinite(proxies[name]) else -math.inf)
+        lines += report_lines(dev, results, best.removeprefix("proxy:"))
     costs = [r["preflight"]["counted_cost"] for r in results]
     lines += ["", f"Preflight's counted cost per cell: median {float(np.median(costs)):.1f} training steps.", ""]
     if figure:

@@ -1,0 +1,52 @@
+"""The fitted combination: fitted on development cells only, it recovers which features carry the
+accuracy and with which sign, and a cell the engine could not measure ranks as the worst seen."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.nasbench201.combine import fit, report_lines
+from bench.pipeline.metrics import spearman
+
+
+def _cells(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    size, probe, noise = rng.normal(size=n), rng.normal(size=n), rng.normal(size=n)
+    accuracy = 60 + 10 * size - 5 * probe  # bigger is better, a higher probe loss is worse
+    return [
+        {
+            "accuracy": float(a),
+            "proxies": {"params": {"score": float(10 ** (5 + s))}},
+            "preflight": {"components": {"probe_loss": float(p), "kernel_log_range": float(z), "jacobian_log": 0.0}},
+        }
+        for a, s, p, z in zip(accuracy, size, probe, noise, strict=True)
+    ]
+
+
+def test_the_fit_weights_size_up_and_the_probe_loss_down_and_ranks_new_cells():
+    dev, reported = _cells(200, 0), _cells(300, 1)
+    combination = fit(dev, ["probe_loss", "kernel_log_range", "log_params"])
+    weights = dict(zip(combination.names, combination.weights, strict=True))
+    # features oriented higher-is-better: -probe_loss and log_params both help, the noise does not
+    assert weights["log_params"] > 1.5 * weights["probe_loss"] > 0.2
+    assert abs(weights["kernel_log_range"]) < 0.1
+    accuracy = np.array([c["accuracy"] for c in reported])
+    assert spearman(combination.score(reported), accuracy) > 0.95
+    size_alone = fit(dev, ["log_params"]).score(reported)
+    assert spearman(combination.score(reported), accuracy) > spearman(size_alone, accuracy) + 0.05
+
+
+def test_a_component_the_engine_could_not_measure_counts_as_the_worst_development_value():
+    dev = _cells(100, 0)
+    combination = fit(dev, ["probe_loss"])
+    worst = max(c["preflight"]["components"]["probe_loss"] for c in dev)
+    missing = {"accuracy": 0.0, "proxies": {"params": {"score": 1.0}}, "preflight": {"components": {}}}
+    at_worst = {**missing, "preflight": {"components": {"probe_loss": worst}}}
+    assert combination.score([missing])[0] == combination.score([at_worst])[0] == combination.score(dev).min()
+
+
+def test_the_report_says_so_when_too_few_development_cells_are_scored():
+    lines = report_lines(_cells(10, 0), _cells(50, 1), "synflow")
+    assert any("Not run: 10 development cells" in line for line in lines)
+    lines = report_lines(_cells(60, 0), _cells(50, 1), "params")
+    assert any(line.startswith("| log_params |") for line in lines)
