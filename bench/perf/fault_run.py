@@ -41,9 +41,8 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,7 +55,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.pool import NullPool
 
 from nas.testing import FAST_OPTIONS, mlp
-from service.testing import free_port
+from service.testing import free_port, scratch_database
 
 __all__ = ["main"]
 
@@ -269,24 +268,11 @@ def _ready(base: str) -> bool:
 # The database ------------------------------------------------------------------------------
 
 
-@contextmanager
-def _scratch_database(postgres_url: str) -> Iterator[str]:
-    """A fresh empty database on the server of ``postgres_url``; dropped at the end."""
+def _scratch_database(postgres_url: str) -> AbstractContextManager[str]:
+    """A fresh empty database on the server of ``postgres_url``; dropped at the end (retried while
+    a restart of the server is in progress)."""
     admin_url = make_url(postgres_url).set(database="postgres").render_as_string(hide_password=False)
-    name = f"preflight_fault_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        _retry(lambda: _drop(admin, name), 60.0)
-        admin.dispose()
-
-
-def _drop(admin: Engine, name: str) -> None:
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    return scratch_database(admin_url, "preflight_fault", drop_timeout=60.0)
 
 
 def _retry(work: Callable[[], T], timeout: float) -> T:

@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,7 +41,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from service.store.migrations import upgrade
-from service.testing import free_port
+from service.testing import free_port, scratch_database
 
 if TYPE_CHECKING:
     from nas.report import ConditioningReport
@@ -390,17 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if not args.skip_postgres:
         admin_url = make_url(args.postgres_url).set(database="postgres").render_as_string(hide_password=False)
-        name = f"preflight_bench_{uuid.uuid4().hex[:8]}"
-        admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-        try:
-            url = make_url(args.postgres_url).set(database=name).render_as_string(hide_password=False)
+        with scratch_database(admin_url, "preflight_bench") as url:
             results += bench_backend("postgresql", url, args.seconds, args.warmup, args.api_workers, report)
-        finally:
-            with admin.connect() as connection:
-                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            admin.dispose()
     print("\n| backend | phase | requests/s | candidates/s | p50 ms | p99 ms | API CPU ms / request | errors |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in results:

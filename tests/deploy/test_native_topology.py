@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,8 +47,8 @@ def database() -> Iterator[str]:
 
     given = make_url(os.environ.get("PREFLIGHT_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL))
     admin_url = given.set(database="postgres").render_as_string(hide_password=False)
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
     try:
-        admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
         with admin.connect() as connection:
             connection.execute(text("SELECT 1"))
     except Exception as exc:
@@ -60,15 +59,12 @@ def database() -> Iterator[str]:
         if os.environ.get("PREFLIGHT_TEST_REQUIRE_POSTGRES") == "1":
             pytest.fail(message)
         pytest.skip(message)
-    name = f"preflight_topology_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield given.set(database=name).render_as_string(hide_password=False)
     finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+    from service.testing import scratch_database
+
+    with scratch_database(admin_url, "preflight_topology") as url:
+        yield url
 
 
 def compose_command(service: str, **replace: str) -> list[str]:

@@ -9,7 +9,6 @@ cannot be reached the PostgreSQL tests are skipped, or fail if PREFLIGHT_TEST_RE
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from nas.testing import sample_report as nas_sample_report
 from service.settings import Settings
 from service.store.db import make_engine, make_sessionmaker
 from service.store.migrations import upgrade
+from service.testing import scratch_database
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 # Fast leases so that crash recovery shows within seconds.
@@ -57,18 +57,9 @@ def postgres_server() -> str:
 @pytest.fixture(scope="session")
 def postgres_url(postgres_server: str) -> Iterator[str]:
     """A fresh, migrated database for this test session; dropped at the end."""
-    name = f"preflight_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(postgres_server, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(postgres_server).set(database=name).render_as_string(hide_password=False)
-    upgrade(url)
-    try:
+    with scratch_database(postgres_server, "preflight_test") as url:
+        upgrade(url)
         yield url
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def truncate_all(url: str) -> None:

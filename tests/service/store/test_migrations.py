@@ -5,7 +5,6 @@ and goes back down cleanly."""
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -14,13 +13,13 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import text
 from sqlalchemy.pool import NullPool
 
 from service.store.db import make_engine
 from service.store.migrations import alembic_config, current_revision, head_revision, upgrade
 from service.store.models import Base
+from service.testing import scratch_database
 
 
 def test_the_migrations_build_exactly_the_models_schema(db_url: str) -> None:
@@ -40,16 +39,8 @@ def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'old.db'}"
         return
     server = str(request.getfixturevalue("postgres_server"))
-    name = f"preflight_migration_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(server, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(server).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with scratch_database(server, "preflight_migration") as url:
+        yield url
 
 
 def _candidate(connection: object, key: str, status: str, finished: datetime | None) -> None:
