@@ -36,8 +36,9 @@ demo: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -q
 
-# Benchmark v2 (docs/benchmarks.md): resumable, about 8-12 hours on a 2-core CPU; needs Fashion-MNIST
-# (apt-get install dataset-fashion-mnist, or PREFLIGHT_FASHION_MNIST_DIR).
+# Benchmark v2 (docs/benchmarks.md) and the Fashion-MNIST search (docs/fashion-search.md): resumable,
+# about 9-13 hours on a 2-core CPU; need Fashion-MNIST (apt-get install dataset-fashion-mnist, or
+# PREFLIGHT_FASHION_MNIST_DIR).
 # The quick loop while developing (under 2 minutes on 2 cores): every test not marked slow (no
 # subprocess servers or worker loops, no benchmark or browser runs, no worker kills), without the
 # static checks. `make test` stays the complete suite.
@@ -46,6 +47,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.v2
+	$(BIN)/python -m bench.fashion_search
 
 # Benchmark v1, digits only (docs/benchmarks-v1.md).
 bench-v1: $(STAMP)

@@ -503,7 +503,9 @@ def write(
         "[benchmarks-v1.md](benchmarks-v1.md) (older docs and comments that cite `docs/benchmarks.md` for the "
         "output std or the calibration mean that page). NAS-Bench-201, scored against its published trained "
         "accuracies without training, is in [nasbench201.md](nasbench201.md) (`python -m bench.nasbench201`); "
-        "the recommended learning rate's measurement in docs/conditioning.md, section 9.",
+        "a Fashion-MNIST architecture search run with and without the gate and Optuna's pruners, in "
+        "[fashion-search.md](fashion-search.md) (`python -m bench.fashion_search`); the recommended learning "
+        "rate's measurement in docs/conditioning.md, section 9.",
         "",
         f"Machine: {_machine()}. Written {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         "Wall time of this run: "
