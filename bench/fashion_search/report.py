@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -36,32 +35,32 @@ def _interval(interval: Any, digits: int = 2) -> str:
 
 
 def _plot(per_seed: dict[int, dict[str, Any]], path: Path) -> Path:
+    """Per search, the incumbent's test accuracy (mean over seeds; chance before a first complete
+    trial) against compute as a share of the seed's ungated search's, up to where every seed's
+    search had ended."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    end = max(s["searches"][n]["total"] for s in per_seed.values() for n in s["searches"])
-    grid = np.linspace(0.0, end, 300)
-    for name in SEARCHES:
-        curves = []
-        for figures_ in per_seed.values():
-            path_ = figures_["searches"][name]["path"]
-            spent = np.array([p[0] for p in path_])
-            best = np.array([p[1] for p in path_])
+    grid = np.linspace(0.0, max(s["searches"][n]["total_ratio"] for s in per_seed.values() for n in s["searches"]), 400)
+    for name, (conditioned, _gated, _pruner) in SEARCHES.items():
+        curves, ends = [], []
+        for seed_figures_ in per_seed.values():
+            total = seed_figures_["searches"]["no gate"]["total"]
+            path_ = seed_figures_["searches"][name]["path"]
+            spent = np.array([p[0] for p in path_]) / total
+            best = np.nan_to_num(np.array([p[1] for p in path_]), nan=0.1)
             index = np.searchsorted(spent, grid, side="right") - 1
-            curve = np.where(index >= 0, best[np.clip(index, 0, None)], np.nan)
-            curve[grid > spent[-1]] = np.nan  # the search had stopped
-            curves.append(curve)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # grid points no seed had reached: nan
-            mean = np.nanmean(np.array(curves), axis=0)
-        ax.plot(grid / 60.0, mean, label=name, linestyle="-" if "gate" not in name else "--")
-    ax.set_xlabel("compute spent (minutes: training + conditioning)")
+            curves.append(np.where(index >= 0, best[np.clip(index, 0, None)], 0.1))
+            ends.append(spent[-1])
+        shown = grid <= min(ends)
+        ax.plot(grid[shown], np.mean(curves, axis=0)[shown], label=name, linestyle="--" if conditioned else "-")
+    ax.set_xlabel("compute spent, as a share of the ungated search's whole compute (training + conditioning)")
     ax.set_ylabel("incumbent's test accuracy (mean over seeds)")
     ax.set_title("Fashion-MNIST search: accuracy against compute")
-    ax.set_ylim(0.5, None)
+    ax.set_ylim(bottom=0.5)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
