@@ -213,9 +213,19 @@ def seed_figures(searches: dict[str, Trials]) -> dict[str, Any]:
 
 def _over_seeds(values: list[float], statistic: str) -> Interval:
     array = np.asarray(values, dtype=np.float64)
-    if statistic == "median":
-        return bootstrap(lambda i: float(np.median(array[i])), len(array))
+    if statistic == "median":  # nan (a seed where the figure is undefined) left out, inf kept
+        return bootstrap(
+            lambda i: float(np.nanmedian(array[i])) if np.isfinite(array[i]).any() else math.nan, len(array)
+        )
     return bootstrap(lambda i: float(np.nanmean(array[i])), len(array))
+
+
+def _unskipped(name: str, present: Any) -> str:
+    """The search trained as ``name`` is, without skipping (itself when it skips nothing)."""
+    from bench.fashion_search.searches import SEARCHES
+
+    conditioned = SEARCHES[name][0]
+    return "tuned, no gate" if conditioned and "tuned, no gate" in present else "no gate"
 
 
 def figures(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -239,7 +249,16 @@ def figures(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
             "total_ratio": _over_seeds([r["total_ratio"] for r in rows], "median"),
             "equal_compute_difference": _over_seeds([r["equal_compute_difference"] for r in rows], "mean"),
             "best": _over_seeds([r["best"] for r in rows], "mean"),
-            "realised": float(np.nanmedian([r["realised"] for r in rows])) if rows else math.nan,
+            "realised": _over_seeds([r["realised"] for r in rows], "median"),
+            # the skipping alone: compute to the ungated best over that of the search trained the same way
+            # without skipping ("tuned, no gate" for the gated searches, "no gate" for the others)
+            "skipping_ratio": _over_seeds(
+                [
+                    r["ratio"] / per_seed[s]["searches"][_unskipped(name, names)]["ratio"]
+                    for r, s in zip(rows, seeds, strict=True)
+                ],
+                "median",
+            ),
             "pruned_before": sum(r["pruned_before"] for r in rows),
             "pruned_during": sum(r["pruned_during"] for r in rows),
             "condition_share": statistics.mean(r["condition_share"] for r in rows),

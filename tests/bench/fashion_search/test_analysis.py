@@ -121,3 +121,16 @@ def test_in_macs_charges_three_forward_passes_per_training_step_and_counted_cond
     got = in_macs({"s": [trial]})["s"][0]
     assert got["train_seconds"] == pytest.approx((3 * 64 * 10 + 1000) * forward)
     assert got["condition_seconds"] == pytest.approx(3 * 64 * 15 * forward)
+
+
+def test_the_skipping_alone_is_the_gate_against_the_search_trained_the_same_way_without_skipping():
+    per_seed = {}
+    for seed in range(3):
+        ungated = [_trial(0.1, 0.1, 8.0), _trial(0.9, 0.9, 2.0)]  # reaches the best at 10 s
+        tuned = [_trial(0.8, 0.8, 3.0, condition=1.0), _trial(0.9, 0.9, 2.0, condition=1.0)]  # at 7 s
+        gated = [_trial(None, None, 0.0, condition=1.0, state="pruned-before"), _trial(0.9, 0.9, 2.0, condition=1.0)]
+        per_seed[seed] = seed_figures({"no gate": ungated, "tuned, no gate": tuned, "preflight gate": gated})
+    got = figures(per_seed)["searches"]
+    assert got["preflight gate"]["ratio"].point == pytest.approx(0.4)
+    assert got["preflight gate"]["skipping_ratio"].point == pytest.approx(4.0 / 7.0)
+    assert got["tuned, no gate"]["skipping_ratio"].point == pytest.approx(1.0)
