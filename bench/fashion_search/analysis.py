@@ -224,8 +224,7 @@ def _unskipped(name: str, present: Any) -> str:
     """The search trained as ``name`` is, without skipping (itself when it skips nothing)."""
     from bench.fashion_search.searches import SEARCHES
 
-    conditioned = SEARCHES[name][0]
-    return "tuned, no gate" if conditioned and "tuned, no gate" in present else "no gate"
+    return "tuned, no gate" if SEARCHES[name].conditioned and "tuned, no gate" in present else "no gate"
 
 
 def figures(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:

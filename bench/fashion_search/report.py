@@ -45,7 +45,7 @@ def _plot(per_seed: dict[int, dict[str, Any]], path: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     grid = np.linspace(0.0, max(s["searches"][n]["total_ratio"] for s in per_seed.values() for n in s["searches"]), 400)
-    for name, (conditioned, _gated, _pruner) in SEARCHES.items():
+    for name, search in SEARCHES.items():
         curves, ends = [], []
         for seed_figures_ in per_seed.values():
             total = seed_figures_["searches"]["no gate"]["total"]
@@ -56,7 +56,7 @@ def _plot(per_seed: dict[int, dict[str, Any]], path: Path) -> Path:
             curves.append(np.where(index >= 0, best[np.clip(index, 0, None)], 0.1))
             ends.append(spent[-1])
         shown = grid <= min(ends)
-        ax.plot(grid[shown], np.mean(curves, axis=0)[shown], label=name, linestyle="--" if conditioned else "-")
+        ax.plot(grid[shown], np.mean(curves, axis=0)[shown], label=name, linestyle="--" if search.conditioned else "-")
     ax.set_xlabel("compute spent, as a share of the ungated search's whole compute (training + conditioning)")
     ax.set_ylabel("incumbent's test accuracy (mean over seeds)")
     ax.set_title("Fashion-MNIST search: accuracy against compute")
@@ -116,7 +116,7 @@ def _setup(args: argparse.Namespace) -> list[str]:
         "convolutions deep; with or without batch norm; relu, gelu, tanh or sigmoid; fan-in, geometric or "
         "PyTorch-default init with a gain from 0.25 to 4; SGD (momentum 0.9, batch "
         f"{BATCH}) at a learning rate from {LEARNING_RATES[0]} to {LEARNING_RATES[1]}, log-uniform.",
-        f"- **Searches**: Optuna's TPE ({STARTUP_TRIALS} random start-up trials, the same seed in all seven "
+        f"- **Searches**: Optuna's TPE ({STARTUP_TRIALS} random start-up trials, the same seed in all eight "
         f"searches of a seed), {args.trials} trials per search, {args.epochs} epochs per full training, "
         f"{args.seeds} seeds. `median`: MedianPruner (5 start-up trials, pruning from the first epoch); "
         "`hyperband`: HyperbandPruner (min resource 1 epoch, reduction factor 3). `preflight gate`: "
@@ -125,7 +125,10 @@ def _setup(args: argparse.Namespace) -> list[str]:
         "train from the tuned initialization at the report's `recommended_lr` (the sampled rate is ignored). "
         "`gate + median` and `gate + hyperband`: `nas.pruners.ConditioningPruner` wrapping the pruner. "
         "`tuned, no gate`: every proposal conditioned (and charged) and trained as the gate's survivors are, "
-        "none skipped, which separates the skipping from the tuned init and rate. The "
+        "none skipped, which separates the skipping from the tuned init and rate. `no gate, rate 0.03`: no "
+        "gate, every proposal trained from its spec init at 0.03, the best fixed rate on benchmark v2's "
+        "development set (docs/conditioning.md, section 9), not the sampled rate: does a sensible fixed rate do "
+        "what the recommended one does? The "
         "engine runs in the search's process (the service's HTTP and queue are not counted).",
         "- **Compute**: seconds of training (each epoch with its validation pass) plus the engine's conditioning, "
         "on one core per seed (two seeds at a time on this 2-core CPU). A network trained or conditioned once is "

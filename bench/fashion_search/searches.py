@@ -1,7 +1,7 @@
-"""One seed of the search: the seven searches, round robin one trial each, on one ``Evaluator``.
+"""One seed of the search: the eight searches, round robin one trial each, on one ``Evaluator``.
 
 Every search uses TPE with the same seed (so the ten random start-up trials are the same
-networks in all seven), 30 trials by default, the validation accuracy after each epoch as the
+networks in all eight), 30 trials by default, the validation accuracy after each epoch as the
 reported value and the last one as the objective. The gated searches use the product's gate and
 pruner on the engine run in this process.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import optuna
 
@@ -22,7 +22,7 @@ from nas.gate import ConditioningGate
 from nas.pruners import ConditioningPruner
 from nas.report import ConditioningReport
 
-__all__ = ["SEARCHES", "TrialRecord", "run_seed"]
+__all__ = ["FIXED_RATE", "SEARCHES", "Search", "TrialRecord", "run_seed"]
 
 STARTUP_TRIALS = 10
 
@@ -36,16 +36,30 @@ def _hyperband(epochs: int) -> Callable[[], optuna.pruners.BasePruner]:
     return lambda: optuna.pruners.HyperbandPruner(min_resource=1, max_resource=epochs, reduction_factor=3)
 
 
-# name -> (conditioned, pruned by the verdict, the pruner during training or None). "tuned, no gate"
-# separates the gate's skipping from the tuned init and rate that its survivors train with.
-SEARCHES: dict[str, tuple[bool, bool, str | None]] = {
-    "no gate": (False, False, None),
-    "median": (False, False, "median"),
-    "hyperband": (False, False, "hyperband"),
-    "tuned, no gate": (True, False, None),
-    "preflight gate": (True, True, None),
-    "gate + median": (True, True, "median"),
-    "gate + hyperband": (True, True, "hyperband"),
+FIXED_RATE = 0.03  # the best fixed rate on benchmark v2's development set (docs/conditioning.md, section 9)
+
+
+class Search(NamedTuple):
+    """How a search treats a trial: conditioned first (and charged for it), skipped on a ``prune``
+    verdict, stopped during training by a pruner, trained at a fixed rate instead of the sampled one."""
+
+    conditioned: bool
+    skips: bool
+    pruner: str | None = None
+    fixed_lr: float | None = None
+
+
+# "tuned, no gate" separates the gate's skipping from the tuned init and rate its survivors train
+# with; "no gate, rate 0.03" asks whether a sensible fixed rate alone does what the recommended one does.
+SEARCHES: dict[str, Search] = {
+    "no gate": Search(False, False),
+    "no gate, rate 0.03": Search(False, False, fixed_lr=FIXED_RATE),
+    "median": Search(False, False, "median"),
+    "hyperband": Search(False, False, "hyperband"),
+    "tuned, no gate": Search(True, False),
+    "preflight gate": Search(True, True),
+    "gate + median": Search(True, True, "median"),
+    "gate + hyperband": Search(True, True, "hyperband"),
 }
 
 
@@ -100,14 +114,18 @@ def _finite(value: float | None) -> float | None:
 def _objective(
     name: str, evaluator: Evaluator, seed: int, epochs: int, records: list[TrialRecord]
 ) -> Callable[[optuna.Trial], float]:
-    conditioned, gated, pruner = SEARCHES[name]
+    search = SEARCHES[name]
     engine = _Engine(evaluator, seed)
     # with a pruner during training, ConditioningPruner takes the verdict at the first should_prune()
-    gate = ConditioningGate(engine, prune=gated and pruner is None) if conditioned else None  # type: ignore[arg-type]
+    gate = (
+        ConditioningGate(engine, prune=search.skips and search.pruner is None)  # type: ignore[arg-type]
+        if search.conditioned
+        else None
+    )
 
     def objective(trial: optuna.Trial) -> float:
         spec, lr = search_space(trial)
-        record = TrialRecord(trial.number, spec["name"], "complete", lr, params=dict(trial.params))
+        record = TrialRecord(trial.number, spec["name"], "complete", search.fixed_lr or lr, params=dict(trial.params))
         records.append(record)
         report = None
         if gate is not None:
@@ -143,9 +161,9 @@ def _objective(
 
 
 def _pruner(name: str, epochs: int) -> optuna.pruners.BasePruner:
-    _conditioned, gated, during = SEARCHES[name]
-    make = {None: optuna.pruners.NopPruner, "median": _median, "hyperband": _hyperband(epochs)}[during]
-    return ConditioningPruner(wrapped=make()) if gated and during else make()
+    search = SEARCHES[name]
+    make = {None: optuna.pruners.NopPruner, "median": _median, "hyperband": _hyperband(epochs)}[search.pruner]
+    return ConditioningPruner(wrapped=make()) if search.skips and search.pruner else make()
 
 
 def run_seed(
