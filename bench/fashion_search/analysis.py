@@ -154,7 +154,7 @@ def _flagging(ungated: Trials) -> dict[str, Any]:
 
 def twins(ungated: Trials, gated: Trials) -> list[dict[str, Any]]:
     """The networks both searches proposed at the same trial number (TPE's random start-up trials
-    coincide) and both trained fully: the spec's init at the sampled rate against the tuned init at
+    coincide) and both trained fully: the spec's init at ``ungated``'s rate against the tuned init at
     the recommended rate."""
     pairs = []
     for plain, tuned in zip(ungated, gated, strict=False):
@@ -183,7 +183,9 @@ def seed_figures(searches: dict[str, Trials]) -> dict[str, Any]:
         "target": target,
         "perfect_ratio": perfect,
         "flagging": _flagging(ungated),
-        "twins": twins(ungated, searches.get("preflight gate", [])),
+        # against the search that trains every proposal the gate's way (it skips none)
+        "twins": twins(ungated, searches.get("tuned, no gate", [])),
+        "twins_fixed_rate": twins(searches.get("no gate, rate 0.03", []), searches.get("tuned, no gate", [])),
         "searches": {},
     }
     near_base = compute_to_reach(ungated, target - WITHIN)

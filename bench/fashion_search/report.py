@@ -13,6 +13,7 @@ from bench.fashion_search.analysis import FAILED_TO_TRAIN, NEAR_BEST, WITHIN, fi
 from bench.fashion_search.evaluate import BATCH, CONDITION_IMAGES, DATA
 from bench.fashion_search.searches import SEARCHES, STARTUP_TRIALS
 from bench.fashion_search.space import LEARNING_RATES
+from bench.v2.stats import bootstrap
 
 __all__ = ["write_report"]
 
@@ -94,6 +95,7 @@ def write_report(done: dict[int, dict[str, Any]], args: argparse.Namespace, root
     lines += _targets(summary, in_ops)
     lines += _table(summary, in_ops)
     lines += _why(per_seed, summary)
+    lines += _caveats()
     lines += _per_seed(per_seed)
     figure = _plot(per_seed, args.docs.parent / "fashion_search" / "accuracy_vs_compute.png")
     lines += ["", f"![accuracy against compute]({figure.parent.name}/{figure.name})", ""]
@@ -220,7 +222,6 @@ def _why(per_seed: dict[int, dict[str, Any]], summary: dict[str, Any]) -> list[s
     failed = sum(f["flagging"]["failed"] for f in per_seed.values())
     flagged = sum(f["flagging"]["flagged"] for f in per_seed.values())
     near = [n for f in per_seed.values() for n in f["flagging"]["false_flags_near_best"]]
-    twins = [t for f in per_seed.values() for t in f["twins"]]
     hits = sum(
         round(f["flagging"]["precision"] * f["flagging"]["flagged"])
         for f in per_seed.values()
@@ -253,18 +254,40 @@ def _why(per_seed: dict[int, dict[str, Any]], summary: dict[str, Any]) -> list[s
         "a training that diverges stops at its first non-finite loss, so many of the ungated failures cost little, "
         "while the conditioned searches' complete trainings take longer on average."
     )
-    if twins:
-        spec = np.array([t["spec"] for t in twins])
-        tuned = np.array([t["tuned"] for t in twins])
+    for key, rate in (("twins", "the sampled rate"), ("twins_fixed_rate", "a fixed 0.03")):
+        pairs = [t for f in per_seed.values() for t in f.get(key, [])]
+        if not pairs:
+            continue
+        spec, tuned = np.array([t["spec"] for t in pairs]), np.array([t["tuned"] for t in pairs])
+        diff = bootstrap(lambda i, d=tuned - spec: float(d[i].mean()), len(pairs))
         lines.append(
-            f"- **The same networks trained both ways.** On the {len(twins)} start-up proposals both searches "
-            "trained fully, the tuned init at the recommended rate reached a mean test accuracy of "
-            f"{tuned.mean():.3f} against {spec.mean():.3f} for the spec init at the sampled rate (better on "
-            f"{int((tuned > spec).sum())}, worse on {int((tuned < spec).sum())}); the sampled rate is a random "
-            "draw there, so this measures the rate as much as the init."
+            f"- **The same networks, spec init at {rate} against the tuned init at the recommended rate** (the "
+            f"{len(pairs)} networks both searches proposed at the same trial number, mostly the 10 random start-up "
+            f"trials of each seed, against `tuned, no gate`): mean test accuracy {tuned.mean():.3f} "
+            f"against {spec.mean():.3f}, difference {diff.text(3)} (tuned better on {int((tuned > spec).sum())}, "
+            f"worse on {int((tuned < spec).sum())})."
         )
     lines.append("")
     return lines
+
+
+def _caveats() -> list[str]:
+    return [
+        "## Selection effects and caveats",
+        "",
+        "- The space, the data sizes, the 4 epochs and the pruners' settings were fixed before the first seed ran "
+        "(from the demo's space, widened to 30 convolutions). Nothing of the engine, the verdict's cut or the "
+        "recommended rate's factor was chosen on this search: they come from benchmark v2's development set.",
+        "- Chosen after seeing results: the `tuned, no gate` and `no gate, rate 0.03` searches were added after "
+        "the first seeds, to explain them (they change no other search: trainings are cached and TPE is "
+        "deterministic, so the other searches replayed identically); the within-a-point column likewise.",
+        "- The compute is wall seconds on a shared 2-core machine; the multiply-accumulate column, which no load "
+        "can stretch, agrees within the intervals.",
+        "- Only the ungated search's proposals have a perfect-gate bound: the gated searches' proposals differ "
+        "once TPE has seen different results, and the gate's survivors train at another rate, so a realised share "
+        "above 1 is possible.",
+        "",
+    ]
 
 
 def _per_seed(per_seed: dict[int, dict[str, Any]]) -> list[str]:
