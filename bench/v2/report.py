@@ -507,7 +507,7 @@ def write(
         "[fashion-search.md](fashion-search.md) (`python -m bench.fashion_search`); the recommended learning "
         "rate's measurement in docs/conditioning.md, section 9.",
         "",
-        (f"Machine: {_machine()}. Written" if walls else f"Rewritten from the cached stages on {_machine()}")
+        (f"Machine: {_machine()}. Written" if walls else f"Rewritten from the cached stages on {_machine()}, at")
         + f" {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}"
         + ("." if walls else " (the machines that computed the stages: see the note)."),
         "Wall time of this run: "
