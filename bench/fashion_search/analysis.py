@@ -183,6 +183,8 @@ def seed_figures(searches: dict[str, Trials]) -> dict[str, Any]:
         "target": target,
         "perfect_ratio": perfect,
         "flagging": _flagging(ungated),
+        # the verdict against the training it is about: the gate's way (tuned init, recommended rate)
+        "flagging_tuned": _flagging(searches["tuned, no gate"]) if "tuned, no gate" in searches else None,
         # against the search that trains every proposal the gate's way (it skips none)
         "twins": twins(ungated, searches.get("tuned, no gate", [])),
         "twins_fixed_rate": twins(searches.get("no gate, rate 0.03", []), searches.get("tuned, no gate", [])),

@@ -240,6 +240,19 @@ def _why(per_seed: dict[int, dict[str, Any]], summary: dict[str, Any]) -> list[s
         + (f" ({', '.join(near[:6])})" if near else "")
         + ".",
     ]
+    tuned = [f["flagging_tuned"] for f in per_seed.values() if f.get("flagging_tuned")]
+    if tuned:
+        t_failed, t_flagged = sum(f["failed"] for f in tuned), sum(f["flagged"] for f in tuned)
+        t_hits = sum(round(f["precision"] * f["flagged"]) for f in tuned if f["flagged"])
+        t_near = [n for f in tuned for n in f["false_flags_near_best"]]
+        lines.append(
+            "- **The same verdicts against the training they are about** (`tuned, no gate` trains every proposal "
+            f"the gate's way): of its {sum(f['proposals'] for f in tuned)} proposals {t_failed} did not train; the "
+            f"gate flagged {t_flagged}, {t_hits} of which did not train (precision "
+            f"{t_hits / t_flagged if t_flagged else math.nan:.2f}, "
+            f"recall {t_hits / t_failed if t_failed else math.nan:.2f}); "
+            f"{len(t_near)} flagged networks trained to within {NEAR_BEST} of that search's best."
+        )
     rows = []
     for name in SEARCHES:
         done = sum(f["searches"][name]["complete"] for f in per_seed.values())
