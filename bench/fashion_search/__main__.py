@@ -29,9 +29,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         run(args.out, seeds, args.trials, args.epochs, args.jobs)
     done = seed_results(args.out, seeds, args.trials, args.epochs)
+    from bench.fashion_search.peers import read_peers, train_peers
     from bench.fashion_search.report import write_report
+    from bench.fashion_search.run import config
+    from bench.pipeline.run import write_json
 
-    for path in write_report(done, args, ROOT):
+    peers_path = args.out / "peers.json"
+    key = {"config": config(args.trials, args.epochs), "seeds": sorted(done)}
+    if not args.report_only and done:
+        write_json(peers_path, key | {"rows": train_peers(args.out, done, args.epochs, args.jobs)})
+    peers = read_peers(peers_path, key)
+    for path in write_report(done, args, ROOT, peers):
         print(f"wrote {path}")
     return 0
 

@@ -115,15 +115,24 @@ class Evaluator:
         return report, seconds
 
     def epochs(
-        self, spec: dict[str, Any], lr: float, seed: int, count: int, report: ConditioningReport | None = None
+        self,
+        spec: dict[str, Any],
+        lr: float,
+        seed: int,
+        count: int,
+        report: ConditioningReport | None = None,
+        peer: str | None = None,
     ) -> list[Epoch]:
         """The first ``count`` epochs of ``spec`` trained at ``lr`` (SGD, momentum 0.9, batch 64)
-        from its spec initialization, or from ``report``'s tuned one; ``seed`` draws the weights
-        and the minibatch order."""
+        from its spec initialization, from ``report``'s tuned one, or from an init ``peer`` of
+        benchmark v2 (``bench.pipeline.inits``, e.g. ``lsuv``) on the conditioning's batch; ``seed``
+        draws the weights and the minibatch order."""
         init: Any = "spec"
         if report is not None:
             env = report.environment
             init = {"scales": dict(report.scales), "seed": env.seed, "draw": env.draw}
+        elif peer is not None:
+            init = {"peer": peer}
         key = _key("train", spec, init, lr, seed)
         path = self.out / "curves" / f"{key}.json"
         cached = [Epoch(**e) for e in read_json(path)["epochs"]] if path.exists() else []
@@ -132,6 +141,11 @@ class Evaluator:
         training = self._trainings.get(key)
         if training is None:
             model = report.build_model(spec) if report is not None else nas.build_model(spec, seed=seed)
+            if peer is not None:
+                from bench.pipeline.inits import initialize
+
+                batch = self.data.x_train[:CONDITION_IMAGES], self.data.y_train[:CONDITION_IMAGES]
+                model = initialize(peer, model, *batch, seed=seed)
             trainer = Trainer(
                 model,
                 self.data,

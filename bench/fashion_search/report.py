@@ -71,7 +71,12 @@ def _plot(per_seed: dict[int, dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def write_report(done: dict[int, dict[str, Any]], args: argparse.Namespace, root: Path) -> list[Path]:
+def write_report(
+    done: dict[int, dict[str, Any]],
+    args: argparse.Namespace,
+    root: Path,
+    peers: list[dict[str, Any]] | None = None,
+) -> list[Path]:
     """The report of the finished seeds (and its figure when any seed is done)."""
     per_seed = {seed: seed_figures(data["searches"]) for seed, data in sorted(done.items())}
     summary = figures(per_seed)
@@ -95,6 +100,7 @@ def write_report(done: dict[int, dict[str, Any]], args: argparse.Namespace, root
     lines += _targets(summary, in_ops)
     lines += _table(summary, in_ops)
     lines += _why(per_seed, summary)
+    lines += _peers(peers, args.epochs)
     lines += _caveats()
     lines += _per_seed(per_seed)
     figure = _plot(per_seed, args.docs.parent / "fashion_search" / "accuracy_vs_compute.png")
@@ -282,6 +288,34 @@ def _why(per_seed: dict[int, dict[str, Any]], summary: dict[str, Any]) -> list[s
         )
     lines.append("")
     return lines
+
+
+def _peers(rows: list[dict[str, Any]] | None, epochs: int) -> list[str]:
+    if not rows:
+        return []
+    from bench.fashion_search.peers import compare
+
+    got = compare(rows)
+    labels = {
+        "tuned>lsuv": "tuned init against LSUV, both at the recommended rate",
+        "tuned>lsuv_fixed": "tuned init at the recommended rate against LSUV at 0.03",
+        "lsuv>spec_fixed": "LSUV against the spec's init, both at 0.03",
+        "tuned>spec_fixed": "tuned init at the recommended rate against the spec's init at 0.03",
+    }
+    lines = [
+        "## The tuned init against LSUV on the search's networks",
+        "",
+        f"The {got['n']} networks of `tuned, no gate`'s random start-up trials (all seeds; "
+        "`bench/fashion_search/peers.py`), trained also from LSUV (on the conditioning's 64 images) and from the "
+        f"spec's init, {epochs} epochs each. Share of networks where the first trains to a higher test accuracy (ties "
+        "half), and the mean difference of test accuracy, with bootstrap intervals over networks:",
+        "",
+        "| comparison | first better on | mean difference |",
+        "|---|---|---|",
+    ]
+    for key, label in labels.items():
+        lines.append(f"| {label} | {got[key]['share'].text(2)} | {got[key]['difference'].text(3)} |")
+    return [*lines, ""]
 
 
 def _caveats() -> list[str]:

@@ -134,3 +134,18 @@ def test_the_skipping_alone_is_the_gate_against_the_search_trained_the_same_way_
     assert got["preflight gate"]["ratio"].point == pytest.approx(0.4)
     assert got["preflight gate"]["skipping_ratio"].point == pytest.approx(4.0 / 7.0)
     assert got["tuned, no gate"]["skipping_ratio"].point == pytest.approx(1.0)
+
+
+def test_peer_comparisons_count_ties_as_half_and_hold_the_pairs_together():
+    from bench.fashion_search.peers import compare
+
+    rows = [
+        {"tuned": 0.8, "lsuv": 0.7, "lsuv_fixed": 0.8, "spec_fixed": 0.1},
+        {"tuned": 0.6, "lsuv": 0.7, "lsuv_fixed": 0.5, "spec_fixed": 0.5},
+        {"tuned": 0.9, "lsuv": 0.9, "lsuv_fixed": 0.9, "spec_fixed": 0.9},
+    ]
+    got = compare(rows)
+    assert got["tuned>lsuv"]["share"].point == pytest.approx(1.5 / 3)
+    assert got["tuned>lsuv"]["difference"].point == pytest.approx(0.0)
+    assert got["lsuv>spec_fixed"]["share"].point == pytest.approx(2.5 / 3)
+    assert got["tuned>spec_fixed"]["difference"].point == pytest.approx((0.7 + 0.1 + 0.0) / 3)

@@ -1,0 +1,91 @@
+"""The tuned init against LSUV on the search's own networks, at the same rates.
+
+The searches compare the tuned init at the recommended rate with the spec's init at a sampled or
+fixed rate, which mixes the init with the rate. Here the networks of ``tuned, no gate``'s random
+start-up trials (the same networks in every search of a seed) are also trained from LSUV (the
+20-line pipeline benchmark v2 compares against: ``bench.pipeline.inits.lsuv_``, on the conditioning's
+64 images) at the recommended rate and at the fixed 0.03, so that each comparison holds the rate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.fashion_search.evaluate import Evaluator
+from bench.fashion_search.searches import FIXED_RATE, STARTUP_TRIALS
+
+__all__ = ["compare", "read_peers", "train_peers"]
+
+PEER = "lsuv"
+
+
+def _seed_rows(task: tuple[Path, int, list[dict[str, Any]], int]) -> list[dict[str, Any]]:
+    import optuna
+    import torch
+
+    from bench.fashion_search.space import search_space
+
+    out, seed, trials, epochs = task
+    torch.set_num_threads(1)
+    evaluator = Evaluator(out)
+    rows = []
+    for trial in trials:
+        spec, _ = search_space(optuna.trial.FixedTrial(trial["params"]))
+        report, _ = evaluator.condition(spec, seed)
+        recommended = float(trial["lr"])
+        trained = {
+            "tuned": evaluator.epochs(spec, recommended, seed, epochs, report=report),
+            "lsuv": evaluator.epochs(spec, recommended, seed, epochs, peer=PEER),
+            "lsuv_fixed": evaluator.epochs(spec, FIXED_RATE, seed, epochs, peer=PEER),
+            "spec_fixed": evaluator.epochs(spec, FIXED_RATE, seed, epochs),
+        }
+        rows.append({"seed": seed, "name": spec["name"]} | {k: v[-1].test for k, v in trained.items()})
+    return rows
+
+
+def train_peers(out: Path, done: dict[int, dict[str, Any]], epochs: int, jobs: int = 2) -> list[dict[str, Any]]:
+    """Per start-up network of ``tuned, no gate``: its test accuracy from the tuned init at the
+    recommended rate, from LSUV at that rate and at 0.03, and from the spec's init at 0.03 (trained
+    here when not cached), one process per seed, ``jobs`` at a time."""
+    from bench.pipeline.run import imap_spawned
+
+    tasks = [
+        (
+            out,
+            seed,
+            [t for t in data["searches"]["tuned, no gate"][:STARTUP_TRIALS] if t["state"] == "complete"],
+            epochs,
+        )
+        for seed, data in sorted(done.items())
+    ]
+    results = imap_spawned(_seed_rows, tasks, jobs=jobs, nice=5) if jobs > 1 else map(_seed_rows, tasks)
+    return sorted((row for rows in results for row in rows), key=lambda r: (r["seed"], r["name"]))
+
+
+def read_peers(path: Path, key: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The rows stored at ``path`` when they were trained for these seeds and this configuration."""
+    from bench.pipeline.run import read_json
+
+    if not path.exists():
+        return None
+    data = read_json(path)
+    return data["rows"] if {k: data.get(k) for k in key} == key else None
+
+
+def compare(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Share of networks where the first trains to a higher test accuracy than the second (ties
+    count half), and the mean difference, with bootstrap intervals over networks."""
+    from bench.v2.stats import bootstrap
+
+    out: dict[str, Any] = {"n": len(rows)}
+    for first, second in (("tuned", "lsuv"), ("tuned", "lsuv_fixed"), ("lsuv", "spec_fixed"), ("tuned", "spec_fixed")):
+        a, b = np.array([r[first] for r in rows]), np.array([r[second] for r in rows])
+        wins = (a > b) + 0.5 * (a == b)
+        out[f"{first}>{second}"] = {
+            "share": bootstrap(lambda i, w=wins: float(w[i].mean()), len(rows)),
+            "difference": bootstrap(lambda i, d=a - b: float(d[i].mean()), len(rows)),
+        }
+    return out
