@@ -96,20 +96,26 @@ def report_lines(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]
     full = fit(dev, names)
     accuracy = np.array([r["accuracy"] for r in results], dtype=np.float64)
     ours = full.score(results)
-    proxy = np.array([float(r["proxies"][best_proxy]["score"]) for r in results], dtype=np.float64)
     n = len(results)
 
     def rho(scores: np.ndarray) -> Any:
         return bootstrap(lambda i: spearman(scores[i], accuracy[i]), n)
 
-    versus = paired_difference(lambda i: spearman(ours[i], accuracy[i]), lambda i: spearman(proxy[i], accuracy[i]), n)
     lines += [
         f"Fitted on {len(dev)} development cells (a second stratified sample, seed 1, disjoint from the reported "
         f"one); weights on standardized features: {full.describe()} (`bench/nasbench201/combine.py`). On the "
-        f"{n} reported cells:",
+        f"{n} reported cells the combination's Spearman is {rho(ours).text(3)}, paired with:",
         "",
-        f"- the combination's Spearman: {rho(ours).text(3)}; minus {best_proxy}'s: {versus.text(3)} "
-        f"({'above' if versus.low > 0 else 'below' if versus.high < 0 else 'not distinguishable'});",
+    ]
+    for name in dict.fromkeys((best_proxy, "params")):
+        proxy = np.array([float(r["proxies"][name]["score"]) for r in results], dtype=np.float64)
+        versus = paired_difference(
+            lambda i: spearman(ours[i], accuracy[i]), lambda i, p=proxy: spearman(p[i], accuracy[i]), n
+        )
+        verdict = "above" if versus.low > 0 else "below" if versus.high < 0 else "not distinguishable"
+        what = "the best proxy" if name == best_proxy else "the size alone"
+        lines.append(f"- minus {name}'s ({what}): {versus.text(3)} ({verdict});")
+    lines += [
         "",
         "| left out (refitted on the development cells without it) | Spearman | full minus this |",
         "|---|---|---|",
