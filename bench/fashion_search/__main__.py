@@ -4,6 +4,7 @@ report ``docs/fashion-search.md`` (``bench/fashion_search``)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,9 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="", help="a paragraph for the top of the report")
     parser.add_argument("--report-only", action="store_true", help="report the seeds already run")
     args = parser.parse_args(argv)
-    from nas.fashion_mnist import find_dir
+    from nas.fashion_mnist import FashionMNISTMissing, find_dir
 
-    find_dir()  # before any work: a missing dataset is one line saying how to get it
+    try:
+        find_dir()  # before any work: a missing dataset is one line saying how to get it
+    except FashionMNISTMissing as missing:
+        print(f"python -m bench.fashion_search: {missing}", file=sys.stderr)
+        return 7  # as `preflight demo` (EXIT_MISSING_DATA)
     from bench.fashion_search.run import run, seed_results
 
     seeds = list(range(args.seeds))
