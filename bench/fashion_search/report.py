@@ -327,7 +327,8 @@ def _caveats() -> list[str]:
         "recommended rate's factor was chosen on this search: they come from benchmark v2's development set.",
         "- Chosen after seeing results: the `tuned, no gate` and `no gate, rate 0.03` searches were added after "
         "the first seeds, to explain them (they change no other search: trainings are cached and TPE is "
-        "deterministic, so the other searches replayed identically); the within-a-point column likewise.",
+        "deterministic, so the other searches replayed identically); the within-a-point column and the LSUV "
+        "comparison likewise.",
         "- The compute is wall seconds on a shared 2-core machine; the multiply-accumulate column, which no load "
         "can stretch, agrees within the intervals.",
         "- Only the ungated search's proposals have a perfect-gate bound: the gated searches' proposals differ "
