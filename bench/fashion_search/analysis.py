@@ -21,6 +21,7 @@ from bench.v2.stats import Interval, bootstrap
 
 __all__ = [
     "FAILED_TO_TRAIN",
+    "NEVER",
     "best_at",
     "compute_to_reach",
     "figures",
@@ -34,6 +35,7 @@ Trials = list[dict[str, Any]]
 
 # A full training that ends below this validation accuracy did not train (chance is 0.1).
 FAILED_TO_TRAIN = 0.5
+NEVER = 1e9  # a compute ratio standing for "never reached", above any real one
 CHANCE = 0.1  # ten classes: what a search that has finished no trial yet has found
 WITHIN = 0.01  # the supplementary target: the ungated best less one point of accuracy
 NEAR_BEST = 0.05  # a flagged network this close to the ungated best validation accuracy was a false flag
@@ -102,12 +104,17 @@ def in_macs(searches: dict[str, Trials]) -> dict[str, Trials]:
         return macs[key]
 
     val_images = DATA["val_per_class"] * 10
+    steps_per_epoch = math.ceil(DATA["train_per_class"] * 10 / BATCH)
     out: dict[str, Trials] = {}
     for name, trials in searches.items():
         out[name] = []
         for t in trials:
             per_sample = forward(t["params"])
-            train = (3 * BATCH * int(t.get("train_steps") or 0) + val_images * int(t.get("epochs") or 0)) * per_sample
+            steps = int(t.get("train_steps") or 0)
+            # validated epochs: those that ended without a non-finite loss (a diverged epoch and the
+            # ones after it train and validate nothing, nas.training.Trainer)
+            validated = min(int(t.get("epochs") or 0), steps // steps_per_epoch)
+            train = (3 * BATCH * steps + val_images * validated) * per_sample
             condition = 3 * CONDITION_IMAGES * float(t.get("condition_steps") or 0.0) * per_sample
             out[name].append({**t, "train_seconds": train, "condition_seconds": condition})
     return out
@@ -216,8 +223,13 @@ def seed_figures(searches: dict[str, Trials]) -> dict[str, Any]:
 
 
 def _over_seeds(values: list[float], statistic: str) -> Interval:
+    """A median or mean over seeds with its bootstrap interval. A seed that never reached a target (inf)
+    stays in as ``NEVER``, a finite stand-in above any ratio, so that a resample whose median is
+    "never" counts as such instead of being dropped (the bootstrap drops non-finite resamples); a
+    seed where the figure is undefined (nan) is left out of the median."""
     array = np.asarray(values, dtype=np.float64)
-    if statistic == "median":  # nan (a seed where the figure is undefined) left out, inf kept
+    if statistic == "median":
+        array = np.where(np.isposinf(array), NEVER, array)
         return bootstrap(
             lambda i: float(np.nanmedian(array[i])) if np.isfinite(array[i]).any() else math.nan, len(array)
         )

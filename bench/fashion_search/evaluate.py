@@ -28,7 +28,11 @@ from nas.training import Dataset, Trainer, accuracy
 
 __all__ = ["DATA", "Epoch", "Evaluator", "load_splits"]
 
-VERSION = 1  # of the cached records' meaning: bump to retrain and recondition everything
+# Of the cached records' meaning: bump to retrain and recondition everything. The keys hold DATA, BATCH,
+# MOMENTUM, the spec, the init and the rate (and the engine's source for conditionings), not
+# CONDITION_IMAGES, the trainer's or nas.build_model's code, nor the searches' settings in run.config:
+# a change to one of those needs a bump.
+VERSION = 1
 # The split: stratified subsets of Fashion-MNIST at 14 x 14 (nas.fashion_mnist.standardized_subsets).
 DATA = {"train_per_class": 600, "val_per_class": 100, "test_per_class": 200, "resolution": 14, "seed": 0}
 BATCH = 64

@@ -81,7 +81,14 @@ def compare(rows: list[dict[str, Any]]) -> dict[str, Any]:
     from bench.v2.stats import bootstrap
 
     out: dict[str, Any] = {"n": len(rows)}
-    for first, second in (("tuned", "lsuv"), ("tuned", "lsuv_fixed"), ("lsuv", "spec_fixed"), ("tuned", "spec_fixed")):
+    pairs = (
+        ("tuned", "lsuv"),
+        ("tuned", "lsuv_fixed"),
+        ("lsuv", "lsuv_fixed"),
+        ("lsuv", "spec_fixed"),
+        ("tuned", "spec_fixed"),
+    )
+    for first, second in pairs:
         a, b = np.array([r[first] for r in rows]), np.array([r[second] for r in rows])
         wins = (a > b) + 0.5 * (a == b)
         out[f"{first}>{second}"] = {

@@ -45,7 +45,7 @@ def test_compute_to_reach_charges_conditioning_and_pruned_trials_until_the_incum
     ]
     assert compute_to_reach(trials, 0.88) == pytest.approx(2.0 + 4.0 + 1.5 + 5.0)
     assert compute_to_reach(trials, 0.89) == math.inf
-    assert best_at(trials, 7.9) == 0.5  # the third trial ends at 8.5
+    assert best_at(trials, 7.9) == 0.5  # the third trial ends at 7.5, the last at 12.5
     assert math.isnan(best_at(trials, 1.0))
 
 
@@ -116,10 +116,10 @@ def test_in_macs_charges_three_forward_passes_per_training_step_and_counted_cond
         "lr": 0.01,
     }
     forward = summarize(search_space(optuna.trial.FixedTrial(params))[0]).macs / 1e9
-    trial = _trial(0.8, 0.8, 99.0, condition=99.0) | {"params": params, "train_steps": 10, "epochs": 1}
+    trial = _trial(0.8, 0.8, 99.0, condition=99.0) | {"params": params, "train_steps": 94, "epochs": 1}
     trial["condition_steps"] = 15.0
     got = in_macs({"s": [trial]})["s"][0]
-    assert got["train_seconds"] == pytest.approx((3 * 64 * 10 + 1000) * forward)
+    assert got["train_seconds"] == pytest.approx((3 * 64 * 94 + 1000) * forward)
     assert got["condition_seconds"] == pytest.approx(3 * 64 * 15 * forward)
 
 
@@ -149,3 +149,41 @@ def test_peer_comparisons_count_ties_as_half_and_hold_the_pairs_together():
     assert got["tuned>lsuv"]["difference"].point == pytest.approx(0.0)
     assert got["lsuv>spec_fixed"]["share"].point == pytest.approx(2.5 / 3)
     assert got["tuned>spec_fixed"]["difference"].point == pytest.approx((0.7 + 0.1 + 0.0) / 3)
+
+
+def test_a_seed_that_never_reaches_the_target_widens_the_interval_to_never():
+    from bench.fashion_search.analysis import NEVER
+
+    per_seed = {}
+    for seed, reaches in enumerate((True, True, True, False, True)):
+        ungated = [_trial(0.1, 0.1, 4.0), _trial(0.9, 0.9, 1.0)]
+        gated = [_trial(0.9 if reaches else 0.5, 0.9 if reaches else 0.5, 2.0, condition=0.5)]
+        per_seed[seed] = seed_figures({"no gate": ungated, "preflight gate": gated})
+    ratio = figures(per_seed)["searches"]["preflight gate"]["ratio"]
+    assert ratio.point == pytest.approx(2.5 / 5.0)
+    assert ratio.high == NEVER  # resamples with three or more "never" seeds have a "never" median
+
+
+def test_in_macs_charges_no_validation_after_a_training_diverged():
+    import optuna
+
+    from bench.fashion_search.space import search_space
+    from nas.summary import summarize
+
+    params = {
+        "family": "residual",
+        "res_depth": 2,
+        "res_width": 8,
+        "res_body_layers": 1,
+        "res_beta": 0.5,
+        "res_activation": "relu",
+        "res_norm": "none",
+        "res_init_scheme": "fan_in",
+        "res_init_gain": 1.0,
+        "lr": 0.3,
+    }
+    forward = summarize(search_space(optuna.trial.FixedTrial(params))[0]).macs / 1e9
+    # 4 epochs reported, diverged 10 steps into the second: one validated epoch (94 steps each)
+    trial = _trial(0.1, 0.0, 1.0) | {"params": params, "train_steps": 94 + 10, "epochs": 4}
+    got = in_macs({"s": [trial]})["s"][0]
+    assert got["train_seconds"] == pytest.approx((3 * 64 * 104 + 1000 * 1) * forward)
