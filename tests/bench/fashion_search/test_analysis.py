@@ -31,6 +31,29 @@ def _trial(val: float | None, test: float | None, train: float, condition: float
     }
 
 
+# a small residual network of the search space, as Optuna parameters (the rate added per test)
+_RESIDUAL = {
+    "family": "residual",
+    "res_depth": 2,
+    "res_width": 8,
+    "res_body_layers": 1,
+    "res_beta": 0.5,
+    "res_activation": "relu",
+    "res_norm": "none",
+    "res_init_scheme": "fan_in",
+    "res_init_gain": 1.0,
+}
+
+
+def _forward_gmacs(params: dict) -> float:
+    import optuna
+
+    from bench.fashion_search.space import search_space
+    from nas.summary import summarize
+
+    return summarize(search_space(optuna.trial.FixedTrial(params))[0]).macs / 1e9
+
+
 def test_the_incumbent_is_the_best_validation_accuracy_not_the_best_test_accuracy():
     trials = [_trial(0.8, 0.70, 1.0), _trial(0.7, 0.95, 1.0), _trial(0.9, 0.85, 1.0)]
     assert incumbent_path(trials) == [(1.0, 0.70), (2.0, 0.70), (3.0, 0.85)]
@@ -98,24 +121,8 @@ def test_a_search_that_has_finished_nothing_yet_counts_as_chance_at_equal_comput
 
 
 def test_in_macs_charges_three_forward_passes_per_training_step_and_counted_conditioning_steps():
-    import optuna
-
-    from bench.fashion_search.space import search_space
-    from nas.summary import summarize
-
-    params = {
-        "family": "residual",
-        "res_depth": 2,
-        "res_width": 8,
-        "res_body_layers": 1,
-        "res_beta": 0.5,
-        "res_activation": "relu",
-        "res_norm": "none",
-        "res_init_scheme": "fan_in",
-        "res_init_gain": 1.0,
-        "lr": 0.01,
-    }
-    forward = summarize(search_space(optuna.trial.FixedTrial(params))[0]).macs / 1e9
+    params = _RESIDUAL | {"lr": 0.01}
+    forward = _forward_gmacs(params)
     trial = _trial(0.8, 0.8, 99.0, condition=99.0) | {"params": params, "train_steps": 94, "epochs": 1}
     trial["condition_steps"] = 15.0
     got = in_macs({"s": [trial]})["s"][0]
@@ -165,24 +172,8 @@ def test_a_seed_that_never_reaches_the_target_widens_the_interval_to_never():
 
 
 def test_in_macs_charges_no_validation_after_a_training_diverged():
-    import optuna
-
-    from bench.fashion_search.space import search_space
-    from nas.summary import summarize
-
-    params = {
-        "family": "residual",
-        "res_depth": 2,
-        "res_width": 8,
-        "res_body_layers": 1,
-        "res_beta": 0.5,
-        "res_activation": "relu",
-        "res_norm": "none",
-        "res_init_scheme": "fan_in",
-        "res_init_gain": 1.0,
-        "lr": 0.3,
-    }
-    forward = summarize(search_space(optuna.trial.FixedTrial(params))[0]).macs / 1e9
+    params = _RESIDUAL | {"lr": 0.3}
+    forward = _forward_gmacs(params)
     # 4 epochs reported, diverged 10 steps into the second: one validated epoch (94 steps each)
     trial = _trial(0.1, 0.0, 1.0) | {"params": params, "train_steps": 94 + 10, "epochs": 4}
     got = in_macs({"s": [trial]})["s"][0]
