@@ -68,6 +68,10 @@ class ConditionOptions(BaseModel):
     # them; their scale sets how fast they learn): "spec" keeps the spec's, "unit_variance" puts their
     # output variance at 1 on the batch as LSUV does (worker.engine.norm_inputs; one forward pass)
     norm_inputs: Literal["spec", "unit_variance"] = "spec"
+    # LSUV's data-dependent target on every linear/conv layer, in one forward pass
+    # (worker.engine.forward_variance): "base" puts it under AutoInit as its starting point, "final"
+    # applies it after AutoInit (it then sets every weighted layer's scale, the head's at output_std)
+    forward_variance: Literal["off", "base", "final"] = "off"
     # whole conditioning, the probe and diagnostics included, in training steps (forward + backward)
     # of the candidate at this batch, timed once at the start (docs/conditioning.md section 6); None:
     # no budget (balancing iterates up to balance_rounds, every diagnostic on every layer)

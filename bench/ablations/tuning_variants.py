@@ -49,6 +49,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "orthogonal_nv1_jacobian": {"draw": "orthogonal", "n_vectors": 1, "loss": "log"},
     "orthogonal_nv1_tol03": {"draw": "orthogonal", "n_vectors": 1, "tolerance": 0.3},
     "orthogonal_nv1_unitvar": {"draw": "orthogonal", "n_vectors": 1, "norm_inputs": "unit_variance"},
+    "orthogonal_nv1_fvbase": {"draw": "orthogonal", "n_vectors": 1, "forward_variance": "base"},
+    "orthogonal_nv1_fvfinal": {"draw": "orthogonal", "n_vectors": 1, "forward_variance": "final"},
     "orthogonal_out1_nv1_unitvar": {
         "draw": "orthogonal",
         "n_vectors": 1,

@@ -49,6 +49,7 @@ from worker.engine.budget import FORWARD_COST, STEP_COST, Ledger, profile_cost
 from worker.engine.components import components
 from worker.engine.device import resolve_device
 from worker.engine.diagnostics import Diagnostics, run_diagnostics
+from worker.engine.forward_variance import unit_forward_variance_scales
 from worker.engine.inputs import batch, check_targets
 from worker.engine.jacobian import block_jacobians
 from worker.engine.norm_inputs import unit_variance_scales
@@ -117,6 +118,12 @@ def condition(
     ledger.record("balance", time.perf_counter() - clock, 0.0)  # the closed form: no counted pass
     if balancing:
         apply_scales_(model, balancing)
+    base: dict[str, float] = {}
+    if opts.forward_variance == "base":
+        clock = time.perf_counter()
+        base = unit_forward_variance_scales(model, x, head_std=opts.output_std)
+        apply_scales_(model, base)
+        ledger.record("forward_variance", time.perf_counter() - clock, FORWARD_COST)
     tell(STAGES[3])
     tuned = autoinit(
         model,
@@ -139,6 +146,12 @@ def condition(
         unit = unit_variance_scales(model, x, tuned)
         apply_scales_(model, unit)
         ledger.record("norm_inputs", time.perf_counter() - clock, FORWARD_COST)
+    if opts.forward_variance == "final":
+        clock = time.perf_counter()
+        final = unit_forward_variance_scales(model, x, head_std=opts.output_std)
+        apply_scales_(model, final)
+        unit = _product(unit, final)
+        ledger.record("forward_variance", time.perf_counter() - clock, FORWARD_COST)
     left = ledger.left()
     if opts.diagnostics:
         tell(STAGES[4])
@@ -180,7 +193,7 @@ def condition(
         tuned=tuned,
         balancing=balancing,
         balancing_mode=balancing_mode,
-        scales=_product(_product(balancing, tuned.scales), unit),
+        scales=_product(_product(_product(balancing, base), tuned.scales), unit),
         diagnostics=diagnostics,
         probe=probe,
         result=result,
@@ -209,9 +222,11 @@ def time_training_step(model: PreflightNet, x: Tensor) -> float:
 
 def _probe_reserve(opts: ConditionOptions) -> float:
     """What runs after AutoInit and is reserved in the budget before it: the probe's counted cost,
-    and the forward pass of ``norm_inputs`` when it runs."""
-    return probe_cost(opts.probe_steps, len(opts.probe_lrs)) + (
-        FORWARD_COST if opts.norm_inputs == "unit_variance" else 0.0
+    and the forward passes of ``norm_inputs`` and a final ``forward_variance`` when they run."""
+    return (
+        probe_cost(opts.probe_steps, len(opts.probe_lrs))
+        + (FORWARD_COST if opts.norm_inputs == "unit_variance" else 0.0)
+        + (FORWARD_COST if opts.forward_variance == "final" else 0.0)
     )
 
 
