@@ -158,6 +158,28 @@ def compare(names: list[str], candidates: list[Candidate]) -> None:
             print("\n".join(line))
 
 
+def choose_by_score(first: str, second: str, candidates: list[Candidate]) -> None:
+    """Per candidate, keep the variant whose report scored better (the probe: the score is its
+    monotone fit) and compare with LSUV; next to it, each variant alone and an oracle that keeps
+    the one that trained better. No training beyond the two variants' cached runs."""
+    for protocol in ("sgd", "adamw"):
+        wins: dict[str, list[float]] = defaultdict(list)
+        for c in candidates:
+            entries = [read_json(p) if (p := OUT / n / f"{c.id}.json").exists() else None for n in (first, second)]
+            lsuv = read_json(q) if (q := OUT / "lsuv" / f"{c.id}.json").exists() else None
+            if None in entries or lsuv is None:
+                continue
+            a, b = entries
+            la, lb, ref = _best_loss(a, protocol), _best_loss(b, protocol), _best_loss(lsuv, protocol)
+            sa, sb = a.get("score"), b.get("score")  # type: ignore[union-attr]
+            picked = la if sa is not None and (sb is None or sa >= sb) else lb
+            for key, loss in ((first, la), (second, lb), ("oracle", min(la, lb)), ("chosen by score", picked)):
+                if not (math.isinf(loss) and math.isinf(ref)):
+                    wins[key].append(float(loss < ref))
+        shares = ", ".join(f"{k} {np.mean(v):.2f} (n={len(v)})" for k, v in wins.items())
+        print(f"protocol {protocol}: share ending lower than LSUV: {shares}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ablations.tuning_variants", description=__doc__)
     parser.add_argument("--variant", action="append", default=[], help=f"one of {sorted(VARIANTS)} or lsuv")
@@ -165,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=int, default=1, help="take every k-th candidate of each family")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--compare-only", action="store_true")
+    parser.add_argument(
+        "--choose", nargs=2, metavar=("A", "B"), help="also: keep, per candidate, the better-scored of A and B"
+    )
     args = parser.parse_args(argv)
     candidates = [c for c in dev_set() if not args.family or c.family in args.family]
     by_family: dict[str, list[Candidate]] = defaultdict(list)
@@ -178,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             for i, message in enumerate(pool.imap_unordered(run_one, tasks)):
                 print(f"{i + 1}/{len(tasks)} {message}", flush=True)
     compare(names, candidates)
+    if args.choose:
+        choose_by_score(*args.choose, candidates)
     return 0
 
 
