@@ -33,14 +33,18 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(args.seeds))
     if not args.report_only:
         run(args.out, seeds, args.trials, args.epochs, args.jobs)
-    done = seed_results(args.out, seeds, args.trials, args.epochs)
+    # a report of cached seeds reads them whatever engine ran them (the report names it); a run
+    # reruns those of an older engine
+    done = seed_results(args.out, seeds, args.trials, args.epochs, any_engine=args.report_only)
     from bench.fashion_search.peers import read_peers, train_peers
     from bench.fashion_search.report import write_report
     from bench.fashion_search.run import config
     from bench.pipeline.run import write_json
 
     peers_path = args.out / "peers.json"
-    key = {"config": config(args.trials, args.epochs), "seeds": sorted(done)}
+    ran = {data["config"]["engine"] for data in done.values()}
+    engine = ran.pop() if len(ran) == 1 else config(args.trials, args.epochs)["engine"]
+    key = {"config": config(args.trials, args.epochs) | {"engine": engine}, "seeds": sorted(done)}
     if not args.report_only and done:
         write_json(peers_path, key | {"rows": train_peers(args.out, done, args.epochs, args.jobs)})
     peers = read_peers(peers_path, key)

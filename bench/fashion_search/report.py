@@ -106,6 +106,7 @@ def write_report(
     ]
     if args.note:
         lines += [f"**This run.** {args.note}", ""]
+    lines += _engine_line(done)
     if len(done) < args.seeds:
         lines += [f"Only {len(done)} of the {args.seeds} seeds have run; the figures are over those.", ""]
     lines += _setup(args)
@@ -122,6 +123,25 @@ def write_report(
     lines += ["", f"![accuracy against compute]({figure.parent.name}/{figure.name})", ""]
     args.docs.write_text("\n".join(lines) + "\n")
     return [args.docs, figure]
+
+
+def _engine_line(done: dict[int, dict[str, Any]]) -> list[str]:
+    """Which engine (``bench.pipeline.run.engine_version``: a hash of its source) ran the seeds,
+    and whether it is this checkout's: a report rewritten from cached seeds after an engine
+    change describes the engine that ran them."""
+    from bench.pipeline.run import engine_version
+
+    ran = sorted({data["config"]["engine"] for data in done.values()})
+    if not ran:
+        return []
+    now = engine_version()
+    if ran == [now]:
+        return [f"Engine: `{now}` (this checkout's).", ""]
+    return [
+        f"Engine: `{', '.join(ran)}`, which ran the seeds; this checkout's engine is `{now}` (its source "
+        "changed since; `python -m bench.fashion_search` reruns the seeds under it).",
+        "",
+    ]
 
 
 def _setup(args: argparse.Namespace) -> list[str]:

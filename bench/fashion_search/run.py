@@ -23,8 +23,11 @@ def seed_path(out: Path, seed: int) -> Path:
     return out / "seeds" / f"seed{seed}.json"
 
 
-def seed_results(out: Path, seeds: list[int], trials: int, epochs: int) -> dict[int, dict[str, Any]]:
-    """The finished seeds run under this configuration, with every search of ``SEARCHES``."""
+def seed_results(
+    out: Path, seeds: list[int], trials: int, epochs: int, any_engine: bool = False
+) -> dict[int, dict[str, Any]]:
+    """The finished seeds run under this configuration, with every search of ``SEARCHES``;
+    ``any_engine``: also those an earlier engine ran (a report of cached results says which)."""
     from bench.fashion_search.searches import SEARCHES
 
     wanted = config(trials, epochs)
@@ -34,7 +37,10 @@ def seed_results(out: Path, seeds: list[int], trials: int, epochs: int) -> dict[
         if not path.exists():
             continue
         data = read_json(path)
-        if data.get("config") == wanted and set(data["searches"]) == set(SEARCHES):
+        ran = data.get("config") or {}
+        if any_engine:
+            ran, wanted = ran | {"engine": None}, wanted | {"engine": None}
+        if ran == wanted and set(data["searches"]) == set(SEARCHES):
             done[seed] = data
     return done
 

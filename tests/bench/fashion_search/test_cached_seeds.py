@@ -1,0 +1,34 @@
+"""A report of cached seeds reads them whatever engine ran them, and says which engine that was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.fashion_search.report import _engine_line
+from bench.fashion_search.run import config, seed_path, seed_results
+from bench.fashion_search.searches import SEARCHES
+from bench.pipeline.run import engine_version, write_json
+
+
+def _seed(out: Path, seed: int, engine: str) -> None:
+    write_json(
+        seed_path(out, seed),
+        {"config": config(30, 4) | {"engine": engine}, "seed": seed, "searches": dict.fromkeys(SEARCHES, [])},
+    )
+
+
+def test_a_run_reruns_seeds_of_an_older_engine_and_a_report_reads_them(tmp_path: Path) -> None:
+    _seed(tmp_path, 0, "an-older-engine")
+    _seed(tmp_path, 1, engine_version())
+    assert sorted(seed_results(tmp_path, [0, 1], 30, 4)) == [1]
+    assert sorted(seed_results(tmp_path, [0, 1], 30, 4, any_engine=True)) == [0, 1]
+    # another configuration is never read, whatever the engine
+    assert seed_results(tmp_path, [0, 1], 10, 4, any_engine=True) == {}
+
+
+def test_the_report_names_the_engine_that_ran_the_seeds(tmp_path: Path) -> None:
+    _seed(tmp_path, 0, "an-older-engine")
+    old = _engine_line(seed_results(tmp_path, [0], 30, 4, any_engine=True))
+    assert "an-older-engine" in old[0] and engine_version() in old[0] and "reruns" in old[0]
+    _seed(tmp_path, 0, engine_version())
+    assert _engine_line(seed_results(tmp_path, [0], 30, 4)) == [f"Engine: `{engine_version()}` (this checkout's).", ""]
