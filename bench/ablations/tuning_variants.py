@@ -131,6 +131,7 @@ def compare(names: list[str], candidates: list[Candidate]) -> None:
             if name == "lsuv":
                 continue
             wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+            ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
             counted = []
             for c in candidates:
                 mine = read_json(p) if (p := OUT / name / f"{c.id}.json").exists() else None
@@ -150,11 +151,16 @@ def compare(names: list[str], candidates: list[Candidate]) -> None:
                         continue
                     wins[ref][c.family].append(float(loss < other))
                     wins[ref]["ALL"].append(float(loss < other))
+                    if math.isfinite(loss) and math.isfinite(other) and loss > 0 and other > 0:
+                        ratios[ref][c.family].append(math.log(loss / other))
             line = [f"  {name:24s} n={len(counted):3d} cost {np.median(counted) if counted else math.nan:5.1f}"]
             for ref, fams in wins.items():
                 overall = fams.pop("ALL")
                 per = " ".join(f"{f}:{np.mean(v):.2f}" for f, v in sorted(fams.items()))
                 line.append(f"    vs {ref:8s} {np.mean(overall):.2f} (n={len(overall)})  {per}")
+                # how much, not only how often: the median log ratio of the final losses per family
+                size = " ".join(f"{f}:{np.median(v):+.2f}" for f, v in sorted(ratios[ref].items()))
+                line.append(f"    {'':11s} median log(loss / {ref}) per family  {size}")
             print("\n".join(line))
 
 

@@ -20,6 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "fashion-search.md")
     parser.add_argument("--note", default="", help="a paragraph for the top of the report")
     parser.add_argument("--report-only", action="store_true", help="report the seeds already run")
+    parser.add_argument(
+        "--keep-older-engines",
+        action="store_true",
+        help="keep seeds an earlier engine ran instead of rerunning them (the report names each engine)",
+    )
     args = parser.parse_args(argv)
     from nas.fashion_mnist import FashionMNISTMissing, find_dir
 
@@ -31,19 +36,22 @@ def main(argv: list[str] | None = None) -> int:
     from bench.fashion_search.run import run, seed_results
 
     seeds = list(range(args.seeds))
-    if not args.report_only:
-        run(args.out, seeds, args.trials, args.epochs, args.jobs)
     # a report of cached seeds reads them whatever engine ran them (the report names it); a run
-    # reruns those of an older engine
-    done = seed_results(args.out, seeds, args.trials, args.epochs, any_engine=args.report_only)
+    # reruns those of an older engine unless told to keep them
+    any_engine = args.report_only or args.keep_older_engines
+    if not args.report_only:
+        run(args.out, seeds, args.trials, args.epochs, args.jobs, any_engine)
+    done = seed_results(args.out, seeds, args.trials, args.epochs, any_engine=any_engine)
     from bench.fashion_search.peers import read_peers, train_peers
     from bench.fashion_search.report import write_report
     from bench.fashion_search.run import config
     from bench.pipeline.run import write_json
 
     peers_path = args.out / "peers.json"
-    ran = {data["config"]["engine"] for data in done.values()}
-    engine = ran.pop() if len(ran) == 1 else config(args.trials, args.epochs)["engine"]
+    # the peers (LSUV and the spec's init on the start-up networks) do not depend on the engine;
+    # the key names the engines that chose those networks
+    engines = sorted({data["config"]["engine"] for data in done.values()}) or [config(1, 1)["engine"]]
+    engine = engines[0] if len(engines) == 1 else engines
     key = {"config": config(args.trials, args.epochs) | {"engine": engine}, "seeds": sorted(done)}
     if not args.report_only and done:
         write_json(peers_path, key | {"rows": train_peers(args.out, done, args.epochs, args.jobs)})

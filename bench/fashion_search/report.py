@@ -126,22 +126,31 @@ def write_report(
 
 
 def _engine_line(done: dict[int, dict[str, Any]]) -> list[str]:
-    """Which engine (``bench.pipeline.run.engine_version``: a hash of its source) ran the seeds,
-    and whether it is this checkout's: a report rewritten from cached seeds after an engine
-    change describes the engine that ran them."""
+    """Which engine (``bench.pipeline.run.engine_version``: a hash of its source) ran which seeds,
+    and whether it is this checkout's: a report of cached seeds after an engine change describes
+    the engines that ran them."""
     from bench.pipeline.run import engine_version
 
-    ran = sorted({data["config"]["engine"] for data in done.values()})
-    if not ran:
+    seeds_of: dict[str, list[int]] = {}
+    for seed, data in sorted(done.items()):
+        seeds_of.setdefault(data["config"]["engine"], []).append(seed)
+    if not seeds_of:
         return []
     now = engine_version()
-    if ran == [now]:
+    if list(seeds_of) == [now]:
         return [f"Engine: `{now}` (this checkout's).", ""]
-    return [
-        f"Engine: `{', '.join(ran)}`, which ran the seeds; this checkout's engine is `{now}` (its source "
-        "changed since; `python -m bench.fashion_search` reruns the seeds under it).",
-        "",
-    ]
+    mine = " (this checkout's)"
+    ran = "; ".join(
+        f"`{engine}`{mine if engine == now else ''} ran seeds {', '.join(map(str, seeds))}"
+        for engine, seeds in seeds_of.items()
+    )
+    tail = (
+        ""
+        if now in seeds_of
+        else f"; this checkout's engine is `{now}` (its source changed since; "
+        "`python -m bench.fashion_search` reruns the seeds under it)"
+    )
+    return [f"Engines: {ran}{tail}.", ""]
 
 
 def _setup(args: argparse.Namespace) -> list[str]:

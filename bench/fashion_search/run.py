@@ -67,11 +67,12 @@ def _one_seed(task: tuple[Path, int, int, int]) -> int:
     return seed
 
 
-def run(out: Path, seeds: list[int], trials: int, epochs: int, jobs: int) -> None:
-    """Run the seeds not yet done, ``jobs`` at a time."""
+def run(out: Path, seeds: list[int], trials: int, epochs: int, jobs: int, any_engine: bool = False) -> None:
+    """Run the seeds not yet done, ``jobs`` at a time (``any_engine``: keep those an earlier
+    engine ran)."""
     from bench.fashion_search.searches import SEARCHES
 
-    todo = [s for s in seeds if s not in seed_results(out, seeds, trials, epochs)]
+    todo = [s for s in seeds if s not in seed_results(out, seeds, trials, epochs, any_engine)]
     if not todo:
         return
     print(

@@ -29,6 +29,9 @@ def test_a_run_reruns_seeds_of_an_older_engine_and_a_report_reads_them(tmp_path:
 def test_the_report_names_the_engine_that_ran_the_seeds(tmp_path: Path) -> None:
     _seed(tmp_path, 0, "an-older-engine")
     old = _engine_line(seed_results(tmp_path, [0], 30, 4, any_engine=True))
-    assert "an-older-engine" in old[0] and engine_version() in old[0] and "reruns" in old[0]
+    assert "`an-older-engine` ran seeds 0" in old[0] and engine_version() in old[0] and "reruns" in old[0]
+    _seed(tmp_path, 1, engine_version())  # a seed run since: both engines named, each with its seeds
+    mixed = _engine_line(seed_results(tmp_path, [0, 1], 30, 4, any_engine=True))[0]
+    assert "`an-older-engine` ran seeds 0" in mixed and f"`{engine_version()}` (this checkout's) ran seeds 1" in mixed
     _seed(tmp_path, 0, engine_version())
     assert _engine_line(seed_results(tmp_path, [0], 30, 4)) == [f"Engine: `{engine_version()}` (this checkout's).", ""]
