@@ -35,3 +35,15 @@ def test_the_report_names_the_engine_that_ran_the_seeds(tmp_path: Path) -> None:
     assert "`an-older-engine` ran seeds 0" in mixed and f"`{engine_version()}` (this checkout's) ran seeds 1" in mixed
     _seed(tmp_path, 0, engine_version())
     assert _engine_line(seed_results(tmp_path, [0], 30, 4)) == [f"Engine: `{engine_version()}` (this checkout's).", ""]
+
+
+def test_keeping_older_engines_runs_only_the_missing_seeds(tmp_path: Path, monkeypatch) -> None:
+    import bench.fashion_search.run as runner
+
+    ran: list[int] = []
+    monkeypatch.setattr(runner, "_one_seed", lambda task: ran.append(task[1]) or task[1])
+    _seed(tmp_path, 0, "an-older-engine")
+    runner.run(tmp_path, [0, 1], 30, 4, jobs=1, any_engine=True)
+    assert ran == [1]
+    runner.run(tmp_path, [0, 1], 30, 4, jobs=1)  # without it, the older engine's seed reruns too
+    assert ran == [1, 0, 1]
