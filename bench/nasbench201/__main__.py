@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,16 +45,18 @@ def main(argv: list[str] | None = None) -> int:
         dev_cells = sample_cells(table, args.dev, seed=1, exclude=cells)
         dev_out, settings = args.out / "dev", (args.channels, args.cells_per_stage)
         if args.report_only:
-            dev = scored(dev_cells, table, args.data, dev_out, *settings)
+            dev = scored(dev_cells, table, args.data, dev_out, *settings, any_engine=True)
         else:
             dev = run(dev_cells, table, args.data, dev_out, args.jobs, *settings)
     if args.report_only:
-        results = scored(cells, table, args.data, args.out, args.channels, args.cells_per_stage)
+        # a report of cached cells reads Preflight's parts whatever engine scored them, and says which
+        results = scored(cells, table, args.data, args.out, args.channels, args.cells_per_stage, any_engine=True)
     else:
         results = run(cells, table, args.data, args.out, args.jobs, args.channels, args.cells_per_stage)
     if not results:
-        print("no cell of the sample is scored with the current engine yet: run without --report-only")
+        print("no cell of the sample is scored yet: run without --report-only")
         return 1
+    args.note = f"{args.note} {_engines(results + (dev or []))}".strip()
     if len(results) < len(cells):
         args.note = f"{args.note} Only {len(results)} of the {len(cells)} sampled cells are scored so far.".strip()
     skeleton = f"Networks: {args.channels} channels, {args.cells_per_stage} cells per stage."
@@ -64,6 +67,23 @@ def main(argv: list[str] | None = None) -> int:
     args.docs.write_text(report(results, args.data, note=note, figure=figure.as_posix(), dev=dev) + "\n")
     print(f"wrote {args.docs}")
     return 0
+
+
+def _engines(results: list[dict[str, Any]]) -> str:
+    """Which engines (``bench.pipeline.run.engine_version``, a hash of its source) scored the cells."""
+    from collections import Counter
+
+    from bench.pipeline.run import engine_version
+
+    now = engine_version()
+    counts = Counter(r.get("engine") or "unrecorded" for r in results)
+    named = ", ".join(f"`{e}`{' (this checkout' + chr(39) + 's)' if e == now else ''} {n}" for e, n in counts.items())
+    stale = (
+        ""
+        if set(counts) == {now}
+        else " (the engine's source changed since; a run without --report-only rescores them)"
+    )
+    return f"Cells scored per engine: {named}{stale}."
 
 
 if __name__ == "__main__":

@@ -78,10 +78,10 @@ def cell_batch(kind: str, n: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
     return (x - x.mean()) / x.std(), data.y_train[:n]
 
 
-def _fingerprint(part: str, kind: str, channels: int, cells_per_stage: int) -> str:
+def _fingerprint(part: str, kind: str, channels: int, cells_per_stage: int, engine: str | None = None) -> str:
     """What a cached part was computed with: the proxies do not depend on Preflight's engine, so a
-    changed engine reruns only Preflight's part."""
-    engine = engine_version() if part == "preflight" else None
+    changed engine reruns only Preflight's part (``engine``: another engine's, default this one's)."""
+    engine = (engine or engine_version()) if part == "preflight" else None
     blob = json.dumps([engine, kind, channels, cells_per_stage, BATCH, sorted(PROXIES) if part == "proxies" else None])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -96,6 +96,18 @@ def _cached(out: Path, kind: str, part: str, ops: tuple[str, ...], fingerprint: 
     if path.exists() and (data := json.loads(path.read_text())).get("fingerprint") == fingerprint:
         return dict(data)
     return None
+
+
+def _cached_any_engine(
+    out: Path, kind: str, ops: tuple[str, ...], channels: int, cells_per_stage: int
+) -> dict[str, Any] | None:
+    """A cell's stored Preflight part computed with these settings by whichever engine it names
+    (for a report of cached cells; the report says which engines scored them)."""
+    path = _path(out, kind, "preflight", ops)
+    if not path.exists() or not (engine := (data := json.loads(path.read_text())).get("engine")):
+        return None
+    same = data.get("fingerprint") == _fingerprint("preflight", kind, channels, cells_per_stage, engine)
+    return dict(data) if same else None
 
 
 def _store(out: Path, kind: str, part: str, ops: tuple[str, ...], result: dict[str, Any]) -> None:
@@ -131,17 +143,28 @@ def score_cell(
             "status": report.tuning.status,
             "seconds": time.perf_counter() - start,
         }
-        _store(out, kind, "preflight", ops, {"fingerprint": fingerprint, "preflight": preflight})
+        stored = {"fingerprint": fingerprint, "engine": engine_version(), "preflight": preflight}
+        _store(out, kind, "preflight", ops, stored)
     result = _result(ops, accuracy, kind, out, channels, cells_per_stage)
     assert result is not None
     return result
 
 
 def _result(
-    ops: tuple[str, ...], accuracy: float, kind: str, out: Path, channels: int, cells_per_stage: int
+    ops: tuple[str, ...],
+    accuracy: float,
+    kind: str,
+    out: Path,
+    channels: int,
+    cells_per_stage: int,
+    any_engine: bool = False,
 ) -> dict[str, Any] | None:
     proxies = _cached(out, kind, "proxies", ops, _fingerprint("proxies", kind, channels, cells_per_stage))
-    preflight = _cached(out, kind, "preflight", ops, _fingerprint("preflight", kind, channels, cells_per_stage))
+    preflight = (
+        _cached_any_engine(out, kind, ops, channels, cells_per_stage)
+        if any_engine
+        else _cached(out, kind, "preflight", ops, _fingerprint("preflight", kind, channels, cells_per_stage))
+    )
     if proxies is None or preflight is None:
         return None
     return {
@@ -151,6 +174,7 @@ def _result(
         "proxies": proxies["proxies"],
         "proxy_seconds": proxies["proxy_seconds"],
         "preflight": preflight["preflight"],
+        "engine": preflight.get("engine"),
     }
 
 
@@ -191,9 +215,11 @@ def scored(
     out: Path,
     channels: int = 16,
     cells_per_stage: int = 5,
+    any_engine: bool = False,
 ) -> list[dict[str, Any]]:
-    """The cells of ``cells`` already scored with the current engine and settings (no computation)."""
-    results = (_result(cell, table[cell], kind, out, channels, cells_per_stage) for cell in cells)
+    """The cells of ``cells`` already scored with the current engine and settings (no computation;
+    ``any_engine``: by whichever engine, each result naming its own)."""
+    results = (_result(cell, table[cell], kind, out, channels, cells_per_stage, any_engine) for cell in cells)
     return [result for result in results if result is not None]
 
 

@@ -77,3 +77,23 @@ def test_flagging_prunes_the_lowest_scores_first() -> None:
     }
     assert rows["preflight"][6].strip() == "1.00"
     assert float(rows["proxy:naswot"][6]) < 0.3
+
+
+def test_a_report_of_cached_cells_reads_an_older_engines_scores_and_names_it(table: dict, tmp_path: Path) -> None:
+    import json
+
+    from bench.nasbench201.__main__ import _engines
+    from bench.nasbench201.score import _fingerprint
+
+    cells = sample_cells(table, 2, seed=0)
+    run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1)
+    for path in (tmp_path / "gaussian" / "preflight").glob("*.json"):  # as if an older engine scored it
+        data = json.loads(path.read_text())
+        data |= {"engine": "older", "fingerprint": _fingerprint("preflight", "gaussian", 2, 1, "older")}
+        path.write_text(json.dumps(data))
+    assert scored(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1) == []
+    cached = scored(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1, any_engine=True)
+    assert [r["engine"] for r in cached] == ["older", "older"]
+    assert "`older` 2" in _engines(cached) and "rescores" in _engines(cached)
+    # other settings are never read, whatever the engine
+    assert scored(cells, table, "gaussian", tmp_path, channels=4, cells_per_stage=1, any_engine=True) == []
