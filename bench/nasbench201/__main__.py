@@ -77,7 +77,8 @@ def _engines(results: list[dict[str, Any]]) -> str:
 
     now = engine_version()
     counts = Counter(r.get("engine") or "unrecorded" for r in results)
-    named = ", ".join(f"`{e}`{' (this checkout' + chr(39) + 's)' if e == now else ''} {n}" for e, n in counts.items())
+    mine = " (this checkout's)"
+    named = ", ".join(f"`{e}`{mine if e == now else ''} {n}" for e, n in counts.items())
     stale = (
         ""
         if set(counts) == {now}

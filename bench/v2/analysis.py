@@ -57,10 +57,13 @@ class Row:
         return self.candidate.family
 
 
-def read_stage(out: Any, stage: Stage, candidate: Candidate, scale: float = 1.0) -> dict[str, Any] | None:
+def read_stage(
+    out: Any, stage: Stage, candidate: Candidate, scale: float = 1.0, any_engine: bool = False
+) -> dict[str, Any] | None:
     """One cached stage's result for ``candidate``, or None when it is missing or stale (its
-    fingerprint no longer matches its inputs)."""
-    return read_json(out / stage.key / f"{candidate.id}.json") if cached(out, stage, candidate, scale) else None
+    fingerprint no longer matches its inputs; ``any_engine``: Preflight's by whichever engine)."""
+    fresh = cached(out, stage, candidate, scale, any_engine)
+    return read_json(out / stage.key / f"{candidate.id}.json") if fresh else None
 
 
 def _rescored(pre: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -75,12 +78,16 @@ def _rescored(pre: dict[str, Any] | None) -> dict[str, Any] | None:
     return pre | {"score": result.score, "verdict": result.verdict, "cached_score": pre.get("score")}
 
 
-def load_rows(candidates: Iterable[Candidate], set_name: str, out: Any, seeds: int, scale: float) -> list[Row]:
-    """Everything the cache holds for each candidate (stages not computed yet are missing)."""
+def load_rows(
+    candidates: Iterable[Candidate], set_name: str, out: Any, seeds: int, scale: float, any_engine: bool = False
+) -> list[Row]:
+    """Everything the cache holds for each candidate (stages not computed yet are missing);
+    ``any_engine``: Preflight's stage as whichever engine computed it (the report names it; the
+    calibration reads only this checkout's engine)."""
     rows = []
     for c in candidates:
         row = Row(c, set_name)
-        row.preflight = _rescored(read_stage(out, Stage("preflight", 0), c, scale))
+        row.preflight = _rescored(read_stage(out, Stage("preflight", 0), c, scale, any_engine))
         row.proxies = read_stage(out, Stage("proxies"), c, scale)
         row.baselines = read_stage(out, Stage("baselines"), c, scale)
         for protocol, inits in (("sgd", ("spec", "tuned", *INIT_PEERS)), ("adamw", ("spec", "tuned", *INIT_PEERS))):

@@ -62,8 +62,25 @@ def _completeness(rows: list[analysis.Row], seeds: int) -> str:
     done = sum(1 for r in rows if r.preflight and r.baselines and r.proxies)
     return (
         f"{len(rows)} candidates; Preflight, proxies and baselines on {done}; "
-        f"{trains} of {expected} (candidate, init, protocol, seed) trainings in the cache"
+        f"{trains} of {expected} (candidate, init, protocol, seed) trainings in the cache; {_engines(rows)}"
     )
+
+
+def _engines(rows: list[analysis.Row]) -> str:
+    """Which engines (``bench.pipeline.run.engine_version``, a hash of the engine's source) computed
+    the Preflight stages read here."""
+    from collections import Counter
+
+    from bench.pipeline.run import engine_version
+
+    now = engine_version()
+    counts = Counter(r.preflight.get("engine_version") or "unrecorded" for r in rows if r.preflight)
+    if not counts:
+        return "no Preflight stage yet"
+    mine = " (this checkout's)"
+    named = ", ".join(f"`{engine}`{mine if engine == now else ''} on {n}" for engine, n in counts.items())
+    stale = "" if set(counts) == {now} else " (an engine's source changed since; `make bench` recomputes those)"
+    return f"Preflight's stage by engine: {named}{stale}"
 
 
 def _cost_estimate(out: Path, sets: dict[str, list[Any]], seeds: int) -> str:
@@ -522,7 +539,9 @@ def write(
     body: list[str] = []
     for set_name in ("test", "dev"):
         candidates = sets.get(set_name, [])
-        rows = analysis.load_rows(candidates, set_name, out, seeds, scale)
+        # after a run every Preflight stage is this engine's; a report of cached stages may read an
+        # earlier engine's, and the completeness line names the engines
+        rows = analysis.load_rows(candidates, set_name, out, seeds, scale, any_engine=True)
         figures = analysis.figures(rows, resamples)
         replays = {g: pruners.replay([r for r in rows if r.group == g]) for g in figures}
         all_figures[set_name] = {"figures": figures, "pruners": replays}

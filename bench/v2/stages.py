@@ -96,10 +96,12 @@ def _preflight_report(out: Path, candidate: Candidate, seed: int) -> dict[str, A
     return read_json(path) if path.exists() else {"error": "no Preflight report yet"}
 
 
-def _fingerprint(stage: Stage, candidate: Candidate, out: Path, scale: float) -> str:
+def _fingerprint(stage: Stage, candidate: Candidate, out: Path, scale: float, engine: str | None = None) -> str:
+    """What a stage was computed from; Preflight's stage includes the engine's source hash
+    (``engine``: another engine's, default this checkout's)."""
     extra: Any = ""
     if stage.kind == "preflight":
-        extra = engine_version()
+        extra = engine or engine_version()
     elif stage.needs_preflight():
         report = _preflight_report(out, candidate, 0 if stage.kind != "train" else stage.seed)
         extra = [report.get("scales"), report.get("error"), report.get("counted_cost"), report.get("draw")]
@@ -111,9 +113,15 @@ def _fingerprint(stage: Stage, candidate: Candidate, out: Path, scale: float) ->
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def cached(out: Path, stage: Stage, candidate: Candidate, scale: float = 1.0) -> bool:
+def cached(out: Path, stage: Stage, candidate: Candidate, scale: float = 1.0, any_engine: bool = False) -> bool:
+    """The stage's stored result matches its inputs; ``any_engine``: a Preflight stage computed by
+    whichever engine it names counts too (a report of cached stages names the engines)."""
     path = _path(out, stage, candidate)
-    return path.exists() and read_json(path).get("fingerprint") == _fingerprint(stage, candidate, out, scale)
+    if not path.exists():
+        return False
+    stored = read_json(path)
+    engine = stored.get("engine_version") if any_engine and stage.kind == "preflight" else None
+    return bool(stored.get("fingerprint") == _fingerprint(stage, candidate, out, scale, engine))
 
 
 def _model(
