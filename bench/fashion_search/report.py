@@ -145,10 +145,11 @@ def _engine_line(done: dict[int, dict[str, Any]]) -> list[str]:
         for engine, seeds in seeds_of.items()
     )
     tail = (
-        ""
+        " (the others' engine source changed since; `python -m bench.fashion_search` reruns those seeds "
+        "unless told `--keep-older-engines`)"
         if now in seeds_of
-        else f"; this checkout's engine is `{now}` (its source changed since; "
-        "`python -m bench.fashion_search` reruns the seeds under it)"
+        else f"; this checkout's engine is `{now}` (its source changed since; `python -m bench.fashion_search` "
+        "reruns the seeds under it unless told `--keep-older-engines`)"
     )
     return [f"Engines: {ran}{tail}.", ""]
 

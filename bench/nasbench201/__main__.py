@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if not results:
         print("no cell of the sample is scored yet: run without --report-only")
         return 1
-    args.note = f"{args.note} {_engines(results + (dev or []))}".strip()
+    engines = _engines(results) + (f" Development sample: {_engines(dev).lower()}" if dev else "")
+    args.note = f"{args.note} {engines}".strip()
     if len(results) < len(cells):
         args.note = f"{args.note} Only {len(results)} of the {len(cells)} sampled cells are scored so far.".strip()
     skeleton = f"Networks: {args.channels} channels, {args.cells_per_stage} cells per stage."

@@ -104,7 +104,12 @@ def _cached_any_engine(
     """A cell's stored Preflight part computed with these settings by whichever engine it names
     (for a report of cached cells; the report says which engines scored them)."""
     path = _path(out, kind, "preflight", ops)
-    if not path.exists() or not (engine := (data := json.loads(path.read_text())).get("engine")):
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    if data.get("fingerprint") == _fingerprint("preflight", kind, channels, cells_per_stage):
+        return dict(data) | {"engine": engine_version()}  # this checkout's, stored before parts named it
+    if not (engine := data.get("engine")):
         return None
     same = data.get("fingerprint") == _fingerprint("preflight", kind, channels, cells_per_stage, engine)
     return dict(data) if same else None

@@ -119,5 +119,7 @@ def test_the_option_is_counted_as_one_forward_pass_and_the_report_rebuilds_its_n
     if place == "final":  # the last word: LSUV's target on the hidden layers, output_std on the head
         assert all(v == pytest.approx(1.0, rel=1e-3) for v in variances[:-1])
         assert variances[-1] == pytest.approx(0.25, rel=1e-3)
-    else:  # AutoInit's start: the Jacobian target moves the scales on from there
+    else:  # AutoInit's start: a different start from the default's, which AutoInit then tunes on
+        default = condition(SPEC, data=x, options=options | {"forward_variance": "off"}).scales
+        assert any(abs(report.scales[k] - default.get(k, 1.0)) > 1e-3 for k in report.scales)
         assert any(abs(v - 1.0) > 1e-2 for v in variances)
