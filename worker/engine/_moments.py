@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
@@ -23,6 +23,7 @@ from nas.build import SameConv2d
 __all__ = [
     "Capture",
     "capture",
+    "forward_hooks",
     "per_sample_weight_grad_sq",
     "preserved_buffers",
     "random_quadratic_loss",
@@ -54,16 +55,29 @@ class Capture:
 def capture(modules: Sequence[nn.Module]) -> Iterator[list[Capture]]:
     """Record each module's (first positional) input and output during forward passes."""
     records = [Capture() for _ in modules]
-    handles = []
-    for module, record in zip(modules, records, strict=True):
 
-        def hook(_m: nn.Module, args: tuple[Tensor, ...], out: Tensor, record: Capture = record) -> None:
+    def recorder(record: Capture) -> Callable[[nn.Module, tuple[Tensor, ...], Tensor], None]:
+        def hook(_m: nn.Module, args: tuple[Tensor, ...], out: Tensor) -> None:
             record.inputs.append(args[0])
             record.outputs.append(out)
 
-        handles.append(module.register_forward_hook(hook))
-    try:
+        return hook
+
+    with forward_hooks([(module, recorder(record)) for module, record in zip(modules, records, strict=True)]):
         yield records
+
+
+# what a forward hook may be: it observes (returns None) or replaces the module's output
+ForwardHook = Callable[[nn.Module, tuple[Tensor, ...], Tensor], Tensor | None]
+
+
+@contextmanager
+def forward_hooks(hooks: Sequence[tuple[nn.Module, ForwardHook]] | Mapping[nn.Module, ForwardHook]) -> Iterator[None]:
+    """Each (module, hook) registered as a forward hook inside the block, all removed after it."""
+    pairs = list(hooks.items()) if isinstance(hooks, Mapping) else list(hooks)
+    handles = [module.register_forward_hook(hook) for module, hook in pairs]
+    try:
+        yield
     finally:
         for handle in handles:
             handle.remove()

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from nas.build import PreflightNet
+from worker.engine._moments import forward_hooks
 from worker.engine.attention import attention_temperatures, logit_variances
 from worker.engine.budget import FORWARD_COST, profile_cost
 from worker.engine.jacobian import JacobianProfile, block_jacobians
@@ -195,13 +196,8 @@ class _Tuner:
 
             return record
 
-        handles = [self.model.get_submodule(name).register_forward_hook(hook(name)) for name in modules]
-        try:
-            with torch.no_grad():
-                self.model(self.x)
-        finally:
-            for handle in handles:
-                handle.remove()
+        with forward_hooks([(self.model.get_submodule(name), hook(name)) for name in modules]), torch.no_grad():
+            self.model(self.x)
         out = []
         for unit in self.units:
             values = [ratios.get(name, math.nan) for name in unit.pools]

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from nas.build import PreflightNet
-from worker.engine._moments import preserved_buffers
+from worker.engine._moments import forward_hooks, preserved_buffers
 from worker.engine.autoinit import conditioning_mode
 
 __all__ = ["unit_forward_variance_scales", "weighted_layers"]
@@ -64,13 +64,9 @@ def unit_forward_variance_scales(
 
         return hook
 
-    handles = [modules[name].register_forward_hook(rescale(name)) for name in chosen]
-    try:
-        with conditioning_mode(model), preserved_buffers(model), torch.no_grad():
-            model(x)
-    finally:
-        for handle in handles:
-            handle.remove()
+    hooks = [(modules[name], rescale(name)) for name in chosen]
+    with forward_hooks(hooks), conditioning_mode(model), preserved_buffers(model), torch.no_grad():
+        model(x)
     if head_std is not None and order:
         # the head saw unit-variance-corrected inputs; its own output std is 1 / factor before it
         factors[order[-1]] *= head_std

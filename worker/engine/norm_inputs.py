@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from nas.build import PreflightNet
-from worker.engine._moments import preserved_buffers
+from worker.engine._moments import forward_hooks, preserved_buffers
 from worker.engine.autoinit import AutoInitResult, conditioning_mode
 
 __all__ = ["unit_variance_scales"]
@@ -51,13 +51,9 @@ def unit_variance_scales(model: PreflightNet, x: Tensor, tuned: AutoInitResult) 
 
         return hook
 
-    handles = [modules[name].register_forward_hook(record(name)) for name in targets]
-    try:
-        with conditioning_mode(model), preserved_buffers(model), torch.no_grad():
-            model(x)
-    finally:
-        for handle in handles:
-            handle.remove()
+    hooks = [(modules[name], record(name)) for name in targets]
+    with forward_hooks(hooks), conditioning_mode(model), preserved_buffers(model), torch.no_grad():
+        model(x)
     scales: dict[str, float] = {}
     for name, tensors in targets.items():
         var = variances.get(name, math.nan)

@@ -118,12 +118,7 @@ def condition(
     ledger.record("balance", time.perf_counter() - clock, 0.0)  # the closed form: no counted pass
     if balancing:
         apply_scales_(model, balancing)
-    base: dict[str, float] = {}
-    if opts.forward_variance == "base":
-        clock = time.perf_counter()
-        base = unit_forward_variance_scales(model, x, head_std=opts.output_std)
-        apply_scales_(model, base)
-        ledger.record("forward_variance", time.perf_counter() - clock, FORWARD_COST)
+    base = _forward_variance_(model, x, opts, ledger) if opts.forward_variance == "base" else {}
     tell(STAGES[3])
     tuned = autoinit(
         model,
@@ -147,11 +142,7 @@ def condition(
         apply_scales_(model, unit)
         ledger.record("norm_inputs", time.perf_counter() - clock, FORWARD_COST)
     if opts.forward_variance == "final":
-        clock = time.perf_counter()
-        final = unit_forward_variance_scales(model, x, head_std=opts.output_std)
-        apply_scales_(model, final)
-        unit = _product(unit, final)
-        ledger.record("forward_variance", time.perf_counter() - clock, FORWARD_COST)
+        unit = _product(unit, _forward_variance_(model, x, opts, ledger))
     left = ledger.left()
     if opts.diagnostics:
         tell(STAGES[4])
@@ -218,6 +209,16 @@ def time_training_step(model: PreflightNet, x: Tensor) -> float:
     for p in model.parameters():
         p.grad = None
     return seconds
+
+
+def _forward_variance_(model: PreflightNet, x: Tensor, opts: ConditionOptions, ledger: Ledger) -> dict[str, float]:
+    """LSUV's target in one forward pass (``worker.engine.forward_variance``), applied to ``model``
+    and counted as that pass; its multipliers."""
+    clock = time.perf_counter()
+    scales = unit_forward_variance_scales(model, x, head_std=opts.output_std)
+    apply_scales_(model, scales)
+    ledger.record("forward_variance", time.perf_counter() - clock, FORWARD_COST)
+    return scales
 
 
 def _probe_reserve(opts: ConditionOptions) -> float:
