@@ -129,7 +129,7 @@ def _engine_line(done: dict[int, dict[str, Any]]) -> list[str]:
     """Which engine (``bench.pipeline.run.engine_version``: a hash of its source) ran which seeds,
     and whether it is this checkout's: a report of cached seeds after an engine change describes
     the engines that ran them."""
-    from bench.pipeline.run import engine_version
+    from bench.pipeline.run import engine_version, engines_named
 
     seeds_of: dict[str, list[int]] = {}
     for seed, data in sorted(done.items()):
@@ -137,13 +137,11 @@ def _engine_line(done: dict[int, dict[str, Any]]) -> list[str]:
     if not seeds_of:
         return []
     now = engine_version()
-    if list(seeds_of) == [now]:
-        return [f"Engine: `{now}` (this checkout's).", ""]
-    mine = " (this checkout's)"
-    ran = "; ".join(
-        f"`{engine}`{mine if engine == now else ''} ran seeds {', '.join(map(str, seeds))}"
-        for engine, seeds in seeds_of.items()
+    ran, stale = engines_named(
+        {engine: f"ran seeds {', '.join(map(str, seeds))}" for engine, seeds in seeds_of.items()}, separator="; "
     )
+    if not stale:
+        return [f"Engine: `{now}` (this checkout's).", ""]
     tail = (
         " (the others' engine source changed since; `python -m bench.fashion_search` reruns those seeds "
         "unless told `--keep-older-engines`)"

@@ -74,18 +74,12 @@ def _engines(results: list[dict[str, Any]]) -> str:
     """Which engines (``bench.pipeline.run.engine_version``, a hash of its source) scored the cells."""
     from collections import Counter
 
-    from bench.pipeline.run import engine_version
+    from bench.pipeline.run import engines_named
 
-    now = engine_version()
     counts = Counter(r.get("engine") or "unrecorded" for r in results)
-    mine = " (this checkout's)"
-    named = ", ".join(f"`{e}`{mine if e == now else ''} {n}" for e, n in counts.items())
-    stale = (
-        ""
-        if set(counts) == {now}
-        else " (the engine's source changed since; a run without --report-only rescores them)"
-    )
-    return f"Cells scored per engine: {named}{stale}."
+    named, stale = engines_named({engine: str(n) for engine, n in counts.items()})
+    hint = " (the engine's source changed since; a run without --report-only rescores them)" if stale else ""
+    return f"Cells scored per engine: {named}{hint}."
 
 
 if __name__ == "__main__":

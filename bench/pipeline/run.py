@@ -20,7 +20,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from functools import cache
 from multiprocessing import get_context
@@ -190,6 +190,16 @@ def engine_version() -> str:
     for path in (Path(nas.__file__).parent / "options.py", Path(nas.__file__).parent / "build.py"):
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def engines_named(what: Mapping[str, str], separator: str = ", ") -> tuple[str, bool]:
+    """The engines (``engine_version`` hashes) that computed a report's cached results, each as
+    ```hash` (this checkout's) <what it computed>``, and whether any is not this checkout's (its
+    results are stale for a run, which recomputes them)."""
+    now = engine_version()
+    mine = " (this checkout's)"
+    named = separator.join(f"`{e}`{mine if e == now else ''} {w}" for e, w in what.items())
+    return named, set(what) != {now}
 
 
 def _extra(stage: str, candidate: Candidate, out: Path) -> str:

@@ -71,16 +71,14 @@ def _engines(rows: list[analysis.Row]) -> str:
     the Preflight stages read here."""
     from collections import Counter
 
-    from bench.pipeline.run import engine_version
+    from bench.pipeline.run import engines_named
 
-    now = engine_version()
     counts = Counter(r.preflight.get("engine_version") or "unrecorded" for r in rows if r.preflight)
     if not counts:
         return "no Preflight stage yet"
-    mine = " (this checkout's)"
-    named = ", ".join(f"`{engine}`{mine if engine == now else ''} on {n}" for engine, n in counts.items())
-    stale = "" if set(counts) == {now} else " (an engine's source changed since; `make bench` recomputes those)"
-    return f"Preflight's stage by engine: {named}{stale}"
+    named, stale = engines_named({engine: f"on {n}" for engine, n in counts.items()})
+    hint = " (an engine's source changed since; `make bench` recomputes those)" if stale else ""
+    return f"Preflight's stage by engine: {named}{hint}"
 
 
 def _cost_estimate(out: Path, sets: dict[str, list[Any]], seeds: int) -> str:
