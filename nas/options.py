@@ -83,6 +83,10 @@ class ConditionOptions(BaseModel):
     # scaling, Hessian and BNP figures (cost: 6 to 10 training steps). Off by default: on benchmark
     # v2 their calibrated weights stayed near zero (docs/conditioning.md, "Choosing the defaults")
     diagnostics: bool = False
+    # the architecture's expressivity at its drawn init (worker.engine.expressivity: NASWOT's log |K_H| and
+    # MeCo's correlation floor, one forward pass, counted): what ranks networks that all train, which the
+    # probe cannot (NAS-Bench-201: docs/nasbench201.md). In the report, not in the trainability score
+    expressivity: bool = False
     # the trainability probe (worker.engine.probe): probe_steps SGD steps at each of probe_lrs from the
     # tuned init, on the conditioning batch; counted in budget_steps and reserved before AutoInit
     # (it costs len(probe_lrs) * (probe_steps + 1/3) training steps); 0 turns it off. 5 steps at two

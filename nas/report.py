@@ -19,6 +19,7 @@ __all__ = [
     "BlockReport",
     "ConditioningReport",
     "Environment",
+    "ExpressivityReport",
     "LayerReport",
     "TuningReport",
     "UnitReport",
@@ -149,6 +150,18 @@ class Environment(_Model):
     diagnostics: list[str]  # which diagnostic modules ran
 
 
+class ExpressivityReport(_Model):
+    """What the network can represent at its drawn initialization (``options.expressivity``;
+    worker.engine.expressivity): higher is more expressive in both."""
+
+    # log |K_H| over the batch (Mellor et al. 2021, eq. 2); None: no activation unit, or K_H singular
+    # (two samples with one code: the network cannot tell them apart)
+    naswot: float | None
+    meco: float | None  # sum over weighted layers of lambda_min of the output's correlation (Jiang et al. 2023)
+    activation_units: int
+    layers: int
+
+
 class ConditioningReport(_Model):
     """Result of conditioning one candidate; ``scales`` is what ``nas.build_model`` takes."""
 
@@ -176,6 +189,9 @@ class ConditioningReport(_Model):
     # the probe's best rate x RECOMMENDED_LR_FACTOR; None without a probe or when every rate diverged.
     # Derived from tuning.probe when a report (or one stored before it existed) does not carry it.
     recommended_lr: float | None = None
+    # measured when options.expressivity is on (None otherwise): ranks networks that all train; not
+    # part of the score or the verdict
+    expressivity: ExpressivityReport | None = None
 
     @model_validator(mode="after")
     def _recommend_a_rate(self) -> ConditioningReport:

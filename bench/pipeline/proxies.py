@@ -21,9 +21,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from worker.engine.expressivity import ACTIVATIONS as _ACTIVATIONS
+from worker.engine.expressivity import activation_kernel_log_det, correlation_floor
+
 __all__ = ["PROXIES", "Proxy", "compute_proxies"]
 
-_ACTIVATIONS = (nn.ReLU, nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid)
 _WEIGHTED = (nn.Linear, nn.Conv2d)
 
 
@@ -57,13 +59,10 @@ def _activation_codes(model: nn.Module, x: Tensor) -> Tensor:
 
 def naswot(model: nn.Module, x: Tensor, y: Tensor) -> float:
     """NASWOT (Mellor et al. 2021, eq. 2): ``log |K_H|`` with
-    ``K_H[i, j] = N_A - d_H(c_i, c_j)``, the count of units where samples i and j agree."""
-    c = _activation_codes(model, x).double()
-    if c.shape[1] == 0:
-        return math.nan
-    k = c @ c.T + (1 - c) @ (1 - c).T
-    sign, logdet = torch.linalg.slogdet(k)
-    return float(logdet) if sign > 0 else -math.inf
+    ``K_H[i, j] = N_A - d_H(c_i, c_j)``, the count of units where samples i and j agree (the
+    formula is the engine's, ``worker.engine.expressivity``; here on the caller's network)."""
+    c = _activation_codes(model, x)
+    return activation_kernel_log_det(c) if c.shape[1] else math.nan
 
 
 def synflow(model: nn.Module, x: Tensor, y: Tensor) -> float:
@@ -144,18 +143,15 @@ def zico(model: nn.Module, x: Tensor, y: Tensor, batches: int = 4) -> float:
 
 def meco(model: nn.Module, x: Tensor, y: Tensor) -> float:
     """MeCo (Jiang et al. 2023, eq. 7): ``sum_l lambda_min(P(f^l))``, P the Pearson
-    correlation matrix of linear / conv layer l's output. For conv outputs P is over the
-    channels of one sample (the paper's one-data form); vector outputs have one value per
-    unit, so P is taken over the samples' feature vectors (our adaptation). Eigenvalues are
-    clipped at 0 (round-off). Kept linear: the sum is bounded in [0, L], and rank-deficient
-    layers give exact zeros whose logarithm would rank round-off."""
+    correlation matrix of linear / conv layer l's output: over the channels of one sample for a
+    feature map (the paper's one-data form), over the samples' feature vectors for a vector output
+    (our adaptation); the engine's formula (``worker.engine.expressivity.correlation_floor``).
+    Kept linear: the sum is bounded in [0, L], and rank-deficient layers give exact zeros whose
+    logarithm would rank round-off."""
     mins: list[float] = []
 
     def hook(_m: nn.Module, _inputs: tuple[Tensor, ...], out: Tensor) -> None:
-        fea = out.detach().double()
-        fea = fea[0].flatten(1) if fea.dim() == 4 else fea.flatten(1)  # [C, H*W] or [N, D]
-        corr = torch.corrcoef(fea).nan_to_num(0.0, posinf=0.0, neginf=0.0)
-        mins.append(max(float(torch.linalg.eigvalsh(corr)[0]), 0.0))
+        mins.append(correlation_floor(out, feature_map=out.dim() == 4))
 
     net = copy.deepcopy(model).train()
     handles = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, _WEIGHTED)]

@@ -16,6 +16,7 @@ from nas.report import (
     BlockReport,
     ConditioningReport,
     Environment,
+    ExpressivityReport,
     LayerReport,
     ProbeReport,
     TuningReport,
@@ -24,6 +25,7 @@ from nas.report import (
 )
 from worker.engine.autoinit import AutoInitResult
 from worker.engine.diagnostics import Diagnostics
+from worker.engine.expressivity import Expressivity
 from worker.engine.jacobian import JacobianProfile
 from worker.engine.probe import ProbeResult
 from worker.engine.score import ScoreResult
@@ -52,6 +54,7 @@ def report(
     notes: list[str],
     timings: dict[str, float],
     budget: dict[str, Any],
+    expressivity: Expressivity | None = None,
 ) -> ConditioningReport:
     """The report (``docs/contracts.md``); non-finite figures become null."""
     return ConditioningReport(
@@ -88,6 +91,18 @@ def report(
             versions=_versions(),
             diagnostics=diagnostics.ran,
         ),
+        expressivity=_expressivity_report(expressivity),
+    )
+
+
+def _expressivity_report(measured: Expressivity | None) -> ExpressivityReport | None:
+    if measured is None:
+        return None
+    return ExpressivityReport(
+        naswot=finite_or_none(measured.naswot),
+        meco=finite_or_none(measured.meco),
+        activation_units=measured.activation_units,
+        layers=measured.layers,
     )
 
 

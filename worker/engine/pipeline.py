@@ -1,7 +1,8 @@
 """``condition(spec, data, options)``: bring a candidate to a well-conditioned initialization
 and score it. The order (``docs/conditioning.md``):
 
-1. build the model at the spec's own initialization; measure APJN and K ("before");
+1. build the model at the spec's own initialization; measure APJN and K ("before"), and with
+   ``options.expressivity`` what it can represent (``expressivity``: NASWOT, MeCo);
 2. balancing (scaling-calculus paper: geometric re-initialization, GR multipliers, output
    std): an analytical prior that equalises gamma_l across layers;
 3. AutoInit from there: the multipliers that make every block critical (Jacobian tuning);
@@ -49,6 +50,7 @@ from worker.engine.budget import FORWARD_COST, STEP_COST, Ledger, profile_cost
 from worker.engine.components import components
 from worker.engine.device import resolve_device
 from worker.engine.diagnostics import Diagnostics, run_diagnostics
+from worker.engine.expressivity import Expressivity, measure_expressivity
 from worker.engine.forward_variance import unit_forward_variance_scales
 from worker.engine.inputs import batch, check_targets
 from worker.engine.jacobian import block_jacobians
@@ -108,6 +110,7 @@ def condition(
     tell(STAGES[0])
     ledger.record("step", time_training_step(model, x), STEP_COST)
     tell(STAGES[1])
+    expressivity = _expressivity(model, x, opts, ledger)
     clock = time.perf_counter()
     with conditioning_mode(model), torch.no_grad():
         before = block_jacobians(model, x, opts.n_vectors, seeds.generator(opts.seed, seeds.PROFILE_BEFORE, device))
@@ -192,7 +195,18 @@ def condition(
         notes=notes,
         timings=ledger.seconds,
         budget=budget,
+        expressivity=expressivity,
     )
+
+
+def _expressivity(model: PreflightNet, x: Tensor, opts: ConditionOptions, ledger: Ledger) -> Expressivity | None:
+    """The drawn network's expressivity (``options.expressivity``), one counted forward pass."""
+    if not opts.expressivity:
+        return None
+    clock = time.perf_counter()
+    measured = measure_expressivity(model, x)
+    ledger.record("expressivity", time.perf_counter() - clock, FORWARD_COST)
+    return measured
 
 
 def time_training_step(model: PreflightNet, x: Tensor) -> float:

@@ -50,3 +50,45 @@ def test_the_report_says_so_when_too_few_development_cells_are_scored():
     assert any("Not run: 10 development cells" in line for line in lines)
     lines = report_lines(_cells(60, 0), _cells(50, 1), "params")
     assert any(line.startswith("| log_params |") for line in lines)
+
+
+def _expressive_cells(n: int, seed: int) -> list[dict]:
+    """Cells whose accuracy follows the engine's MeCo term; the proxies see it through noise, and
+    one proxy could not be computed on some cells (-inf)."""
+    rng = np.random.default_rng(seed)
+    meco, naswot, noise = rng.normal(size=n), rng.normal(size=n), rng.normal(size=n)
+    accuracy = 60 + 10 * meco
+    return [
+        {
+            "accuracy": float(a),
+            "expressivity": {"meco": float(m), "naswot": float(w)},
+            "proxies": {
+                "params": {"score": 1e5},
+                "meco": {"score": float(m + e)},
+                "naswot": {"score": -np.inf if i % 7 == 0 else float(w)},
+            },
+            "preflight": {"components": {"probe_loss": 1.0}},
+        }
+        for i, (a, m, w, e) in enumerate(zip(accuracy, meco, naswot, noise, strict=True))
+    ]
+
+
+def test_the_engines_expressivity_terms_are_read_from_their_part_and_weighted_by_the_fit():
+    dev, reported = _expressive_cells(200, 0), _expressive_cells(300, 1)
+    combination = fit(dev, ["meco", "naswot", "probe_loss"])
+    weights = dict(zip(combination.names, combination.weights, strict=True))
+    assert weights["meco"] > 0.8 and abs(weights["naswot"]) < 0.1
+    accuracy = np.array([c["accuracy"] for c in reported])
+    assert spearman(combination.score(reported), accuracy) > 0.99
+    ensemble = fit(dev, ["proxy:meco", "proxy:naswot"]).score(reported)
+    assert 0.5 < spearman(ensemble, accuracy) < 0.9  # the proxy sees the signal through noise
+    assert np.isfinite(ensemble).all()  # a proxy's -inf counts as its worst development value
+
+
+def test_the_report_pairs_the_combination_with_every_proxy_and_with_their_ensemble():
+    lines = report_lines(_expressive_cells(60, 0), _expressive_cells(80, 1), "meco")
+    text = "\n".join(lines)
+    assert "minus the proxies' ensemble (every proxy, 3," in text
+    assert "- minus meco's (the best proxy):" in text and "- minus naswot's:" in text
+    assert "- minus params's (the size alone):" in text
+    assert any(line.startswith("| meco |") for line in lines)  # its contribution, refitted without it

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.nasbench201.score import cell_batch, plot, report, run, sample_cells, scored
+from bench.nasbench201.score import cell_batch, expressivity_part, plot, report, run, sample_cells, scored
 
 
 def test_the_sample_is_stratified_by_accuracy_and_the_dev_sample_is_disjoint(table: dict) -> None:
@@ -36,7 +36,8 @@ def test_a_small_run_scores_every_cell_with_every_method_and_caches_each_part(ta
         assert r["accuracy"] == table[tuple(r["ops"])] and r["preflight"]["counted_cost"] > 0
         assert {"naswot", "synflow", "params"} <= set(r["proxies"])
     files = sorted((tmp_path / "gaussian").glob("*/*.json"))
-    assert len(files) == 6  # the proxies and Preflight, apart
+    assert len(files) == 9  # the proxies, the expressivity terms and Preflight, apart
+    assert all(r["expressivity"] and r["expressivity"]["meco"] is not None for r in results)
     stamp = [f.stat().st_mtime_ns for f in files]
     run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1)  # resumed, not recomputed
     assert [f.stat().st_mtime_ns for f in sorted((tmp_path / "gaussian").glob("*/*.json"))] == stamp
@@ -97,3 +98,38 @@ def test_a_report_of_cached_cells_reads_an_older_engines_scores_and_names_it(tab
     assert "`older` 2" in _engines(cached) and "rescores" in _engines(cached)
     # other settings are never read, whatever the engine
     assert scored(cells, table, "gaussian", tmp_path, channels=4, cells_per_stage=1, any_engine=True) == []
+
+
+def test_the_expressivity_part_is_what_condition_reports_with_the_option_on() -> None:
+    """The part is measured apart (so cached cells need not be conditioned again): it must be
+    the same network, draw and batch as the engine's own measurement."""
+    from nas.space import nasbench201_spec
+    from worker.engine import condition
+
+    spec = nasbench201_spec(
+        ("nor_conv_3x3", "skip_connect", "none", "nor_conv_1x1", "avg_pool_3x3", "nor_conv_3x3"),
+        channels=4,
+        cells_per_stage=1,
+    )
+    x, y = cell_batch("gaussian", 16)
+    report = condition(spec, data={"x": x, "y": y}, options={"seed": 0, "expressivity": True, "probe_steps": 0})
+    assert report.expressivity is not None
+    assert expressivity_part(spec, x) == {"naswot": report.expressivity.naswot, "meco": report.expressivity.meco}
+
+
+def test_keeping_older_engines_scores_only_the_missing_parts(table: dict, tmp_path: Path) -> None:
+    import json
+
+    from bench.nasbench201.score import _fingerprint
+
+    cells = sample_cells(table, 2, seed=0)
+    run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1)
+    for path in (tmp_path / "gaussian" / "preflight").glob("*.json"):  # as if an older engine scored it
+        data = json.loads(path.read_text())
+        data |= {"engine": "older", "fingerprint": _fingerprint("preflight", "gaussian", 2, 1, "older")}
+        path.write_text(json.dumps(data))
+    for path in (tmp_path / "gaussian" / "expressivity").glob("*.json"):  # as before the part existed
+        path.unlink()
+    kept = run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1, keep_older_engines=True)
+    assert [r["engine"] for r in kept] == ["older", "older"]  # Preflight's parts were not rescored
+    assert all(r["expressivity"] is not None for r in kept)  # the missing part was computed
