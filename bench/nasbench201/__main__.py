@@ -33,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "nasbench201.md")
     parser.add_argument("--note", default="", help="a paragraph for the top of the report")
     parser.add_argument("--report-only", action="store_true", help="report the sample's cells already scored")
+    parser.add_argument(
+        "--keep-older-engines",
+        action="store_true",
+        help="keep Preflight's parts scored by an older engine; compute only the missing parts",
+    )
     args = parser.parse_args(argv)
 
     from bench.nasbench201.score import plot, report, run, sample_cells, scored
@@ -47,12 +52,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.report_only:
             dev = scored(dev_cells, table, args.data, dev_out, *settings, any_engine=True)
         else:
-            dev = run(dev_cells, table, args.data, dev_out, args.jobs, *settings)
+            dev = run(dev_cells, table, args.data, dev_out, args.jobs, *settings, args.keep_older_engines)
     if args.report_only:
         # a report of cached cells reads Preflight's parts whatever engine scored them, and says which
         results = scored(cells, table, args.data, args.out, args.channels, args.cells_per_stage, any_engine=True)
     else:
-        results = run(cells, table, args.data, args.out, args.jobs, args.channels, args.cells_per_stage)
+        results = run(
+            cells, table, args.data, args.out, args.jobs, args.channels, args.cells_per_stage, args.keep_older_engines
+        )
     if not results:
         print("no cell of the sample is scored yet: run without --report-only")
         return 1

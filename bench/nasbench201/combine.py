@@ -1,10 +1,13 @@
 """Preflight's components with the network's size, combined by a fit on a development sample.
 
 The shipped score is a trainability score: it separates the cells that cannot train from the rest
-and ranks little among the cells that all train (``docs/nasbench201.md``). The issue's remedy, put
-to the test: add what ranks trainable networks (the network's size, ``log10`` of its parameters,
-and the kernel's log range that the conditioning already measures on its forward passes) and
-calibrate the combination on a development sample of cells disjoint from the reported one.
+and ranks little among the cells that all train (``docs/nasbench201.md``). What ranks trainable
+networks is added: the network's size (``log10`` of its parameters), the kernel's log range that
+the conditioning measures, and the expressivity terms the engine measures with
+``options.expressivity`` (``worker.engine.expressivity``: NASWOT's ``log |K_H|`` and MeCo's
+correlation floor, on the engine's drawn network); the combination is calibrated on a development
+sample of cells disjoint from the reported one. Next to it, the same fit of every zero-cost proxy
+(an ensemble of the peers): the simplest rival to a fitted combination is another one.
 
 Each feature is oriented so that higher predicts better, standardized with the development
 sample's mean and deviation (a value the engine could not measure gets the development sample's
@@ -32,13 +35,22 @@ FEATURES: dict[str, tuple[str, float]] = {
     "jacobian_log": ("component", -1.0),
     "non_finite": ("component", -1.0),
     "output_log_ratio": ("component", -1.0),
+    "naswot": ("expressivity", 1.0),
+    "meco": ("expressivity", 1.0),
     "log_params": ("size", 1.0),
 }
+PROXY = "proxy:"  # a feature named ``proxy:<name>`` is that zero-cost proxy's score (higher is better)
 RIDGE = 1e-2
 
 
 def _value(result: dict[str, Any], name: str) -> float:
+    if name.startswith(PROXY):
+        score = float(result["proxies"][name.removeprefix(PROXY)]["score"])
+        return score if math.isfinite(score) else math.nan
     where, sign = FEATURES[name]
+    if where == "expressivity":
+        measured = (result.get("expressivity") or {}).get(name)
+        return sign * float(measured) if measured is not None else math.nan
     if where == "size":
         params = float(result["proxies"]["params"]["score"])
         return math.log10(params) if params > 0 else math.nan
@@ -85,6 +97,25 @@ def fit(results: Sequence[dict[str, Any]], names: Sequence[str], ridge: float = 
 
 
 MIN_DEV = 30  # development cells needed before a fit is reported
+FITTED = "preflight_fitted"  # the report's name for the combination fitted on the development cells
+ENSEMBLE = "proxy_ensemble_fitted"  # and for every proxy fitted the same way
+
+
+def fitted_columns(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """On ``results``: the combination of every feature, and the same fit of every proxy measured on
+    all cells, both fitted on ``dev`` (none below ``MIN_DEV`` development cells)."""
+    if len(dev) < MIN_DEV:
+        return {}
+    return {
+        FITTED: fit(dev, list(FEATURES)).score(results),
+        ENSEMBLE: fit(dev, _proxy_features(dev, results)).score(results),
+    }
+
+
+def _proxy_features(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> list[str]:
+    from bench.pipeline.proxies import PROXIES
+
+    return [f"{PROXY}{p}" for p in PROXIES if all(p in r["proxies"] for r in [*dev, *results])]
 
 
 def report_lines(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]], best_proxy: str) -> list[str]:
@@ -93,7 +124,7 @@ def report_lines(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]
     from bench.pipeline.metrics import spearman
     from bench.v2.stats import bootstrap, paired_difference
 
-    lines = ["", "## Preflight's components with the network's size, fitted on a development sample", ""]
+    lines = ["", "## Preflight's components, its expressivity terms and the size, fitted on a development sample", ""]
     if len(dev) < MIN_DEV:
         return [*lines, f"Not run: {len(dev)} development cells scored (at least {MIN_DEV} are needed; `--dev N`).", ""]
     names = list(FEATURES)
@@ -112,14 +143,25 @@ def report_lines(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]
         "the best on these reported cells, a choice that can only favour the proxy):",
         "",
     ]
-    for name in dict.fromkeys((best_proxy, "params")):
+    proxies = _proxy_features(dev, results)
+    measured = [name.removeprefix(PROXY) for name in proxies]
+    ensemble = fit(dev, proxies).score(results)
+    lines.append(
+        f"- minus the proxies' ensemble (every proxy, {len(proxies)}, fitted the same way on the same "
+        f"development cells; Spearman {rho(ensemble).text(3)}): " + _versus(ours, ensemble, accuracy) + ";"
+    )
+    for name in dict.fromkeys((best_proxy, "params", *measured)):
         proxy = np.array([float(r["proxies"][name]["score"]) for r in results], dtype=np.float64)
-        versus = paired_difference(
-            lambda i: spearman(ours[i], accuracy[i]), lambda i, p=proxy: spearman(p[i], accuracy[i]), n
-        )
-        verdict = "above" if versus.low > 0 else "below" if versus.high < 0 else "not distinguishable"
-        what = "the best proxy" if name == best_proxy else "the size alone"
-        lines.append(f"- minus {name}'s ({what}): {versus.text(3)} ({verdict});")
+        what = {best_proxy: " (the best proxy)", "params": " (the size alone)"}.get(name, "")
+        lines.append(f"- minus {name}'s{what}: {_versus(ours, proxy, accuracy)};")
+    seconds = [r["expressivity_seconds"] for r in results if r.get("expressivity_seconds") is not None]
+    if seconds:
+        together = np.median([r["proxy_seconds"] for r in results])
+        lines += [
+            "",
+            f"The expressivity terms cost one forward pass (a third of a counted training step): median "
+            f"{np.median(seconds):.2f} s per cell here; every proxy together, {together:.1f} s.",
+        ]
     lines += [
         "",
         "| left out (refitted on the development cells without it) | Spearman | full minus this |",
@@ -133,3 +175,15 @@ def report_lines(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]
         lines.append(f"| {name} | {rho(rest).text(3)} | {drop.text(3)} |")
     lines.append("")
     return lines
+
+
+def _versus(ours: np.ndarray, other: np.ndarray, accuracy: np.ndarray) -> str:
+    """Our Spearman minus the other's, paired over the same resamples, and which side it is on."""
+    from bench.pipeline.metrics import spearman
+    from bench.v2.stats import paired_difference
+
+    versus = paired_difference(
+        lambda i: spearman(ours[i], accuracy[i]), lambda i: spearman(other[i], accuracy[i]), len(accuracy)
+    )
+    verdict = "above" if versus.low > 0 else "below" if versus.high < 0 else "not distinguishable"
+    return f"{versus.text(3)} ({verdict})"

@@ -80,10 +80,40 @@ def cell_batch(kind: str, n: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _fingerprint(part: str, kind: str, channels: int, cells_per_stage: int, engine: str | None = None) -> str:
     """What a cached part was computed with: the proxies do not depend on Preflight's engine, so a
-    changed engine reruns only Preflight's part (``engine``: another engine's, default this one's)."""
-    engine = (engine or engine_version()) if part == "preflight" else None
+    changed engine reruns only Preflight's part (``engine``: another engine's, default this one's);
+    the expressivity part depends on its own module's source and the engine's default draw."""
+    if part == "preflight":
+        engine = engine or engine_version()
+    elif part == "expressivity":
+        engine = _expressivity_version()
+    else:
+        engine = None
     blob = json.dumps([engine, kind, channels, cells_per_stage, BATCH, sorted(PROXIES) if part == "proxies" else None])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@cache
+def _expressivity_version() -> str:
+    from nas.options import ConditionOptions
+    from worker.engine import expressivity
+
+    source = Path(expressivity.__file__).read_bytes() + ConditionOptions().draw.encode()
+    return hashlib.sha256(source).hexdigest()[:16]
+
+
+def expressivity_part(spec: Any, x: torch.Tensor) -> dict[str, Any]:
+    """What ``condition(spec, data, options={"seed": 0, "expressivity": True})`` reports as
+    ``expressivity``, measured alone: the same network (the engine's seed and default draw, before
+    any conditioning) and batch, so the 1,150 cells' conditioning need not rerun to add it
+    (``tests/bench/nasbench201`` checks the two agree)."""
+    from nas.options import ConditionOptions
+    from nas.report import finite_or_none
+    from worker.engine import seeds
+    from worker.engine.expressivity import measure_expressivity
+
+    model = build_model(spec, seed=0 + seeds.WEIGHTS, draw=ConditionOptions().draw)
+    measured = measure_expressivity(model, x)
+    return {"naswot": finite_or_none(measured.naswot), "meco": finite_or_none(measured.meco)}
 
 
 def _path(out: Path, kind: str, part: str, ops: tuple[str, ...]) -> Path:
@@ -122,9 +152,16 @@ def _store(out: Path, kind: str, part: str, ops: tuple[str, ...], result: dict[s
 
 
 def score_cell(
-    ops: tuple[str, ...], accuracy: float, kind: str, out: Path, channels: int = 16, cells_per_stage: int = 5
+    ops: tuple[str, ...],
+    accuracy: float,
+    kind: str,
+    out: Path,
+    channels: int = 16,
+    cells_per_stage: int = 5,
+    keep_older_engines: bool = False,
 ) -> dict[str, Any]:
-    """Preflight and the proxies on one cell, each part cached by its own fingerprint."""
+    """Preflight, its expressivity terms and the proxies on one cell, each part cached by its own
+    fingerprint (``keep_older_engines``: a Preflight part by an older engine is kept, not rerun)."""
     from worker.engine import condition
 
     spec = nasbench201_spec(ops, channels=channels, cells_per_stage=cells_per_stage)
@@ -135,8 +172,15 @@ def score_cell(
         proxies = compute_proxies(build_model(spec, seed=0), x, y)
         seconds = time.perf_counter() - start
         _store(out, kind, "proxies", ops, {"fingerprint": fingerprint, "proxies": proxies, "proxy_seconds": seconds})
+    fingerprint = _fingerprint("expressivity", kind, channels, cells_per_stage)
+    if _cached(out, kind, "expressivity", ops, fingerprint) is None:
+        start = time.perf_counter()
+        part = expressivity_part(spec, x)
+        stored = {"fingerprint": fingerprint, "expressivity": part, "seconds": time.perf_counter() - start}
+        _store(out, kind, "expressivity", ops, stored)
     fingerprint = _fingerprint("preflight", kind, channels, cells_per_stage)
-    if _cached(out, kind, "preflight", ops, fingerprint) is None:
+    kept = keep_older_engines and _cached_any_engine(out, kind, ops, channels, cells_per_stage) is not None
+    if not kept and _cached(out, kind, "preflight", ops, fingerprint) is None:
         start = time.perf_counter()
         report = condition(spec, data={"x": x, "y": y}, options={"seed": 0})
         budget = report.tuning.budget
@@ -150,7 +194,7 @@ def score_cell(
         }
         stored = {"fingerprint": fingerprint, "engine": engine_version(), "preflight": preflight}
         _store(out, kind, "preflight", ops, stored)
-    result = _result(ops, accuracy, kind, out, channels, cells_per_stage)
+    result = _result(ops, accuracy, kind, out, channels, cells_per_stage, any_engine=keep_older_engines)
     assert result is not None
     return result
 
@@ -172,6 +216,9 @@ def _result(
     )
     if proxies is None or preflight is None:
         return None
+    expressivity = _cached(
+        out, kind, "expressivity", ops, _fingerprint("expressivity", kind, channels, cells_per_stage)
+    )
     return {
         "arch": nasbench201_arch_string(ops),
         "ops": list(ops),
@@ -180,13 +227,16 @@ def _result(
         "proxy_seconds": proxies["proxy_seconds"],
         "preflight": preflight["preflight"],
         "engine": preflight.get("engine"),
+        # None until measured (a cell scored before the part existed)
+        "expressivity": expressivity["expressivity"] if expressivity else None,
+        "expressivity_seconds": expressivity["seconds"] if expressivity else None,
     }
 
 
-def _task(args: tuple[tuple[str, ...], float, str, str, int, int]) -> str:
-    ops, accuracy, kind, out, channels, per_stage = args
+def _task(args: tuple[tuple[str, ...], float, str, str, int, int, bool]) -> str:
+    ops, accuracy, kind, out, channels, per_stage, keep = args
     torch.set_num_threads(1)
-    result = score_cell(ops, accuracy, kind, Path(out), channels, per_stage)
+    result = score_cell(ops, accuracy, kind, Path(out), channels, per_stage, keep)
     return f"{result['arch']}: {result['preflight']['seconds']:.0f} s"
 
 
@@ -198,19 +248,21 @@ def run(
     jobs: int = 1,
     channels: int = 16,
     cells_per_stage: int = 5,
+    keep_older_engines: bool = False,
 ) -> list[dict[str, Any]]:
     """Score every cell (in ``jobs`` processes), resuming from the cache. The cells are taken in
     a seeded random order, not decile by decile, so that a run stopped early leaves a uniform
-    subsample of the stratified sample, which is what ``--report-only`` then reports."""
+    subsample of the stratified sample, which is what ``--report-only`` then reports.
+    ``keep_older_engines``: a Preflight part by an older engine is kept (only missing parts run)."""
     order = random.Random(0).sample(cells, len(cells))
-    tasks = [(c, table[c], kind, str(out), channels, cells_per_stage) for c in order]
+    tasks = [(c, table[c], kind, str(out), channels, cells_per_stage, keep_older_engines) for c in order]
     if jobs > 1:
         for i, line in enumerate(imap_spawned(_task, tasks, jobs), 1):
             print(f"[{i}/{len(tasks)}] {line}", flush=True)
     else:
         for i, task in enumerate(tasks, 1):
             print(f"[{i}/{len(tasks)}] {_task(task)}", flush=True)
-    return scored(cells, table, kind, out, channels, cells_per_stage)
+    return scored(cells, table, kind, out, channels, cells_per_stage, any_engine=keep_older_engines)
 
 
 def scored(
@@ -267,8 +319,11 @@ def report(
 ) -> str:
     """The Markdown report of one run (``docs/nasbench201.md``); ``figure``: the link to the plot;
     ``dev``: the development cells scored, for the fitted combination (``combine``)."""
+    from bench.nasbench201.combine import ENSEMBLE, FITTED, fitted_columns
+
     accuracy = np.array([r["accuracy"] for r in results])
     columns = _columns(results)
+    fitted = fitted_columns(dev, results) if dev is not None else {}
     bad = accuracy < FLAG_BELOW
     n = len(results)
     lines = [
@@ -293,11 +348,21 @@ def report(
         "| seconds per cell |",
         "|---|---|---|---|---|---|---|",
     ]
+    if fitted:
+        lines[-3:-3] = [
+            f"- `{FITTED}`: Preflight's components, its expressivity terms (`options.expressivity`) and the size, "
+            f"fitted on the development cells; `{ENSEMBLE}`: every proxy, fitted the same way (last section).",
+        ]
     seconds = {
         "preflight": float(np.median([r["preflight"]["seconds"] for r in results])),
         **{f"proxy:{p}": float(np.median([r["proxies"][p]["seconds"] for r in results])) for p in PROXIES},
     }
-    for name, scores in columns.items():
+    if fitted:  # the conditioning and the expressivity pass; every proxy together
+        seconds[FITTED] = float(
+            np.median([r["preflight"]["seconds"] + (r.get("expressivity_seconds") or 0.0) for r in results])
+        )
+        seconds[ENSEMBLE] = float(np.median([r["proxy_seconds"] for r in results]))
+    for name, scores in (columns | fitted).items():
         rho = bootstrap(lambda i, s=scores: spearman(s[i], accuracy[i]), n)
         tau = kendall(scores, accuracy)
         # the lowest scores are pruned first (higher = predicted better), as in benchmark v2

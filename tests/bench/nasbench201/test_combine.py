@@ -92,3 +92,12 @@ def test_the_report_pairs_the_combination_with_every_proxy_and_with_their_ensemb
     assert "- minus meco's (the best proxy):" in text and "- minus naswot's:" in text
     assert "- minus params's (the size alone):" in text
     assert any(line.startswith("| meco |") for line in lines)  # its contribution, refitted without it
+
+
+def test_the_reports_fitted_rows_exist_only_with_enough_development_cells():
+    from bench.nasbench201.combine import ENSEMBLE, FITTED, fitted_columns
+
+    reported = _expressive_cells(80, 1)
+    assert fitted_columns(_expressive_cells(10, 0), reported) == {}
+    columns = fitted_columns(_expressive_cells(60, 0), reported)
+    assert set(columns) == {FITTED, ENSEMBLE} and all(len(v) == 80 and np.isfinite(v).all() for v in columns.values())
