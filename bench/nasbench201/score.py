@@ -388,7 +388,8 @@ def report(
         lines += [
             "",
             "What each of Preflight's components ranks alone, on the cells where it was measured (each is a "
-            "penalty, higher is worse, so its negative is ranked):",
+            "penalty, higher is worse, so its negative is ranked; the expressivity terms, higher is more "
+            "expressive, as they are):",
             "",
             "| component | Spearman with accuracy | cells with a value |",
             "|---|---|---|",
@@ -401,6 +402,15 @@ def report(
             v, a = values[have], accuracy[have]
             rho = bootstrap(lambda i, v=v, a=a: spearman(v[i], a[i]), int(have.sum()))
             lines.append(f"| {name} | {rho.point:.3f} [{rho.low:.3f}, {rho.high:.3f}] | {int(have.sum())} |")
+        for term in ("naswot", "meco"):  # the expressivity terms: higher is more expressive, ranked as they are
+            values = np.array([_finite((r.get("expressivity") or {}).get(term)) for r in results])
+            have = np.isfinite(values)
+            if have.any():
+                v, a = values[have], accuracy[have]
+                rho = bootstrap(lambda i, v=v, a=a: spearman(v[i], a[i]), int(have.sum()))
+                lines.append(
+                    f"| expressivity: {term} | {rho.point:.3f} [{rho.low:.3f}, {rho.high:.3f}] | {int(have.sum())} |"
+                )
     if dev is not None:
         from bench.nasbench201.combine import report_lines
 
