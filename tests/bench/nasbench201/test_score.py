@@ -80,18 +80,26 @@ def test_flagging_prunes_the_lowest_scores_first() -> None:
     assert float(rows["proxy:naswot"][6]) < 0.3
 
 
-def test_a_report_of_cached_cells_reads_an_older_engines_scores_and_names_it(table: dict, tmp_path: Path) -> None:
+def _two_cells_scored_by_an_older_engine(table: dict, out: Path) -> list[tuple[str, ...]]:
+    """Two cells run at 2 channels and 1 cell per stage, their Preflight parts then restamped as if
+    an engine named ``older`` had scored them."""
     import json
 
-    from bench.nasbench201.__main__ import _engines
     from bench.nasbench201.score import _fingerprint
 
     cells = sample_cells(table, 2, seed=0)
-    run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1)
-    for path in (tmp_path / "gaussian" / "preflight").glob("*.json"):  # as if an older engine scored it
+    run(cells, table, "gaussian", out, channels=2, cells_per_stage=1)
+    for path in (out / "gaussian" / "preflight").glob("*.json"):
         data = json.loads(path.read_text())
         data |= {"engine": "older", "fingerprint": _fingerprint("preflight", "gaussian", 2, 1, "older")}
         path.write_text(json.dumps(data))
+    return cells
+
+
+def test_a_report_of_cached_cells_reads_an_older_engines_scores_and_names_it(table: dict, tmp_path: Path) -> None:
+    from bench.nasbench201.__main__ import _engines
+
+    cells = _two_cells_scored_by_an_older_engine(table, tmp_path)
     assert scored(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1) == []
     cached = scored(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1, any_engine=True)
     assert [r["engine"] for r in cached] == ["older", "older"]
@@ -118,16 +126,7 @@ def test_the_expressivity_part_is_what_condition_reports_with_the_option_on() ->
 
 
 def test_keeping_older_engines_scores_only_the_missing_parts(table: dict, tmp_path: Path) -> None:
-    import json
-
-    from bench.nasbench201.score import _fingerprint
-
-    cells = sample_cells(table, 2, seed=0)
-    run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1)
-    for path in (tmp_path / "gaussian" / "preflight").glob("*.json"):  # as if an older engine scored it
-        data = json.loads(path.read_text())
-        data |= {"engine": "older", "fingerprint": _fingerprint("preflight", "gaussian", 2, 1, "older")}
-        path.write_text(json.dumps(data))
+    cells = _two_cells_scored_by_an_older_engine(table, tmp_path)
     for path in (tmp_path / "gaussian" / "expressivity").glob("*.json"):  # as before the part existed
         path.unlink()
     kept = run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1, keep_older_engines=True)
