@@ -1,4 +1,5 @@
-"""Preflight's components with the network's size, combined by a fit on a development sample.
+"""Preflight's components, its expressivity terms and the network's size, combined by a fit on a
+development sample.
 
 The shipped score is a trainability score: it separates the cells that cannot train from the rest
 and ranks little among the cells that all train (``docs/nasbench201.md``). What ranks trainable
@@ -10,8 +11,9 @@ sample of cells disjoint from the reported one. Next to it, the same fit of ever
 (an ensemble of the peers): the simplest rival to a fitted combination is another one.
 
 Each feature is oriented so that higher predicts better, standardized with the development
-sample's mean and deviation (a value the engine could not measure gets the development sample's
-worst), and the weights are a ridge fit of the accuracy's normal scores (its ranks mapped through
+sample's mean and deviation (a value the engine could not measure, or a proxy's ``-inf``, gets the
+development sample's worst; a proxy's ``+inf``, which the proxies count as best, its best), and the
+weights are a ridge fit of the accuracy's normal scores (its ranks mapped through
 the normal quantile) on the development cells. Nothing of the reported sample is used to fit.
 """
 
@@ -24,11 +26,22 @@ from typing import Any
 import numpy as np
 from scipy.stats import norm, rankdata
 
-__all__ = ["FEATURES", "Combination", "features", "fit"]
+__all__ = [
+    "ENSEMBLE",
+    "FEATURES",
+    "FITTED",
+    "Combination",
+    "cross_validated",
+    "features",
+    "fit",
+    "fitted_columns",
+    "report_lines",
+]
 
 # name -> (where it is read, its sign: +1 when higher predicts a better cell). Every component the
-# engine reports on this path (each a penalty) and the size: none left out, so that no choice of
-# features leans on the reported cells' per-component figures, which the report shows.
+# engine reports on this path (each a penalty), both expressivity terms and the size: none left out,
+# so that no choice among them leans on the reported cells' per-component figures, which the report
+# shows (which terms to add was decided on the development cells: ``cross_validated``).
 FEATURES: dict[str, tuple[str, float]] = {
     "probe_loss": ("component", -1.0),
     "kernel_log_range": ("component", -1.0),
@@ -46,7 +59,7 @@ RIDGE = 1e-2
 def _value(result: dict[str, Any], name: str) -> float:
     if name.startswith(PROXY):
         score = float(result["proxies"][name.removeprefix(PROXY)]["score"])
-        return score if math.isfinite(score) else math.nan
+        return score if math.isfinite(score) or score == math.inf else math.nan
     where, sign = FEATURES[name]
     if where == "expressivity":
         measured = (result.get("expressivity") or {}).get(name)
@@ -66,12 +79,19 @@ def features(results: Sequence[dict[str, Any]], names: Sequence[str]) -> np.ndar
 class Combination:
     """A fitted linear combination of standardized features (:func:`fit`)."""
 
-    def __init__(self, names: Sequence[str], mean: np.ndarray, std: np.ndarray, worst: np.ndarray, weights: np.ndarray):
-        self.names, self.mean, self.std, self.worst, self.weights = list(names), mean, std, worst, weights
+    def __init__(
+        self,
+        names: Sequence[str],
+        mean: np.ndarray,
+        std: np.ndarray,
+        fills: tuple[np.ndarray, np.ndarray],
+        weights: np.ndarray,
+    ):
+        self.names, self.mean, self.std, self.weights = list(names), mean, std, weights
+        self.worst, self.best = fills
 
     def _standardized(self, x: np.ndarray) -> np.ndarray:
-        filled = np.where(np.isnan(x), self.worst, x)
-        return (filled - self.mean) / self.std
+        return (_filled(x, self.worst, self.best) - self.mean) / self.std
 
     def score(self, results: Sequence[dict[str, Any]]) -> np.ndarray:
         """Higher predicts a better cell."""
@@ -85,15 +105,43 @@ def fit(results: Sequence[dict[str, Any]], names: Sequence[str], ridge: float = 
     """The combination of ``names`` fitted on ``results`` (the development cells) to the normal
     scores of their accuracy ranks."""
     x = features(results, names)
-    worst = np.array([np.nanmin(col) if np.isfinite(col).any() else 0.0 for col in x.T])
-    filled = np.where(np.isnan(x), worst, x)
+    finite = [col[np.isfinite(col)] for col in x.T]
+    worst = np.array([col.min() if col.size else 0.0 for col in finite])
+    best = np.array([col.max() if col.size else 0.0 for col in finite])
+    filled = _filled(x, worst, best)
     mean, std = filled.mean(axis=0), filled.std(axis=0)
     std = np.where(std > 0, std, 1.0)
     z = (filled - mean) / std
     accuracy = np.array([r["accuracy"] for r in results], dtype=np.float64)
     target = norm.ppf((rankdata(accuracy) - 0.5) / len(accuracy))
     weights = np.linalg.solve(z.T @ z / len(z) + ridge * np.eye(z.shape[1]), z.T @ target / len(z))
-    return Combination(names, mean, std, worst, weights)
+    return Combination(names, mean, std, (worst, best), weights)
+
+
+def _filled(x: np.ndarray, worst: np.ndarray, best: np.ndarray) -> np.ndarray:
+    """Not measured (nan) -> the development sample's worst value; ``+inf`` -> its best."""
+    return np.where(np.isnan(x), worst, np.where(np.isposinf(x), best, x))
+
+
+def cross_validated(cells: Sequence[dict[str, Any]], names: Sequence[str], folds: int = 10, repeats: int = 20) -> float:
+    """Mean over ``repeats`` seeded shuffles of the Spearman between the accuracy and each cell's
+    out-of-fold score (fitted on the other folds): how the development cells alone judge a choice of
+    features, without the reported ones."""
+    from bench.pipeline.metrics import spearman
+
+    accuracy = np.array([c["accuracy"] for c in cells], dtype=np.float64)
+    rng = np.random.default_rng(0)
+    rhos = []
+    for _ in range(repeats):
+        order = rng.permutation(len(cells))
+        predicted = np.empty(len(cells))
+        for k in range(folds):
+            held = order[k::folds]
+            kept = np.setdiff1d(order, held)
+            combination = fit([cells[i] for i in kept], names)
+            predicted[held] = combination.score([cells[i] for i in held])
+        rhos.append(spearman(predicted, accuracy))
+    return float(np.mean(rhos))
 
 
 MIN_DEV = 30  # development cells needed before a fit is reported
@@ -104,12 +152,18 @@ ENSEMBLE = "proxy_ensemble_fitted"  # and for every proxy fitted the same way
 def fitted_columns(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
     """On ``results``: the combination of every feature, and the same fit of every proxy measured on
     all cells, both fitted on ``dev`` (none below ``MIN_DEV`` development cells)."""
-    if len(dev) < MIN_DEV:
+    if len(dev) < MIN_DEV or _without_expressivity(dev, results):
         return {}
     return {
         FITTED: fit(dev, list(FEATURES)).score(results),
         ENSEMBLE: fit(dev, _proxy_features(dev, results)).score(results),
     }
+
+
+def _without_expressivity(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> int:
+    """Cells whose expressivity part was never measured: a fit over them would read the missing terms
+    as the worst values, so none is reported until every cell has it."""
+    return sum(1 for r in [*dev, *results] if "expressivity" in r and r["expressivity"] is None)
 
 
 def _proxy_features(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> list[str]:
@@ -127,6 +181,13 @@ def report_lines(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]
     lines = ["", "## Preflight's components, its expressivity terms and the size, fitted on a development sample", ""]
     if len(dev) < MIN_DEV:
         return [*lines, f"Not run: {len(dev)} development cells scored (at least {MIN_DEV} are needed; `--dev N`).", ""]
+    if missing := _without_expressivity(dev, results):
+        return [
+            *lines,
+            f"Not run: {missing} cells lack the expressivity part (`python -m bench.nasbench201 --dev N "
+            "--keep-older-engines` measures it without conditioning them again).",
+            "",
+        ]
     names = list(FEATURES)
     full = fit(dev, names)
     accuracy = np.array([r["accuracy"] for r in results], dtype=np.float64)
@@ -136,6 +197,21 @@ def report_lines(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]
     def rho(scores: np.ndarray) -> Any:
         return bootstrap(lambda i: spearman(scores[i], accuracy[i]), n)
 
+    base = [f for f in names if FEATURES[f][0] != "expressivity"]
+    choices = {
+        "the components and the size": base,
+        "with MeCo's term": [*base, "meco"],
+        "with NASWOT's": [*base, "naswot"],
+        "with both (the combination)": names,
+        "every proxy": _proxy_features(dev, results),
+    }
+    lines += [
+        "How the terms were chosen, on the development cells alone (10-fold cross-validated Spearman there, "
+        "the mean of 20 shuffles): "
+        + "; ".join(f"{what} {cross_validated(dev, chosen):.3f}" for what, chosen in choices.items())
+        + ".",
+        "",
+    ]
     lines += [
         f"Fitted on {len(dev)} development cells (a second stratified sample, seed 1, disjoint from the reported "
         f"one); weights on standardized features: {full.describe()} (`bench/nasbench201/combine.py`). On the "

@@ -145,7 +145,9 @@ def meco(model: nn.Module, x: Tensor, y: Tensor) -> float:
     """MeCo (Jiang et al. 2023, eq. 7): ``sum_l lambda_min(P(f^l))``, P the Pearson
     correlation matrix of linear / conv layer l's output: over the channels of one sample for a
     feature map (the paper's one-data form), over the samples' feature vectors for a vector output
-    (our adaptation); the engine's formula (``worker.engine.expressivity.correlation_floor``).
+    (our adaptation); the engine's per-layer formula (``worker.engine.expressivity.correlation_floor``),
+    here on Linear and Conv2d layers in train mode, where the engine also reads Conv1d / Conv3d and
+    turns dropout off: the same figure on networks of linear and 2-d conv layers without dropout.
     Kept linear: the sum is bounded in [0, L], and rank-deficient layers give exact zeros whose
     logarithm would rank round-off."""
     mins: list[float] = []

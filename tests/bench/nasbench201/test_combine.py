@@ -82,7 +82,15 @@ def test_the_engines_expressivity_terms_are_read_from_their_part_and_weighted_by
     assert spearman(combination.score(reported), accuracy) > 0.99
     ensemble = fit(dev, ["proxy:meco", "proxy:naswot"]).score(reported)
     assert 0.5 < spearman(ensemble, accuracy) < 0.9  # the proxy sees the signal through noise
-    assert np.isfinite(ensemble).all()  # a proxy's -inf counts as its worst development value
+    assert np.isfinite(ensemble).all()
+    # a proxy's -inf counts as the development sample's worst value of that proxy, +inf as its best
+    only_naswot = fit(dev, ["proxy:naswot"])
+    finite = [c["proxies"]["naswot"]["score"] for c in dev if np.isfinite(c["proxies"]["naswot"]["score"])]
+    at = {"accuracy": 0.0, "proxies": {"naswot": {"score": min(finite)}}}
+    dead = {"accuracy": 0.0, "proxies": {"naswot": {"score": -np.inf}}}
+    assert only_naswot.score([dead])[0] == only_naswot.score([at])[0]
+    top = {"accuracy": 0.0, "proxies": {"naswot": {"score": max(finite)}}}
+    assert only_naswot.score([{**top, "proxies": {"naswot": {"score": np.inf}}}])[0] == only_naswot.score([top])[0]
 
 
 def test_the_report_pairs_the_combination_with_every_proxy_and_with_their_ensemble():
@@ -101,3 +109,20 @@ def test_the_reports_fitted_rows_exist_only_with_enough_development_cells():
     assert fitted_columns(_expressive_cells(10, 0), reported) == {}
     columns = fitted_columns(_expressive_cells(60, 0), reported)
     assert set(columns) == {FITTED, ENSEMBLE} and all(len(v) == 80 and np.isfinite(v).all() for v in columns.values())
+
+
+def test_no_combination_is_fitted_while_a_cell_lacks_its_expressivity_part():
+    from bench.nasbench201.combine import fitted_columns
+
+    dev, reported = _expressive_cells(60, 0), _expressive_cells(80, 1)
+    reported[3]["expressivity"] = None  # scored before the part existed
+    assert fitted_columns(dev, reported) == {}
+    assert any("Not run: 1 cells lack the expressivity part" in line for line in report_lines(dev, reported, "meco"))
+
+
+def test_the_choice_of_terms_is_judged_by_cross_validation_on_the_development_cells_alone():
+    from bench.nasbench201.combine import cross_validated
+
+    dev = _expressive_cells(120, 0)
+    assert cross_validated(dev, ["meco"], repeats=2) > 0.95  # the accuracy follows the term
+    assert abs(cross_validated(dev, ["naswot"], repeats=2)) < 0.3  # unrelated to it

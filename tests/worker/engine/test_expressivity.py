@@ -73,16 +73,59 @@ def test_a_feature_map_is_read_on_its_first_sample_and_a_vector_output_over_the_
 
 
 def test_one_pass_measures_every_activation_and_weighted_layer_and_leaves_the_model_as_it_was() -> None:
+    """Against the papers' formulas computed here by hand on the same outputs (batch statistics);
+    8 samples, fewer than the hidden layers' widths, so their correlations are not rank-deficient."""
     model = build_model(SPEC, seed=0)
-    x = torch.randn(32, 12, generator=torch.Generator().manual_seed(2))
+    x = torch.randn(8, 12, generator=torch.Generator().manual_seed(2))
     buffers = {k: v.clone() for k, v in model.named_buffers()}
+    outputs: list[torch.Tensor] = []
+    pre_activations: list[torch.Tensor] = []
+    hooks = [
+        m.register_forward_hook(lambda _m, _i, o: outputs.append(o.detach()))
+        for m in model.modules()
+        if isinstance(m, nn.Linear)
+    ]
+    hooks += [
+        m.register_forward_hook(lambda _m, i, _o: pre_activations.append(i[0].detach()))
+        for m in model.modules()
+        if isinstance(m, nn.ReLU)
+    ]
+    with torch.no_grad():
+        model.train()(x)
+    for hook in hooks:
+        hook.remove()
+    model.load_state_dict({**model.state_dict(), **buffers})
     model.eval()
     measured = measure_expressivity(model, x)
     assert measured.layers == 3 and measured.activation_units == 24 + 16
     assert not any(m.training for m in model.modules())
     assert all(torch.equal(v, buffers[k]) for k, v in model.named_buffers())
-    assert measured.meco is not None and 0.0 <= measured.meco <= 3.0
-    assert measured.naswot is not None and math.isfinite(measured.naswot)
+    floors = [max(float(torch.linalg.eigvalsh(torch.corrcoef(o.double()))[0]), 0.0) for o in outputs]
+    assert min(floors[:2]) > 1e-3  # the hidden layers count; the 5-unit head is rank-deficient (0)
+    assert measured.meco is not None and math.isclose(measured.meco, sum(floors), rel_tol=1e-9)
+    codes = torch.cat([p > 0 for p in pre_activations], dim=1)
+    hamming = (codes[:, None, :] != codes[None, :, :]).sum(-1).double()
+    assert measured.naswot is not None
+    assert math.isclose(measured.naswot, float(torch.linalg.slogdet(40 - hamming).logabsdet), rel_tol=1e-12)
+
+
+def test_a_conv_layer_is_read_on_the_first_samples_channels_as_the_paper_does() -> None:
+    conv = nn.Conv2d(3, 6, 3, padding=1)
+    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        out = conv(x)
+    expected = float(torch.linalg.eigvalsh(torch.corrcoef(out[0].reshape(6, -1).double()))[0])
+    assert expected > 1e-3
+    measured = measure_expressivity(nn.Sequential(conv, nn.ReLU()), x)
+    assert measured.meco is not None and math.isclose(measured.meco, expected, rel_tol=1e-9)
+
+
+def test_a_linear_layer_no_wider_than_the_batch_adds_nothing_to_meco() -> None:
+    """The documented limit of the vector form: N samples correlated over D <= N units have rank
+    below N, so the floor is 0 (docs/conditioning.md, section 10)."""
+    narrow = torch.randn(64, 10, generator=torch.Generator().manual_seed(6))
+    assert correlation_floor(narrow, feature_map=False) == 0.0
+    assert correlation_floor(narrow[:8], feature_map=False) > 0.0
 
 
 def test_a_network_that_maps_every_sample_to_one_code_has_no_finite_naswot() -> None:
