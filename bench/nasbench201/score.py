@@ -105,7 +105,9 @@ def expressivity_part(spec: Any, x: torch.Tensor) -> dict[str, Any]:
     """What ``condition(spec, data, options={"seed": 0, "expressivity": True})`` reports as
     ``expressivity``, measured alone: the same network (the engine's seed and default draw, before
     any conditioning) and batch, so the 1,150 cells' conditioning need not rerun to add it
-    (``tests/bench/nasbench201`` checks the two agree)."""
+    (``tests/bench/nasbench201`` checks the two agree). Its cache fingerprint follows
+    ``worker/engine/expressivity.py`` and the engine's default draw, not ``nas/build.py``, the seed
+    offsets or the conditioning mode: a change to those needs the parts deleted and rerun."""
     from nas.options import ConditionOptions
     from nas.report import finite_or_none
     from worker.engine import seeds
