@@ -187,7 +187,7 @@ def _setup(args: argparse.Namespace) -> list[str]:
         f"- **Perfect gate**: on the ungated search's own proposals, every trial whose full training ended below "
         f"{FAILED_TO_TRAIN} validation accuracy (chance is 0.1) skipped at no cost.",
         "- **Intervals**: 95 % bootstrap intervals resampling seeds (medians for compute ratios, means for "
-        "accuracy differences). With 5 seeds they are wide.",
+        "accuracy differences). With a few seeds they are wide.",
         "",
     ]
 
@@ -200,8 +200,8 @@ def _targets(summary: dict[str, Any], in_ops: dict[str, Any]) -> list[str]:
     return [
         "## Targets (the gate alone against no gate)",
         "",
-        "A target is met only when its whole interval is on the right side (the interval of a median over 5 "
-        "seeds is wide); a point estimate on the right side alone is stated as such.",
+        "A target is met only when its whole interval is on the right side (the interval of a median over a "
+        "few seeds is wide); a point estimate on the right side alone is stated as such.",
         "",
         "| target | figure | |",
         "|---|---|---|",
