@@ -396,23 +396,21 @@ def report(
             "| component | Spearman with accuracy | cells with a value |",
             "|---|---|---|",
         ]
-        for name in names:
-            values = np.array([-_finite((r["preflight"].get("components") or {}).get(name)) for r in results])
+        # each component is a penalty (its negative is ranked); the expressivity terms, as they are
+        alone = {
+            name: np.array([-_finite((r["preflight"].get("components") or {}).get(name)) for r in results])
+            for name in names
+        } | {
+            f"expressivity: {term}": np.array([_finite((r.get("expressivity") or {}).get(term)) for r in results])
+            for term in ("naswot", "meco")
+        }
+        for name, values in alone.items():
             have = np.isfinite(values)  # a component skipped under the budget is left out, not ranked last
             if not have.any():
-                continue  # off on this path (the diagnostics): nothing to rank
+                continue  # off on this path (the diagnostics, the terms of an older cache): nothing to rank
             v, a = values[have], accuracy[have]
             rho = bootstrap(lambda i, v=v, a=a: spearman(v[i], a[i]), int(have.sum()))
             lines.append(f"| {name} | {rho.point:.3f} [{rho.low:.3f}, {rho.high:.3f}] | {int(have.sum())} |")
-        for term in ("naswot", "meco"):  # the expressivity terms: higher is more expressive, ranked as they are
-            values = np.array([_finite((r.get("expressivity") or {}).get(term)) for r in results])
-            have = np.isfinite(values)
-            if have.any():
-                v, a = values[have], accuracy[have]
-                rho = bootstrap(lambda i, v=v, a=a: spearman(v[i], a[i]), int(have.sum()))
-                lines.append(
-                    f"| expressivity: {term} | {rho.point:.3f} [{rho.low:.3f}, {rho.high:.3f}] | {int(have.sum())} |"
-                )
     if dev is not None:
         from bench.nasbench201.combine import report_lines
 
