@@ -146,10 +146,13 @@ class Candidate:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Candidate:
         report, cached, error = data.get("report"), data.get("cached"), data.get("error")
+        # a newer service may add report keys (as `expressivity` was): this client reads the keys
+        # it knows and ignores the rest, which stay in `data`; a known key of the wrong type
+        # still fails
         return cls(
             id=str(data["id"]),
             status=str(data["status"]),
-            report=ConditioningReport.model_validate(report) if isinstance(report, Mapping) else None,
+            report=ConditioningReport.model_validate(report, extra="ignore") if isinstance(report, Mapping) else None,
             cached=cached if isinstance(cached, bool) else None,
             error=str(error) if error is not None else None,
             timings=CandidateTimings.from_json(data.get("timings")),

@@ -218,3 +218,20 @@ def test_a_failed_candidate_has_no_report_and_says_why() -> None:
         failed.require_report()
     assert failed.finished and failed.score is None and failed.error == "non-finite output"
     assert failed.cached is None and failed.timings is None
+
+
+def test_a_report_from_a_newer_service_is_read_without_the_keys_this_client_does_not_know() -> None:
+    newer = json.loads(json.dumps(DONE))
+    newer["report"]["added_later"] = {"figure": 1.0}
+    newer["report"]["tuning"]["added_later_too"] = 2
+    candidate = Candidate.from_json(newer)
+    assert candidate.report is not None and candidate.score == 1.5
+    assert "added_later" not in candidate.report.model_dump()
+    assert candidate.data["report"]["added_later"] == {"figure": 1.0}  # still there, raw
+
+
+def test_a_known_report_key_of_the_wrong_type_still_fails() -> None:
+    broken = json.loads(json.dumps(DONE))
+    broken["report"]["score"] = "high"
+    with pytest.raises(ValueError, match="score"):
+        Candidate.from_json(broken)
