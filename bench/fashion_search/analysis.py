@@ -226,14 +226,20 @@ def _over_seeds(values: list[float], statistic: str) -> Interval:
     """A median or mean over seeds with its bootstrap interval. A seed that never reached a target (inf)
     stays in as ``NEVER``, a finite stand-in above any ratio, so that a resample whose median is
     "never" counts as such instead of being dropped (the bootstrap drops non-finite resamples); a
-    seed where the figure is undefined (nan) is left out of the median."""
+    seed where the figure is undefined (nan) is left out of the median. The median is taken with the
+    infinities in place, so that the median of an even count whose upper middle seed never reached
+    it is "never" too (averaging the stand-in with a ratio would give a meaningless finite number)."""
     array = np.asarray(values, dtype=np.float64)
     if statistic == "median":
-        array = np.where(np.isposinf(array), NEVER, array)
-        return bootstrap(
-            lambda i: float(np.nanmedian(array[i])) if np.isfinite(array[i]).any() else math.nan, len(array)
-        )
+        return bootstrap(lambda i: _median_or_never(array[i]), len(array))
     return bootstrap(lambda i: float(np.nanmean(array[i])), len(array))
+
+
+def _median_or_never(values: np.ndarray) -> float:
+    if np.isnan(values).all():
+        return math.nan
+    median = float(np.nanmedian(values))
+    return NEVER if math.isinf(median) else median
 
 
 def _unskipped(name: str, present: Any) -> str:

@@ -171,6 +171,19 @@ def test_a_seed_that_never_reaches_the_target_widens_the_interval_to_never():
     assert ratio.high == NEVER  # resamples with three or more "never" seeds have a "never" median
 
 
+def test_the_median_of_an_even_count_whose_upper_middle_never_reached_the_target_is_never():
+    from bench.fashion_search.analysis import NEVER
+
+    per_seed = {}
+    for seed, reaches in enumerate((True, True, False, False)):
+        ungated = [_trial(0.1, 0.1, 4.0), _trial(0.9, 0.9, 1.0)]
+        gated = [_trial(0.9 if reaches else 0.5, 0.9 if reaches else 0.5, 2.0, condition=0.5)]
+        per_seed[seed] = seed_figures({"no gate": ungated, "preflight gate": gated})
+    ratio = figures(per_seed)["searches"]["preflight gate"]["ratio"]
+    assert ratio.point == NEVER  # (0.5 + never) / 2, not a finite average with the stand-in
+    assert ratio.high == NEVER and ratio.low == pytest.approx(2.5 / 5.0)
+
+
 def test_in_macs_charges_no_validation_after_a_training_diverged():
     params = _RESIDUAL | {"lr": 0.3}
     forward = _forward_gmacs(params)
