@@ -39,8 +39,8 @@ test: lint
 # Benchmark v2 (docs/benchmarks.md) and the Fashion-MNIST search (docs/fashion-search.md): resumable,
 # about 9-13 hours on a 2-core CPU; need Fashion-MNIST (apt-get install dataset-fashion-mnist, or
 # PREFLIGHT_FASHION_MNIST_DIR).
-# The quick loop while developing (under 2 minutes on 2 cores): every test not marked slow (no
-# subprocess servers or worker loops, no benchmark or browser runs, no worker kills), without the
+# The quick loop while developing (about 2 minutes on 2 cores): every test not marked slow (no
+# subprocess servers or worker loops, no benchmark, report or browser runs, no worker kills), without the
 # static checks. `make test` stays the complete suite.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -4,6 +4,7 @@ accuracy and with which sign, and a cell the engine could not measure ranks as t
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from bench.nasbench201.combine import fit, report_lines
 from bench.pipeline.metrics import spearman
@@ -45,6 +46,7 @@ def test_a_component_the_engine_could_not_measure_counts_as_the_worst_developmen
     assert combination.score([missing])[0] == combination.score([at_worst])[0] == combination.score(dev).min()
 
 
+@pytest.mark.slow  # the whole report, bootstrap intervals included: over ten seconds
 def test_the_report_says_so_when_too_few_development_cells_are_scored():
     lines = report_lines(_cells(10, 0), _cells(50, 1), "synflow")
     assert any("Not run: 10 development cells" in line for line in lines)
@@ -93,6 +95,7 @@ def test_the_engines_expressivity_terms_are_read_from_their_part_and_weighted_by
     assert only_naswot.score([{**top, "proxies": {"naswot": {"score": np.inf}}}])[0] == only_naswot.score([top])[0]
 
 
+@pytest.mark.slow  # the whole report, bootstrap intervals included: over ten seconds
 def test_the_report_pairs_the_combination_with_every_proxy_and_with_their_ensemble():
     lines = report_lines(_expressive_cells(60, 0), _expressive_cells(80, 1), "meco")
     text = "\n".join(lines)

@@ -55,6 +55,7 @@ def test_a_small_run_scores_every_cell_with_every_method_and_caches_each_part(ta
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # the whole report, bootstrap intervals included: over ten seconds
 def test_flagging_prunes_the_lowest_scores_first() -> None:
     """Five dead cells (10 %) scored lowest by Preflight and highest by every proxy: Preflight
     flags them at precision 1, the proxies at the base rate or worse (this once read the sign
