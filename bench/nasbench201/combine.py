@@ -54,6 +54,7 @@ FEATURES: dict[str, tuple[str, float]] = {
 }
 PROXY = "proxy:"  # a feature named ``proxy:<name>`` is that zero-cost proxy's score (higher is better)
 RIDGE = 1e-2
+CV_FOLDS, CV_REPEATS = 10, 20  # the cross-validation behind the choice of terms
 
 
 def _value(result: dict[str, Any], name: str) -> float:
@@ -123,7 +124,9 @@ def _filled(x: np.ndarray, worst: np.ndarray, best: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(x), worst, np.where(np.isposinf(x), best, x))
 
 
-def cross_validated(cells: Sequence[dict[str, Any]], names: Sequence[str], folds: int = 10, repeats: int = 20) -> float:
+def cross_validated(
+    cells: Sequence[dict[str, Any]], names: Sequence[str], folds: int = CV_FOLDS, repeats: int = CV_REPEATS
+) -> float:
     """Mean over ``repeats`` seeded shuffles of the Spearman between the accuracy and each cell's
     out-of-fold score (fitted on the other folds): how the development cells alone judge a choice of
     features, without the reported ones."""
@@ -152,7 +155,7 @@ ENSEMBLE = "proxy_ensemble_fitted"  # and for every proxy fitted the same way
 def fitted_columns(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
     """On ``results``: the combination of every feature, and the same fit of every proxy measured on
     all cells, both fitted on ``dev`` (none below ``MIN_DEV`` development cells)."""
-    if len(dev) < MIN_DEV or _without_expressivity(dev, results):
+    if len(dev) < MIN_DEV or _cells_without_expressivity(dev, results):
         return {}
     return {
         FITTED: fit(dev, list(FEATURES)).score(results),
@@ -160,7 +163,7 @@ def fitted_columns(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, An
     }
 
 
-def _without_expressivity(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> int:
+def _cells_without_expressivity(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> int:
     """Cells whose expressivity part was never measured: a fit over them would read the missing terms
     as the worst values, so none is reported until every cell has it."""
     return sum(1 for r in [*dev, *results] if "expressivity" in r and r["expressivity"] is None)
@@ -181,7 +184,7 @@ def report_lines(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]
     lines = ["", "## Preflight's components, its expressivity terms and the size, fitted on a development sample", ""]
     if len(dev) < MIN_DEV:
         return [*lines, f"Not run: {len(dev)} development cells scored (at least {MIN_DEV} are needed; `--dev N`).", ""]
-    if missing := _without_expressivity(dev, results):
+    if missing := _cells_without_expressivity(dev, results):
         return [
             *lines,
             f"Not run: {missing} cells lack the expressivity part (`python -m bench.nasbench201 --dev N "
@@ -206,8 +209,8 @@ def report_lines(dev: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]
         "every proxy": _proxy_features(dev, results),
     }
     lines += [
-        "How the terms were chosen, on the development cells alone (10-fold cross-validated Spearman there, "
-        "the mean of 20 shuffles): "
+        f"How the terms were chosen, on the development cells alone ({CV_FOLDS}-fold cross-validated Spearman "
+        f"there, the mean of {CV_REPEATS} shuffles): "
         + "; ".join(f"{what} {cross_validated(dev, chosen):.3f}" for what, chosen in choices.items())
         + ".",
         "",
