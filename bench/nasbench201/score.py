@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from bench.pipeline.metrics import kendall, precision_at_recall, spearman
-from bench.pipeline.proxies import PROXIES, compute_proxies
+from bench.pipeline.proxies import PROXIES, compute_proxies, revisions
 from bench.pipeline.run import engine_version, imap_spawned
 from bench.v2.stats import bootstrap, paired_difference
 from nas import build_model
@@ -78,26 +78,42 @@ def cell_batch(kind: str, n: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
     return (x - x.mean()) / x.std(), data.y_train[:n]
 
 
-def _fingerprint(part: str, kind: str, channels: int, cells_per_stage: int, engine: str | None = None) -> str:
+def _fingerprint(
+    part: str,
+    kind: str,
+    channels: int,
+    cells_per_stage: int,
+    engine: str | None = None,
+    proxy_revisions: dict[str, int] | None = None,
+) -> str:
     """What a cached part was computed with: the proxies do not depend on Preflight's engine, so a
     changed engine reruns only Preflight's part (``engine``: another engine's, default this one's);
-    the expressivity part depends on its own module's source and the engine's default draw."""
+    the proxies' part follows the revised proxies' versions (``proxy_revisions``: those a stored
+    part names, default this checkout's); the expressivity part depends on its own module's source
+    and the engine's default draw."""
     if part == "preflight":
         engine = engine or engine_version()
     elif part == "expressivity":
         engine = _expressivity_version()
     else:
         engine = None
-    blob = json.dumps([engine, kind, channels, cells_per_stage, BATCH, sorted(PROXIES) if part == "proxies" else None])
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    parts: list[Any] = [engine, kind, channels, cells_per_stage, BATCH, sorted(PROXIES) if part == "proxies" else None]
+    revised = revisions() if proxy_revisions is None else proxy_revisions
+    if part == "proxies" and revised:
+        parts.append(revised)
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
 @cache
 def _expressivity_version() -> str:
+    """What the expressivity part measures with: its module, the builder that draws the network
+    (``nas/build.py``), the engine's weight seed offset and its default draw."""
+    import nas.build
     from nas.options import ConditionOptions
-    from worker.engine import expressivity
+    from worker.engine import expressivity, seeds
 
-    source = Path(expressivity.__file__).read_bytes() + ConditionOptions().draw.encode()
+    source = Path(expressivity.__file__).read_bytes() + Path(nas.build.__file__).read_bytes()
+    source += f"{seeds.WEIGHTS} {ConditionOptions().draw}".encode()
     return hashlib.sha256(source).hexdigest()[:16]
 
 
@@ -106,8 +122,8 @@ def expressivity_part(spec: Any, x: torch.Tensor) -> dict[str, Any]:
     ``expressivity``, measured alone: the same network (the engine's seed and default draw, before
     any conditioning) and batch, so the 1,150 cells' conditioning need not rerun to add it
     (``tests/bench/nasbench201`` checks the two agree). Its cache fingerprint follows
-    ``worker/engine/expressivity.py`` and the engine's default draw, not ``nas/build.py``, the seed
-    offsets or the conditioning mode: a change to those needs the parts deleted and rerun."""
+    ``worker/engine/expressivity.py``, ``nas/build.py``, the weight seed offset and the engine's
+    default draw (``_expressivity_version``), not the rest of the engine, which it does not run."""
     from nas.options import ConditionOptions
     from nas.report import finite_or_none
     from worker.engine import seeds
@@ -128,6 +144,20 @@ def _cached(out: Path, kind: str, part: str, ops: tuple[str, ...], fingerprint: 
     if path.exists() and (data := json.loads(path.read_text())).get("fingerprint") == fingerprint:
         return dict(data)
     return None
+
+
+def _kept_proxies(
+    out: Path, kind: str, ops: tuple[str, ...], channels: int, cells_per_stage: int
+) -> dict[str, Any] | None:
+    """A cell's proxies stored with these settings before a proxy was revised (None when there are
+    none): ``compute_proxies`` reruns only the revised ones."""
+    path = _path(out, kind, "proxies", ops)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    revised = data.get("proxy_revisions", {})
+    same = data.get("fingerprint") == _fingerprint("proxies", kind, channels, cells_per_stage, proxy_revisions=revised)
+    return dict(data["proxies"]) if same else None
 
 
 def _cached_any_engine(
@@ -170,10 +200,11 @@ def score_cell(
     x, y = cell_batch(kind)
     fingerprint = _fingerprint("proxies", kind, channels, cells_per_stage)
     if _cached(out, kind, "proxies", ops, fingerprint) is None:
-        start = time.perf_counter()
-        proxies = compute_proxies(build_model(spec, seed=0), x, y)
-        seconds = time.perf_counter() - start
-        _store(out, kind, "proxies", ops, {"fingerprint": fingerprint, "proxies": proxies, "proxy_seconds": seconds})
+        kept = _kept_proxies(out, kind, ops, channels, cells_per_stage)
+        proxies = compute_proxies(build_model(spec, seed=0), x, y, kept=kept)
+        seconds = sum(float(p["seconds"]) for p in proxies.values())  # a kept proxy's own time, not 0
+        stored = {"fingerprint": fingerprint, "proxies": proxies, "proxy_seconds": seconds}
+        _store(out, kind, "proxies", ops, stored | {"proxy_revisions": revisions()})
     fingerprint = _fingerprint("expressivity", kind, channels, cells_per_stage)
     if _cached(out, kind, "expressivity", ops, fingerprint) is None:
         start = time.perf_counter()

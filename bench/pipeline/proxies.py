@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -24,7 +24,7 @@ from torch.nn import functional as F
 from worker.engine.expressivity import ACTIVATIONS as _ACTIVATIONS
 from worker.engine.expressivity import activation_kernel_log_det, correlation_floor
 
-__all__ = ["PROXIES", "Proxy", "compute_proxies"]
+__all__ = ["PROXIES", "Proxy", "compute_proxies", "revisions"]
 
 _WEIGHTED = (nn.Linear, nn.Conv2d)
 
@@ -41,16 +41,19 @@ def _weights(model: nn.Module) -> list[Tensor]:
 
 
 def _activation_codes(model: nn.Module, x: Tensor) -> Tensor:
-    """Binary codes ``c_i`` (pre-activation > 0) of every activation unit, [N, N_A]."""
+    """Binary codes ``c_i`` (pre-activation > 0) of every activation unit, [N, N_A], of a copy in
+    train mode: a forward of the caller's model in train mode would move its BatchNorm running
+    statistics, which ``synflow`` (eval mode) reads next."""
     codes: list[Tensor] = []
+    net = copy.deepcopy(model).train()
 
     def hook(_m: nn.Module, inputs: tuple[Tensor, ...], _out: Tensor) -> None:
         codes.append((inputs[0].detach() > 0).flatten(1))
 
-    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, _ACTIVATIONS)]
+    handles = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, _ACTIVATIONS)]
     try:
         with torch.no_grad():
-            model(x)
+            net(x)
     finally:
         for h in handles:
             h.remove()
@@ -245,6 +248,9 @@ class Proxy:
     batch_size: int
     direction: str  # how the paper's raw value was turned into "higher = better", in log space
     citation: str
+    # Bumped when a fix changes what the proxy returns, so that a cache reruns this proxy alone
+    # (``revisions``, ``compute_proxies(kept=...)``).
+    version: int = 1
 
 
 PROXIES: dict[str, Proxy] = {
@@ -257,6 +263,7 @@ PROXIES: dict[str, Proxy] = {
             1,
             "log R-saliency sum, higher",
             "Tanaka et al. 2020; Abdelfattah et al. 2021",
+            version=2,  # 2: naswot, which runs before it, no longer moves the BatchNorm statistics it reads
         ),
         Proxy("snip", snip, 64, "log saliency sum, higher", "Lee et al. 2019; Abdelfattah et al. 2021"),
         Proxy(
@@ -296,17 +303,31 @@ PROXIES: dict[str, Proxy] = {
 }
 
 
-def compute_proxies(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, dict[str, float]]:
-    """Every proxy on the first ``batch_size`` samples of ``(x, y)``: score and seconds."""
+def revisions() -> dict[str, int]:
+    """The proxies revised since their first version, with their versions: what a cache's
+    fingerprint adds (nothing while none is revised, so that older caches stay valid)."""
+    return {p.name: p.version for p in PROXIES.values() if p.version != 1}
+
+
+def compute_proxies(
+    model: nn.Module, x: Tensor, y: Tensor, kept: Mapping[str, Mapping[str, float]] | None = None
+) -> dict[str, dict[str, float]]:
+    """Every proxy on the first ``batch_size`` samples of ``(x, y)``: score, seconds and version.
+    ``kept``: results stored earlier for the same model and batch; a proxy whose stored version is
+    its current one is taken from there, not run again (an entry without a version is version 1)."""
     import time
 
     results: dict[str, dict[str, float]] = {}
     for proxy in PROXIES.values():
+        old = (kept or {}).get(proxy.name)
+        if old is not None and int(old.get("version", 1)) == proxy.version:
+            results[proxy.name] = {**old, "version": proxy.version}
+            continue
         n = proxy.batch_size or len(x)
         start = time.perf_counter()
         try:
             score = float(proxy.fn(model, x[:n], y[:n]))
         except (RuntimeError, torch.linalg.LinAlgError, ValueError):
             score = math.nan  # a proxy that crashes on a design scores as the worst
-        results[proxy.name] = {"score": score, "seconds": time.perf_counter() - start}
+        results[proxy.name] = {"score": score, "seconds": time.perf_counter() - start, "version": proxy.version}
     return results

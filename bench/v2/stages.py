@@ -32,7 +32,7 @@ import nas
 from bench.pipeline.candidates import Candidate
 from bench.pipeline.datasets import Dataset, load_key
 from bench.pipeline.inits import initialize
-from bench.pipeline.proxies import compute_proxies
+from bench.pipeline.proxies import compute_proxies, revisions
 from bench.pipeline.run import engine_version, read_json, write_json
 from bench.v2.protocols import PROTOCOLS, epochs_for, train
 
@@ -96,9 +96,17 @@ def _preflight_report(out: Path, candidate: Candidate, seed: int) -> dict[str, A
     return read_json(path) if path.exists() else {"error": "no Preflight report yet"}
 
 
-def _fingerprint(stage: Stage, candidate: Candidate, out: Path, scale: float, engine: str | None = None) -> str:
+def _fingerprint(
+    stage: Stage,
+    candidate: Candidate,
+    out: Path,
+    scale: float,
+    engine: str | None = None,
+    proxy_revisions: dict[str, int] | None = None,
+) -> str:
     """What a stage was computed from; Preflight's stage includes the engine's source hash
-    (``engine``: another engine's, default this checkout's)."""
+    (``engine``: another engine's, default this checkout's), the proxies' stage the revised
+    proxies' versions (``proxy_revisions``: those a stored result names, default this checkout's)."""
     extra: Any = ""
     if stage.kind == "preflight":
         extra = engine or engine_version()
@@ -106,11 +114,25 @@ def _fingerprint(stage: Stage, candidate: Candidate, out: Path, scale: float, en
         report = _preflight_report(out, candidate, 0 if stage.kind != "train" else stage.seed)
         extra = [report.get("scales"), report.get("error"), report.get("counted_cost"), report.get("draw")]
     protocol = PROTOCOLS[stage.protocol].to_json() if stage.protocol else None
-    blob = json.dumps(
-        [stage.key, VERSION[stage.kind], candidate.spec, candidate.dataset, protocol, scale, extra],
-        sort_keys=True,
-    )
+    parts = [stage.key, VERSION[stage.kind], candidate.spec, candidate.dataset, protocol, scale, extra]
+    revised = revisions() if proxy_revisions is None else proxy_revisions
+    if stage.kind == "proxies" and revised:
+        parts.append(revised)
+    blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _kept_proxies(out: Path, stage: Stage, candidate: Candidate, scale: float) -> dict[str, Any]:
+    """The proxies' results stored for these same inputs before a proxy was revised (empty when
+    none are): ``compute_proxies`` reruns only the revised ones."""
+    path = _path(out, stage, candidate)
+    if not path.exists():
+        return {}
+    stored = read_json(path)
+    same = stored.get("fingerprint") == _fingerprint(
+        stage, candidate, out, scale, proxy_revisions=stored.get("proxy_revisions", {})
+    )
+    return stored if same else {}
 
 
 def cached(out: Path, stage: Stage, candidate: Candidate, scale: float = 1.0, any_engine: bool = False) -> bool:
@@ -169,10 +191,12 @@ def _proxies(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dic
     x, y = data.batch(BATCH)
     report = _preflight_report(out, candidate, 0)
     summary = nas.summarize(candidate.spec)
+    kept = _kept_proxies(out, stage, candidate, scale)
     result: dict[str, Any] = {"parameters": summary.parameters, "macs": summary.macs}
-    result["spec"] = compute_proxies(_model(candidate, 0), x, y)
+    result["spec"] = compute_proxies(_model(candidate, 0), x, y, kept=kept.get("spec"))
     if report.get("scales") is not None:
-        result["tuned"] = compute_proxies(_tuned_model(candidate, 0, report), x, y)
+        result["tuned"] = compute_proxies(_tuned_model(candidate, 0, report), x, y, kept=kept.get("tuned"))
+    result["proxy_revisions"] = revisions()
     return result
 
 

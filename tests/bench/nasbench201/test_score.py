@@ -133,3 +133,25 @@ def test_keeping_older_engines_scores_only_the_missing_parts(table: dict, tmp_pa
     kept = run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1, keep_older_engines=True)
     assert [r["engine"] for r in kept] == ["older", "older"]  # Preflight's parts were not rescored
     assert all(r["expressivity"] is not None for r in kept)  # the missing part was computed
+
+
+def test_a_revised_proxy_reruns_alone_on_cells_stored_before_the_revision(table: dict, tmp_path: Path) -> None:
+    import json
+
+    from bench.nasbench201.score import _fingerprint
+    from bench.pipeline.proxies import revisions
+
+    cells = _two_cells_scored_by_an_older_engine(table, tmp_path)
+    for path in (tmp_path / "gaussian" / "proxies").glob("*.json"):  # as stored before proxies had versions
+        data = json.loads(path.read_text())
+        data["proxies"] = {name: {"score": -123.0, "seconds": 7.0} for name in data["proxies"]}
+        data["fingerprint"] = _fingerprint("proxies", "gaussian", 2, 1, proxy_revisions={})
+        del data["proxy_revisions"]
+        path.write_text(json.dumps(data))
+    assert revisions()
+    assert scored(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1, any_engine=True) == []
+    kept = run(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1, keep_older_engines=True)
+    for result in kept:
+        rerun = {name for name, r in result["proxies"].items() if r["score"] != -123.0}
+        assert rerun == set(revisions())
+        assert result["proxy_seconds"] == pytest.approx(7.0 * (len(result["proxies"]) - len(rerun)), abs=5.0)

@@ -153,3 +153,56 @@ def test_every_proxy_is_finite_on_a_normal_network():
     assert set(results) == set(proxies.PROXIES)
     bad = {k: v["score"] for k, v in results.items() if not math.isfinite(v["score"])}
     assert not bad, f"non-finite proxies on a plain ReLU MLP: {bad}"
+
+
+def _bn_convnet() -> nn.Module:
+    spec = {
+        "input_shape": [3, 8, 8],
+        "blocks": [
+            {"layers": [{"type": "conv2d", "out": 8, "kernel": 3}, {"type": "batchnorm"}, {"type": "relu"}]},
+            {"layers": [{"type": "conv2d", "out": 8, "kernel": 3}, {"type": "batchnorm"}, {"type": "relu"}]},
+            {"layers": [{"type": "global_avgpool"}, {"type": "linear", "out": 10}]},
+        ],
+    }
+    return nas.build_model(spec, seed=0)
+
+
+def test_naswot_and_swap_leave_the_callers_batchnorm_statistics_where_they_were():
+    net = _bn_convnet()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    g = torch.Generator().manual_seed(0)
+    x, y = 3.0 + 2.0 * torch.randn(32, 3, 8, 8, generator=g), torch.randint(0, 10, (32,), generator=g)
+    proxies.naswot(net, x, y)
+    proxies.swap(net, x, y)
+    after = net.state_dict()
+    moved = [k for k in before if not torch.equal(before[k], after[k])]
+    assert not moved, f"the proxies moved the caller's {moved}"
+    assert net.training  # and left its mode alone
+
+
+def test_synflow_reads_the_same_network_whether_or_not_naswot_ran_before_it():
+    """synflow runs in eval mode, on the running statistics: a naswot that moved them (it ran the
+    caller's network in train mode) changed synflow's figure on every BatchNorm network."""
+    g = torch.Generator().manual_seed(0)
+    x, y = 3.0 + 2.0 * torch.randn(32, 3, 8, 8, generator=g), torch.randint(0, 10, (32,), generator=g)
+    alone = proxies.synflow(_bn_convnet(), x[:1], y[:1])
+    net = _bn_convnet()
+    proxies.naswot(net, x, y)
+    assert proxies.synflow(net, x[:1], y[:1]) == alone
+
+
+def test_compute_proxies_reruns_only_the_proxies_revised_since_the_results_it_keeps():
+    net = _bn_convnet()
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 3, 8, 8, generator=g), torch.randint(0, 10, (64,), generator=g)
+    stored = {name: {"score": -123.0, "seconds": 7.0} for name in proxies.PROXIES}  # no version: version 1
+    results = proxies.compute_proxies(net, x, y, kept=stored)
+    revised = set(proxies.revisions())
+    assert revised == {"synflow"}
+    for name, result in results.items():
+        assert result["version"] == proxies.PROXIES[name].version
+        kept = result["score"] == -123.0 and result["seconds"] == 7.0
+        assert kept == (name not in revised), name
+    assert results["synflow"]["score"] == proxies.synflow(net, x[:1], y[:1])
+    again = proxies.compute_proxies(net, x, y, kept=results)  # everything current: nothing reruns
+    assert again == results
