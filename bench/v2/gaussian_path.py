@@ -26,7 +26,7 @@ import torch
 from bench.pipeline.candidates import Candidate
 from bench.pipeline.run import engine_version, imap_spawned, read_json, write_json
 from bench.v2.analysis import GROUPS, Row, load_rows, verdict
-from bench.v2.candidates import test_set
+from bench.v2.candidates import dev_set, test_set
 from bench.v2.stats import RESAMPLES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +46,12 @@ def _condition(cand: dict[str, Any]) -> str:
         return f"{candidate.id} cached"
     try:
         report = condition(candidate.spec)
-        result = {"score": report.score, "verdict": report.verdict, "probe_targets": "random"}
+        result = {
+            "score": report.score,
+            "verdict": report.verdict,
+            "probe_targets": "random",
+            "components": report.components,  # so that a refit of the score rescores it without a rerun
+        }
     except Exception as error:  # noqa: BLE001 - an engine crash is a finding
         result = {"error": f"{type(error).__name__}: {error}", "score": math.nan, "verdict": None}
     write_json(path, {**result, "engine_version": version})
@@ -105,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.v2.gaussian_path", description=__doc__)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--set", choices=("test", "dev"), default="test", help="the set to condition (dev: to fit on)")
     args = parser.parse_args(argv)
     if not args.report_only:
-        tasks = [c.to_json() for c in test_set()]
+        tasks = [c.to_json() for c in (dev_set() if args.set == "dev" else test_set())]
         for i, message in enumerate(imap_spawned(_condition, tasks, args.jobs, nice=5)):
             print(f"{i + 1}/{len(tasks)} {message}", flush=True)
     print(report())
