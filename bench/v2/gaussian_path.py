@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from bench.pipeline.candidates import Candidate
+from bench.pipeline.metrics import precision_recall_curve
 from bench.pipeline.run import engine_version, imap_spawned, read_json, write_json
-from bench.v2.analysis import GROUPS, Row, load_rows, verdict
+from bench.v2.analysis import GROUPS, Row, load_rows, truth, verdict
 from bench.v2.candidates import dev_set, test_set
 from bench.v2.stats import RESAMPLES
 
@@ -99,11 +102,52 @@ def report() -> str:
         members = [r for r in rows if r.group == group and r.candidate.id in gaussian]
         if not members:
             continue
-        for truth, init in (("B, tuned init", "tuned"), ("A, spec init", "spec")):
+        for truth_name, init in (("B, tuned init", "tuned"), ("A, spec init", "spec")):
             labelled = verdict([_swapped(r, None, init) for r in members], "sgd", RESAMPLES)
             default = verdict([_swapped(r, gaussian[r.candidate.id], init) for r in members], "sgd", RESAMPLES)
-            lines.append(f"| {name} ({len(members)}) | {truth} | {_cell(labelled)} | {_cell(default)} |")
+            lines.append(f"| {name} ({len(members)}) | {truth_name} | {_cell(labelled)} | {_cell(default)} |")
     return "\n".join(lines)
+
+
+def own_cut_on_dev() -> list[str]:
+    """Would the default path do better with a cut of its own? On the development set (never the
+    test set): the shipped verdict of both paths, and the default path's scores cut where the shipped
+    cut's rule puts it (best precision at recall >= 0.5 on the calibration's training half), on the
+    held-out half; ground truth B under protocol S."""
+    weights = json.loads((ROOT / "worker" / "engine" / "score_weights.json").read_text())
+    train_ids, recall_target = set(weights["train_ids"]), float(weights["recall_target"])
+    items = []
+    for row in load_rows(dev_set(), "dev", CACHE, SEEDS, 1.0):
+        path, b = OUT / f"{row.candidate.id}.json", truth(row, "sgd", "tuned")
+        if b is not None and row.preflight and path.exists() and (g := read_json(path)).get("components"):
+            labelled = float(row.preflight["score"])
+            items.append((row.candidate.id in train_ids, b["untrainable"], labelled, float(g["score"])))
+    if not items:
+        return ["no development candidate has both paths cached: run with --set dev"]
+
+    def flags(scores: list[float], cut: float, bad: list[bool]) -> str:
+        hit = sum(s < cut and u for s, u in zip(scores, bad, strict=True))
+        flagged = sum(s < cut for s in scores)
+        precision = f"{hit / flagged:.2f}" if flagged else "n/a"
+        return f"{flagged} flagged, precision {precision}, recall {hit / max(sum(bad), 1):.2f}"
+
+    lines = []
+    cut = float(weights["prune_below"])
+    train = [i for i in items if i[0]]
+    held = [i for i in items if not i[0]]
+    scores, bad = [i[3] for i in train], [i[1] for i in train]  # the lowest scores are pruned first
+    p, r = precision_recall_curve(scores, bad)
+    k = int(np.argmax(np.where(r >= recall_target, p, -1.0)))  # prune the k + 1 lowest scores
+    own = sorted(i[3] for i in train)[k] + 1e-12
+    for name, half in (("training half", train), ("held-out half", held)):
+        bad = [i[1] for i in half]
+        lines.append(
+            f"dev {name} ({len(half)}, {sum(bad)} untrainable): labelled batch, shipped cut: "
+            f"{flags([i[2] for i in half], cut, bad)}; default path, shipped cut: "
+            f"{flags([i[3] for i in half], cut, bad)}; default path, its own cut ({own:.3f}): "
+            f"{flags([i[3] for i in half], own, bad)}"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, message in enumerate(imap_spawned(_condition, tasks, args.jobs, nice=5)):
             print(f"{i + 1}/{len(tasks)} {message}", flush=True)
     print(report())
+    for line in own_cut_on_dev():
+        print(line)
     return 0
 
 
