@@ -60,6 +60,38 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
+def _zeroed(spec: Any, scales: dict[str, float], where: str) -> dict[str, float]:
+    """``scales`` with some tensors multiplied by 0 (their weights and biases start at zero):
+    ``head``, the network's last weighted layer, so that the logits start at 0 (timm's and many
+    vision recipes' zero-initialized classifier); ``branches``, the last weighted or norm layer of
+    every residual body, so that each block starts as its shortcut (Goyal et al. 2017's zero-gamma,
+    SkipInit)."""
+    model = nas.build_model(spec, seed=0)
+    weighted = (torch.nn.Linear, torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.BatchNorm1d, torch.nn.LayerNorm)
+    targets: list[str] = []
+    if where == "head":
+        last = [n for n, m in model.named_modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+        targets = last[-1:]
+    else:
+        for name, module in model.named_modules():
+            if type(module).__name__ == "Residual":
+                inner = [f"{name}.body.{n}" for n, m in module.body.named_modules() if isinstance(m, weighted)]
+                targets += inner[-1:]
+    out = dict(scales)
+    for t in targets:
+        for kind in ("weight", "bias"):
+            if getattr(model.get_submodule(t), kind, None) is not None:
+                out[f"{t}.{kind}"] = 0.0
+    return out
+
+
+# name -> (the variant whose conditioning it starts from, what it zeroes after): not engine options
+ZEROED: dict[str, tuple[str, str]] = {
+    "orthogonal_nv1_zerohead": ("orthogonal_nv1", "head"),
+    "orthogonal_nv1_zerobranch": ("orthogonal_nv1", "branches"),
+}
+
+
 def _condition(candidate: Candidate, options: dict[str, Any]) -> dict[str, Any]:
     from worker.engine import condition
 
@@ -95,7 +127,12 @@ def run_one(args: tuple[str, dict[str, Any]]) -> str:
             model.load_state_dict(state)
             return model
     else:
-        result = _condition(candidate, VARIANTS[name])
+        if name in ZEROED:
+            base, where = ZEROED[name]
+            result = _condition(candidate, VARIANTS[base])
+            result["scales"] = _zeroed(candidate.spec, result["scales"], where)
+        else:
+            result = _condition(candidate, VARIANTS[name])
 
         def make() -> torch.nn.Module:
             return nas.build_model(candidate.spec, scales=result["scales"], seed=0, draw=result["draw"])
@@ -188,7 +225,7 @@ def choose_by_score(first: str, second: str, candidates: list[Candidate]) -> Non
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ablations.tuning_variants", description=__doc__)
-    parser.add_argument("--variant", action="append", default=[], help=f"one of {sorted(VARIANTS)} or lsuv")
+    parser.add_argument("--variant", action="append", default=[], help=f"one of {sorted(VARIANTS | ZEROED)} or lsuv")
     parser.add_argument("--family", action="append", default=[], help="development families (default: all)")
     parser.add_argument("--every", type=int, default=1, help="take every k-th candidate of each family")
     parser.add_argument("--jobs", type=int, default=1)
