@@ -34,6 +34,7 @@ __all__ = [
     "CONVS",
     "Expressivity",
     "activation_kernel_log_det",
+    "agreement_kernel",
     "correlation_floor",
     "measure_expressivity",
 ]
@@ -56,13 +57,23 @@ class Expressivity:
     layers: int
 
 
+def agreement_kernel(codes: Tensor) -> Tensor:
+    """``c c^T + (1 - c)(1 - c)^T`` of the codes ``[N, n]`` (bool or 0/1): the count of units on
+    which samples ``i`` and ``j`` agree, ``n - d_H``, in float64 (exact: the counts are integers).
+    ``K_H`` over several layers is the sum of their kernels, so no layer's codes need be kept."""
+    c = codes.double()
+    return c @ c.T + (1 - c) @ (1 - c).T
+
+
+def _log_det(kernel: Tensor) -> float:
+    sign, log_det = torch.linalg.slogdet(kernel)
+    return float(log_det) if sign > 0 else -math.inf
+
+
 def activation_kernel_log_det(codes: Tensor) -> float:
     """NASWOT's ``log |K_H|`` from the codes ``[N, N_A]`` (bool or 0/1):
     ``K_H = c c^T + (1 - c)(1 - c)^T`` is ``N_A - d_H`` entry by entry. ``-inf`` when singular."""
-    c = codes.double()
-    kernel = c @ c.T + (1 - c) @ (1 - c).T
-    sign, log_det = torch.linalg.slogdet(kernel)
-    return float(log_det) if sign > 0 else -math.inf
+    return _log_det(agreement_kernel(codes))
 
 
 def correlation_floor(output: Tensor, feature_map: bool) -> float:
@@ -81,11 +92,15 @@ def correlation_floor(output: Tensor, feature_map: bool) -> float:
 def measure_expressivity(model: nn.Module, x: Tensor) -> Expressivity:
     """Both measures from one forward pass of ``model`` on ``x`` in the conditioning mode (batch
     statistics, dropout off), with every buffer restored: the model is left as it was."""
-    codes: list[Tensor] = []
+    kernel = torch.zeros(len(x), len(x), dtype=torch.float64, device=x.device)  # K_H, summed layer by layer
+    units = 0
     floors: list[float] = []
 
     def code(_module: nn.Module, inputs: tuple[Tensor, ...], _out: Tensor) -> None:
-        codes.append((inputs[0].detach() > 0).flatten(1))
+        nonlocal units
+        codes = (inputs[0].detach() > 0).flatten(1)
+        kernel.add_(agreement_kernel(codes))  # N x N, not every unit's code (N x N_A) at once
+        units += codes.shape[1]
 
     def floor(module: nn.Module, _inputs: tuple[Tensor, ...], out: Tensor) -> None:
         floors.append(correlation_floor(out, feature_map=isinstance(module, CONVS)))
@@ -94,10 +109,9 @@ def measure_expressivity(model: nn.Module, x: Tensor) -> Expressivity:
     hooks += [(m, floor) for m in model.modules() if isinstance(m, _WEIGHTED)]
     with forward_hooks(hooks), conditioning_mode(model), preserved_buffers(model), torch.no_grad():
         model(x)
-    units = torch.cat(codes, dim=1) if codes else torch.empty(len(x), 0, dtype=torch.bool)
     return Expressivity(
-        naswot=activation_kernel_log_det(units) if units.shape[1] else None,
+        naswot=_log_det(kernel) if units else None,
         meco=float(sum(floors)) if floors else None,
-        activation_units=int(units.shape[1]),
+        activation_units=units,
         layers=len(floors),
     )
