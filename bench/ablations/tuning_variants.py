@@ -223,6 +223,22 @@ def choose_by_score(first: str, second: str, candidates: list[Candidate]) -> Non
         print(f"protocol {protocol}: share ending lower than LSUV: {shares}")
 
 
+def oracle(names: list[str], candidates: list[Candidate]) -> None:
+    """An upper bound of choosing per candidate: the variant that trained best, against LSUV."""
+    for protocol in ("sgd", "adamw"):
+        wins = []
+        for c in candidates:
+            entries = [read_json(p) if (p := OUT / n / f"{c.id}.json").exists() else None for n in names]
+            lsuv = read_json(q) if (q := OUT / "lsuv" / f"{c.id}.json").exists() else None
+            if None in entries or lsuv is None:
+                continue
+            best, ref = min(_best_loss(e, protocol) for e in entries), _best_loss(lsuv, protocol)
+            if not (math.isinf(best) and math.isinf(ref)):
+                wins.append(float(best < ref))
+        share = f"{np.mean(wins):.2f} (n={len(wins)})"
+        print(f"protocol {protocol}: the best of {', '.join(names)} ends lower than LSUV on {share}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ablations.tuning_variants", description=__doc__)
     parser.add_argument("--variant", action="append", default=[], help=f"one of {sorted(VARIANTS | ZEROED)} or lsuv")
@@ -233,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--choose", nargs=2, metavar=("A", "B"), help="also: keep, per candidate, the better-scored of A and B"
     )
+    parser.add_argument("--oracle", action="store_true", help="also: the better-trained of the variants, against LSUV")
     args = parser.parse_args(argv)
     candidates = [c for c in dev_set() if not args.family or c.family in args.family]
     by_family: dict[str, list[Candidate]] = defaultdict(list)
@@ -248,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     compare(names, candidates)
     if args.choose:
         choose_by_score(*args.choose, candidates)
+    if args.oracle:
+        oracle([n for n in names if n != "lsuv"], candidates)
     return 0
 
 
