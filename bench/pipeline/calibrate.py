@@ -68,6 +68,7 @@ __all__ = [
     "features",
     "fit",
     "fit_rows",
+    "prune_cut",
     "split",
     "write_engine_weights",
 ]
@@ -140,7 +141,7 @@ def fit(
         "train_rmse": float(residual / math.sqrt(len(y))),
         "recall_target": RECALL_TARGET,
     }
-    model["prune_below"] = _threshold(np.array([apply(model, r, names) for r in rows]), untrainable, cut_rule)
+    model["prune_below"] = prune_cut(np.array([apply(model, r, names) for r in rows]), untrainable, cut_rule)
     return model
 
 
@@ -148,7 +149,7 @@ CUT_RULES = ("logistic", "recall")
 _RIDGE = 1e-3  # keeps the logistic slope finite when the training split separates perfectly
 
 
-def _threshold(
+def prune_cut(
     scores: np.ndarray, untrainable: Sequence[bool], rule: str = "logistic", recall_target: float = RECALL_TARGET
 ) -> float:
     """The prune cut (prune when ``score < prune_below``) by ``rule``: ``"logistic"``, where
@@ -264,7 +265,7 @@ def fit_rows(
     # The cut on every training candidate, hard failures included (the rule prunes them).
     train_rows = [r for r in _usable(rows) if r["id"] in train]
     scores = np.array([score_row(model, r) for r in train_rows])
-    model["prune_below"] = _threshold(scores, [_truth(r, truth)[1] for r in train_rows], cut_rule, recall_target)
+    model["prune_below"] = prune_cut(scores, [_truth(r, truth)[1] for r in train_rows], cut_rule, recall_target)
     return model | {
         "truth": truth,
         "fill_policy": fill,

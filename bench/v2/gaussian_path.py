@@ -1,17 +1,19 @@
-"""The verdict on the service's default path, on benchmark v2's frozen test set.
+"""The verdict on the service's default path: the frozen test set's table, and a check on the
+development set of whether that path would do better with a cut of its own.
 
-``python -m bench.v2.gaussian_path`` conditions every test candidate as a submission without
-``options.data`` is conditioned (``worker.engine.condition(spec)``: a Gaussian batch of the input
-shape, the probe fitting random labels; every option at its default, seed 0) and reports its
-verdict's precision and recall in flagging the untrainable candidates, per dataset, next to the
-verdict of the labelled batch the benchmark conditions on (v2's Preflight stage, seed 0).
+``python -m bench.v2.gaussian_path`` conditions every test candidate (``--set dev``: every
+development candidate) as a submission without ``options.data`` is conditioned
+(``worker.engine.condition(spec)``: a Gaussian batch of the input shape, the probe fitting random
+labels; every option at its default, seed 0) and reports, on the test set, its verdict's precision
+and recall in flagging the untrainable candidates, per dataset, next to the verdict of the labelled
+batch the benchmark conditions on (v2's Preflight stage, seed 0); then ``own_cut_on_dev``.
 
 Ground truth: the trained runs of benchmark v2. Nothing trains from the Gaussian path's own tuned
 init, so two truths stand in for it: B (trained from the labelled batch's tuned init) and A (from
-the spec's init); a candidate untrainable under both is untrainable whatever the tuning. Nothing
-is fitted or chosen here: the cut is the shipped one. Results are cached per candidate under
-``bench/results/gaussian_path/`` (the engine's version in each, so a changed engine reruns).
-"""
+the spec's init); a candidate untrainable under both is untrainable whatever the tuning. The test
+set's table uses the shipped cut; the only cut fitted here is ``own_cut_on_dev``'s, on the
+development set. Results are cached per candidate under ``bench/results/gaussian_path/`` (the
+engine's version in each, so a changed engine reruns)."""
 
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.pipeline.calibrate import prune_cut
 from bench.pipeline.candidates import Candidate
-from bench.pipeline.metrics import precision_recall_curve
 from bench.pipeline.run import engine_version, imap_spawned, read_json, write_json
 from bench.v2.analysis import GROUPS, Row, load_rows, truth, verdict
 from bench.v2.candidates import dev_set, test_set
@@ -111,11 +113,12 @@ def report() -> str:
 
 def own_cut_on_dev() -> list[str]:
     """Would the default path do better with a cut of its own? On the development set (never the
-    test set): the shipped verdict of both paths, and the default path's scores cut where the shipped
-    cut's rule puts it (best precision at recall >= 0.5 on the calibration's training half), on the
-    held-out half; ground truth B under protocol S."""
+    test set): the labelled batch's and the default path's scores at the shipped cut, and the
+    default path's scores at a cut fitted to them by the shipped cut's rule
+    (``bench.pipeline.calibrate.prune_cut`` on the calibration's training half), each on both halves;
+    ground truth B under protocol S."""
     weights = json.loads((ROOT / "worker" / "engine" / "score_weights.json").read_text())
-    train_ids, recall_target = set(weights["train_ids"]), float(weights["recall_target"])
+    train_ids = set(weights["train_ids"])
     items = []
     for row in load_rows(dev_set(), "dev", CACHE, SEEDS, 1.0):
         path, b = OUT / f"{row.candidate.id}.json", truth(row, "sgd", "tuned")
@@ -131,20 +134,18 @@ def own_cut_on_dev() -> list[str]:
         precision = f"{hit / flagged:.2f}" if flagged else "n/a"
         return f"{flagged} flagged, precision {precision}, recall {hit / max(sum(bad), 1):.2f}"
 
-    lines = []
     cut = float(weights["prune_below"])
     train = [i for i in items if i[0]]
-    held = [i for i in items if not i[0]]
-    scores, bad = [i[3] for i in train], [i[1] for i in train]  # the lowest scores are pruned first
-    p, r = precision_recall_curve(scores, bad)
-    k = int(np.argmax(np.where(r >= recall_target, p, -1.0)))  # prune the k + 1 lowest scores
-    own = sorted(i[3] for i in train)[k] + 1e-12
-    for name, half in (("training half", train), ("held-out half", held)):
+    own = prune_cut(
+        np.array([i[3] for i in train]), [i[1] for i in train], weights["cut_rule"], float(weights["recall_target"])
+    )
+    lines = []
+    for name, half in (("training half", train), ("held-out half", [i for i in items if not i[0]])):
         bad = [i[1] for i in half]
         lines.append(
             f"dev {name} ({len(half)}, {sum(bad)} untrainable): labelled batch, shipped cut: "
             f"{flags([i[2] for i in half], cut, bad)}; default path, shipped cut: "
-            f"{flags([i[3] for i in half], cut, bad)}; default path, its own cut ({own:.3f}): "
+            f"{flags([i[3] for i in half], cut, bad)}; default path, its own cut ({own:.4f}): "
             f"{flags([i[3] for i in half], own, bad)}"
         )
     return lines

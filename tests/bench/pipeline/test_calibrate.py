@@ -66,20 +66,20 @@ def test_the_logistic_cut_is_where_untrainable_becomes_more_likely_than_not():
     rng = np.random.default_rng(0)
     s = rng.uniform(-1.5, 0.5, size=4000)
     bad = rng.uniform(size=s.size) < 1.0 / (1.0 + np.exp(8.0 * (s + 0.5)))
-    cut = calibrate._threshold(s, bad, "logistic")
+    cut = calibrate.prune_cut(s, bad, "logistic")
     assert cut == pytest.approx(-0.5, abs=0.05)
-    with_failures = calibrate._threshold(
+    with_failures = calibrate.prune_cut(
         np.concatenate([s, [-100.0, -101.0]]), np.concatenate([bad, [True, False]]), "logistic"
     )
     assert with_failures == pytest.approx(cut, abs=1e-6)
     with pytest.raises(ValueError, match="cut_rule must be one of"):
-        calibrate._threshold(s, bad, "median")
+        calibrate.prune_cut(s, bad, "median")
 
 
 def test_the_recall_rule_cuts_at_the_best_precision_reaching_the_target_recall():
     scores = np.array([-3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0])
     bad = [True, True, False, True, True, False, False, True, False, False]
-    cut = calibrate._threshold(scores, bad, "recall")
+    cut = calibrate.prune_cut(scores, bad, "recall")
     # recall 0.8 needs the 5 lowest (4 of 5 untrainable): precision 0.8, the best reaching it
     assert cut == pytest.approx(-0.25)
 
