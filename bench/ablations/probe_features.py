@@ -47,12 +47,14 @@ def run_one(cand: dict[str, Any]) -> str:
 
     torch.set_num_threads(1)
     candidate = Candidate(**cand)
-    path = OUT / f"{candidate.id}.json"
-    if path.exists():
-        return f"{candidate.id} cached"
-    pre = read_json(CACHE / "preflight" / "s0" / f"{candidate.id}.json")
+    path, stage = OUT / f"{candidate.id}.json", CACHE / "preflight" / "s0" / f"{candidate.id}.json"
+    if not stage.exists():
+        return f"{candidate.id}: no Preflight stage cached (make bench)"
+    pre = read_json(stage)
+    if path.exists() and read_json(path).get("preflight_fingerprint") == pre.get("fingerprint"):
+        return f"{candidate.id} cached"  # probed from the tuned network this Preflight stage returned
     if pre.get("scales") is None:
-        write_json(path, {"error": "no scales"})
+        write_json(path, {"error": "no scales", "preflight_fingerprint": pre.get("fingerprint")})
         return f"{candidate.id} no scales"
     x, y = dataset(candidate.dataset).batch(BATCH)
     model = nas.build_model(candidate.spec, scales=pre["scales"], seed=0, draw=pre.get("draw", "gaussian"))
@@ -66,6 +68,7 @@ def run_one(cand: dict[str, Any]) -> str:
             "curves": probe.curves,
             "parameters": size.parameters,
             "macs": size.macs,
+            "preflight_fingerprint": pre.get("fingerprint"),
         },
     )
     return candidate.id

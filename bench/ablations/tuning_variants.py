@@ -172,8 +172,8 @@ def compare(names: list[str], candidates: list[Candidate]) -> None:
             counted = []
             for c in candidates:
                 mine = read_json(p) if (p := OUT / name / f"{c.id}.json").exists() else None
-                if mine is None:
-                    continue
+                if mine is None or (name in ZEROED and not _zeroed(c.spec, {}, ZEROED[name][1])):
+                    continue  # a zeroing with nothing to zero is the base variant itself: no comparison
                 counted.append(mine.get("counted", math.nan))
                 loss = _best_loss(mine, protocol)
                 row = rows[c.id]
