@@ -197,6 +197,8 @@ def _proxies(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dic
     if report.get("scales") is not None:
         result["tuned"] = compute_proxies(_tuned_model(candidate, 0, report), x, y, kept=kept.get("tuned"))
     result["proxy_revisions"] = revisions()
+    if kept:  # the stage's time: what the kept proxies took when computed, plus this rerun
+        result["earlier_seconds"] = float(kept.get("wall_seconds") or 0.0)
     return result
 
 
@@ -285,7 +287,7 @@ def run_task(args: tuple[str, dict[str, Any], str, float]) -> str:
     start = time.perf_counter()
     result = _STAGES[stage.kind](candidate, stage, out, scale)
     result["fingerprint"] = _fingerprint(stage, candidate, out, scale)
-    result["wall_seconds"] = time.perf_counter() - start
+    result["wall_seconds"] = time.perf_counter() - start + float(result.pop("earlier_seconds", 0.0))
     if stage.kind == "preflight":
         result["engine_version"] = engine_version()
     write_json(_path(out, stage, candidate), result)
