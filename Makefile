@@ -37,9 +37,11 @@ test: lint
 	$(BIN)/python -m pytest -q
 
 # Benchmark v2 (docs/benchmarks.md), the Fashion-MNIST search (docs/fashion-search.md) and the
-# NAS-Bench-201 cells (docs/nasbench201.md; Preflight's cached parts kept, only missing parts scored):
-# resumable from the committed caches; from empty ones about 9-13 hours on a 2-core CPU for the first
-# two and about 20 CPU-hours for NAS-Bench-201's 1,150 cells; need Fashion-MNIST (apt-get install dataset-fashion-mnist, or PREFLIGHT_FASHION_MNIST_DIR).
+# NAS-Bench-201 cells (docs/nasbench201.md): resumable from the committed caches (what an older engine
+# computed there is kept and named in the reports, and each report keeps its note: --note sets it);
+# from empty caches about 9-13 hours on a 2-core CPU for the first two and about 20 CPU-hours for
+# NAS-Bench-201's 1,150 cells; need Fashion-MNIST
+# (apt-get install dataset-fashion-mnist, or PREFLIGHT_FASHION_MNIST_DIR).
 # The quick loop while developing (about 2 minutes on 2 cores): every test not marked slow (no
 # subprocess servers or worker loops, no benchmark, report or browser runs, no worker kills), without the
 # static checks. `make test` stays the complete suite.
@@ -48,7 +50,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.v2
-	$(BIN)/python -m bench.fashion_search
+	$(BIN)/python -m bench.fashion_search --seeds 10 --keep-older-engines
 	$(BIN)/python -m bench.nasbench201 --dev 150 --keep-older-engines
 
 # Benchmark v1, digits only (docs/benchmarks-v1.md).

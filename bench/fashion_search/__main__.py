@@ -18,7 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="seeds run at once (default 2)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fashion_search")
     parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "fashion-search.md")
-    parser.add_argument("--note", default="", help="a paragraph for the top of the report")
+    parser.add_argument(
+        "--note", default=None, help="a paragraph for the top of the report (kept beside the cache for later runs)"
+    )
     parser.add_argument("--report-only", action="store_true", help="report the seeds already run")
     parser.add_argument(
         "--keep-older-engines",
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.fashion_search.peers import read_peers, train_peers
     from bench.fashion_search.report import write_report
     from bench.fashion_search.run import config
-    from bench.pipeline.run import write_json
+    from bench.pipeline.run import kept_note, write_json
 
     peers_path = args.out / "peers.json"
     # the peers (LSUV and the spec's init on the start-up networks) do not depend on the engine;
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only and done:
         write_json(peers_path, key | {"rows": train_peers(args.out, done, args.epochs, args.jobs)})
     peers = read_peers(peers_path, key)
+    args.note = kept_note(args.out / "note.md", args.note)
     for path in write_report(done, args, ROOT, peers):
         print(f"wrote {path}")
     return 0

@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells-per-stage", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "nasbench201")
     parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "nasbench201.md")
-    parser.add_argument("--note", default="", help="a paragraph for the top of the report")
+    parser.add_argument(
+        "--note", default=None, help="a paragraph for the top of the report (kept beside the cache for later runs)"
+    )
     parser.add_argument("--report-only", action="store_true", help="report the sample's cells already scored")
     parser.add_argument(
         "--keep-older-engines",
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.nasbench201.score import plot, report, run, sample_cells, scored
     from bench.nasbench201.table import load_table
+    from bench.pipeline.run import kept_note
 
     table = load_table()
     cells = sample_cells(table, args.cells, seed=0)
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no cell of the sample is scored yet: run without --report-only")
         return 1
     engines = _engines(results) + (f" Development sample: {_engines(dev).lower()}" if dev else "")
-    args.note = f"{args.note} {engines}".strip()
+    args.note = f"{kept_note(args.out / f'{args.data}-note.md', args.note)} {engines}".strip()
     if len(results) < len(cells):
         args.note = f"{args.note} Only {len(results)} of the {len(cells)} sampled cells are scored so far.".strip()
     skeleton = f"Networks: {args.channels} channels, {args.cells_per_stage} cells per stage."

@@ -36,7 +36,7 @@ from bench.pipeline.inits import PEERS, initialize
 from bench.pipeline.protocol import Protocol, step_seconds, train
 from bench.pipeline.proxies import compute_proxies
 
-__all__ = ["STAGES", "cached", "condition_candidate", "finish_extra", "imap_spawned", "run_stage"]
+__all__ = ["STAGES", "cached", "condition_candidate", "finish_extra", "imap_spawned", "kept_note", "run_stage"]
 
 STAGE_VERSION = {"proxies": 1, "preflight": 1, "spec": 1, "tuned": 1, "peers": 2}
 MODEL_SEED = 0
@@ -74,6 +74,17 @@ def _restore(value: Any) -> Any:
 
 def read_json(path: Path) -> Any:
     return _restore(json.loads(path.read_text()))
+
+
+def kept_note(path: Path, given: str | None) -> str:
+    """The paragraph a report opens with (what the run covers, which machine and engine computed
+    what): ``given``, then kept in ``path`` beside the cache for the next run; else the one kept
+    there, so that a rerun without ``--note`` (``make bench``) does not drop it; else none."""
+    if given is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(given.strip() + "\n")
+        return given.strip()
+    return path.read_text().strip() if path.exists() else ""
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], choices=("test", "dev"), help="compute one set")
     parser.add_argument("--report-only", action="store_true", help="no computation, rewrite the report")
     parser.add_argument("--fashion-mnist-dir", default=None, help="folder of the Fashion-MNIST IDX files")
-    parser.add_argument("--note", default="", help="a paragraph for the top of the report (e.g. what this run covers)")
+    parser.add_argument(
+        "--note", default=None, help="a paragraph for the top of the report (kept beside the cache for later runs)"
+    )
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     if args.fashion_mnist_dir:
@@ -65,15 +67,15 @@ def main(argv: list[str] | None = None) -> int:
         from bench.v2.schedule import run
 
         walls = run(sets, out, seeds=seeds, scale=scale, jobs=args.jobs, log=log)
+    from bench.pipeline.run import kept_note
     from bench.v2 import report
 
     start = time.perf_counter()
     docs = out / "docs" if args.smoke else ROOT / "docs"
     planned = seeds if args.smoke else SEEDS
     sets_all = dict(_sets(args.smoke, []))
-    path = report.write(
-        sets_all, out, docs, seeds=seeds, scale=scale, walls=walls, planned_seeds=planned, note=args.note
-    )
+    note = kept_note(out / "note.md", args.note)
+    path = report.write(sets_all, out, docs, seeds=seeds, scale=scale, walls=walls, planned_seeds=planned, note=note)
     log(f"wrote {path} in {time.perf_counter() - start:.0f} s")
     return 0
 
