@@ -1,7 +1,7 @@
 """``python -m bench.calibrate [--check]``: the score's calibration, the one the engine ships.
 
 The fit lives in ``bench.v2.calibrate`` (benchmark v2's development set); v1's fit, kept for its
-report, is ``bench.pipeline.calibrate``. This name is the one the docs and the issues use.
+report, is ``bench.pipeline.calibrate``. This is the name the README and docs/ give the command.
 """
 
 from __future__ import annotations

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from bench.perf.expressivity_memory import main, measure
+import pytest
+
+from bench.perf.expressivity_memory import main
 
 
+@pytest.mark.slow  # two fresh torch processes: several seconds
 def test_summing_the_kernel_layer_by_layer_gives_the_kept_codes_figure_to_the_bit() -> None:
-    kept = measure(("kept codes", 3, 4, 6, 8))
-    summed = measure(("summed", 3, 4, 6, 8))
-    assert kept["naswot"] == summed["naswot"]
-    assert kept["added_mb"] >= 0 and summed["added_mb"] >= 0
-
-
-def test_the_benchmark_exits_zero_when_both_ways_agree() -> None:
-    assert main(["--layers", "2", "--channels", "4", "--size", "6", "--batch", "8"]) == 0
+    """``main`` exits 1 when the two ways' ``log |K_H|`` differ (each way in its own process)."""
+    assert main(["--layers", "3", "--channels", "4", "--size", "6", "--batch", "8"]) == 0
