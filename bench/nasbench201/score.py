@@ -101,18 +101,20 @@ def _fingerprint(
     revised = revisions() if proxy_revisions is None else proxy_revisions
     if part == "proxies" and revised:
         parts.append(revised)
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @cache
 def _expressivity_version() -> str:
-    """What the expressivity part measures with: its module, the builder that draws the network
-    (``nas/build.py``), the engine's weight seed offset and its default draw."""
+    """What the expressivity part measures with: its module and the engine modules it runs
+    (``conditioning_mode``, the hooks), the builder that draws the network (``nas/build.py``), the
+    engine's weight seed offset and its default draw."""
     import nas.build
     from nas.options import ConditionOptions
-    from worker.engine import expressivity, seeds
+    from worker.engine import _moments, autoinit, expressivity, seeds
 
-    source = Path(expressivity.__file__).read_bytes() + Path(nas.build.__file__).read_bytes()
+    modules = (expressivity, autoinit, _moments, nas.build)
+    source = b"".join(Path(m.__file__).read_bytes() for m in modules if m.__file__)
     source += f"{seeds.WEIGHTS} {ConditionOptions().draw}".encode()
     return hashlib.sha256(source).hexdigest()[:16]
 
@@ -122,8 +124,9 @@ def expressivity_part(spec: Any, x: torch.Tensor) -> dict[str, Any]:
     ``expressivity``, measured alone: the same network (the engine's seed and default draw, before
     any conditioning) and batch, so the 1,150 cells' conditioning need not rerun to add it
     (``tests/bench/nasbench201`` checks the two agree). Its cache fingerprint follows
-    ``worker/engine/expressivity.py``, ``nas/build.py``, the weight seed offset and the engine's
-    default draw (``_expressivity_version``), not the rest of the engine, which it does not run."""
+    ``worker/engine/expressivity.py`` and the engine modules it runs, ``nas/build.py``, the weight
+    seed offset and the engine's default draw (``_expressivity_version``), not the rest of the engine
+    (the conditioning), which it does not run."""
     from nas.options import ConditionOptions
     from nas.report import finite_or_none
     from worker.engine import seeds
