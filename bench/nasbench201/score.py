@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from bench.pipeline.metrics import kendall, precision_at_recall, spearman
-from bench.pipeline.proxies import PROXIES, compute_proxies, revisions
+from bench.pipeline.proxies import PROXIES, compute_proxies, fingerprint_parts, revisions
 from bench.pipeline.run import engine_version, imap_spawned
 from bench.v2.stats import bootstrap, paired_difference
 from nas import build_model
@@ -98,9 +98,8 @@ def _fingerprint(
     else:
         engine = None
     parts: list[Any] = [engine, kind, channels, cells_per_stage, BATCH, sorted(PROXIES) if part == "proxies" else None]
-    revised = revisions() if proxy_revisions is None else proxy_revisions
-    if part == "proxies" and revised:
-        parts.append(revised)
+    if part == "proxies":
+        parts += fingerprint_parts(proxy_revisions)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 

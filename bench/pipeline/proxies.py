@@ -24,7 +24,7 @@ from torch.nn import functional as F
 from worker.engine.expressivity import ACTIVATIONS as _ACTIVATIONS
 from worker.engine.expressivity import activation_kernel_log_det, correlation_floor
 
-__all__ = ["PROXIES", "Proxy", "compute_proxies", "revisions"]
+__all__ = ["PROXIES", "Proxy", "compute_proxies", "fingerprint_parts", "revisions"]
 
 _WEIGHTED = (nn.Linear, nn.Conv2d)
 
@@ -304,9 +304,16 @@ PROXIES: dict[str, Proxy] = {
 
 
 def revisions() -> dict[str, int]:
-    """The proxies revised since their first version, with their versions: what a cache's
-    fingerprint adds (nothing while none is revised, so that older caches stay valid)."""
+    """The proxies revised since their first version, with their versions (``fingerprint_parts``)."""
     return {p.name: p.version for p in PROXIES.values() if p.version != 1}
+
+
+def fingerprint_parts(stored: dict[str, int] | None = None) -> list[dict[str, int]]:
+    """What a proxies cache's fingerprint adds for the revised proxies: this checkout's revisions, or
+    ``stored``, those a stored result names (to check that only a revision made it stale); nothing
+    while none is revised, so that caches from before versions existed stay valid."""
+    revised = revisions() if stored is None else stored
+    return [revised] if revised else []
 
 
 def compute_proxies(

@@ -32,7 +32,7 @@ import nas
 from bench.pipeline.candidates import Candidate
 from bench.pipeline.datasets import Dataset, load_key
 from bench.pipeline.inits import initialize
-from bench.pipeline.proxies import compute_proxies, revisions
+from bench.pipeline.proxies import compute_proxies, fingerprint_parts, revisions
 from bench.pipeline.run import engine_version, read_json, write_json
 from bench.v2.protocols import PROTOCOLS, epochs_for, train
 
@@ -115,9 +115,8 @@ def _fingerprint(
         extra = [report.get("scales"), report.get("error"), report.get("counted_cost"), report.get("draw")]
     protocol = PROTOCOLS[stage.protocol].to_json() if stage.protocol else None
     parts = [stage.key, VERSION[stage.kind], candidate.spec, candidate.dataset, protocol, scale, extra]
-    revised = revisions() if proxy_revisions is None else proxy_revisions
-    if stage.kind == "proxies" and revised:
-        parts.append(revised)
+    if stage.kind == "proxies":
+        parts += fingerprint_parts(proxy_revisions)
     blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
