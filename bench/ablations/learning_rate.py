@@ -25,13 +25,12 @@ from typing import Any
 import numpy as np
 import torch
 
-import nas
 from bench.pipeline.candidates import Candidate
 from bench.pipeline.run import imap_spawned, read_json, write_json
 from bench.v2.analysis import group_of, read_stage
 from bench.v2.candidates import dev_set, test_set
 from bench.v2.protocols import PROTOCOLS
-from bench.v2.stages import BATCH, Stage, dataset
+from bench.v2.stages import BATCH, Stage, dataset, tuned_model
 from bench.v2.stats import Interval, bootstrap, paired_difference
 from nas.report import RECOMMENDED_LR_FACTOR
 
@@ -58,7 +57,7 @@ def _probe_one(args: tuple[dict[str, Any], int]) -> str:
         write_json(path, {"error": "no scales"})
         return f"{candidate.id} s{seed} no scales"
     x, y = dataset(candidate.dataset).batch(BATCH)
-    model = nas.build_model(candidate.spec, scales=pre["scales"], seed=seed, draw=pre.get("draw", "gaussian"))
+    model = tuned_model(candidate, seed, pre)
     shipped = ConditionOptions()
     probe = run_probe(
         model,

@@ -15,7 +15,6 @@ accuracy and with minus the training loss, per dataset and protocol. Cached per 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -25,12 +24,12 @@ import numpy as np
 import torch
 
 import nas
+from bench.ablations._dev_set import run_on_dev_set
 from bench.pipeline.candidates import Candidate
 from bench.pipeline.metrics import spearman
-from bench.pipeline.run import imap_spawned, read_json, write_json
+from bench.pipeline.run import read_json, write_json
 from bench.v2.analysis import load_rows, truth
-from bench.v2.candidates import dev_set
-from bench.v2.stages import BATCH, dataset
+from bench.v2.stages import BATCH, dataset, tuned_model
 
 __all__ = ["features", "main"]
 
@@ -57,7 +56,7 @@ def run_one(cand: dict[str, Any]) -> str:
         write_json(path, {"error": "no scales", "preflight_fingerprint": pre.get("fingerprint")})
         return f"{candidate.id} no scales"
     x, y = dataset(candidate.dataset).batch(BATCH)
-    model = nas.build_model(candidate.spec, scales=pre["scales"], seed=0, draw=pre.get("draw", "gaussian"))
+    model = tuned_model(candidate, 0, pre)
     probe = run_probe(model, x, y, steps=STEPS, lrs=RATES, momentum=0.9, seed=0)
     size = nas.summarize(candidate.spec)  # type: ignore[arg-type]
     write_json(
@@ -129,17 +128,7 @@ def _report(candidates: list[Candidate]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ablations.probe_features", description=__doc__)
-    parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--report-only", action="store_true")
-    args = parser.parse_args(argv)
-    candidates = dev_set()
-    if not args.report_only:
-        tasks = [c.to_json() for c in candidates]
-        for i, message in enumerate(imap_spawned(run_one, tasks, args.jobs, nice=5)):
-            print(f"{i + 1}/{len(candidates)} {message}", flush=True)
-    _report(candidates)
-    return 0
+    return run_on_dev_set("python -m bench.ablations.probe_features", __doc__, run_one, _report, argv)
 
 
 if __name__ == "__main__":

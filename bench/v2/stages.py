@@ -36,7 +36,7 @@ from bench.pipeline.proxies import compute_proxies, fingerprint_parts, revisions
 from bench.pipeline.run import engine_version, read_json, write_json
 from bench.v2.protocols import PROTOCOLS, epochs_for, train
 
-__all__ = ["BATCH", "INIT_PEERS", "Stage", "dataset", "plan", "run_task"]
+__all__ = ["BATCH", "INIT_PEERS", "Stage", "dataset", "plan", "run_task", "tuned_model"]
 
 BATCH = 64
 # in the order the peers are trained: the strongest peers of v1 (LSUV, GradInit) first
@@ -151,7 +151,7 @@ def _model(
     return nas.build_model(candidate.spec, scales=scales, seed=seed, draw=draw)  # type: ignore[arg-type]
 
 
-def _tuned_model(candidate: Candidate, seed: int, report: dict[str, Any]) -> torch.nn.Module:
+def tuned_model(candidate: Candidate, seed: int, report: dict[str, Any]) -> torch.nn.Module:
     """The network Preflight's report tuned: its scales on the weights of its seed and draw (a report
     cached before the draw existed was tuned on the Gaussian one)."""
     return _model(candidate, seed, report["scales"], report.get("draw", "gaussian"))
@@ -194,7 +194,7 @@ def _proxies(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dic
     result: dict[str, Any] = {"parameters": summary.parameters, "macs": summary.macs}
     result["spec"] = compute_proxies(_model(candidate, 0), x, y, kept=kept.get("spec"))
     if report.get("scales") is not None:
-        result["tuned"] = compute_proxies(_tuned_model(candidate, 0, report), x, y, kept=kept.get("tuned"))
+        result["tuned"] = compute_proxies(tuned_model(candidate, 0, report), x, y, kept=kept.get("tuned"))
     result["proxy_revisions"] = revisions()
     if kept:  # the stage's time: what the kept proxies took when computed, plus this rerun
         result["earlier_seconds"] = float(kept.get("wall_seconds") or 0.0)
@@ -244,7 +244,7 @@ def _train(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dict[
             return {"error": report.get("error", "no scales"), "run": None}
 
         def make() -> torch.nn.Module:
-            return _tuned_model(candidate, stage.seed, report)
+            return tuned_model(candidate, stage.seed, report)
 
         init_seconds = 0.0
     else:

@@ -48,7 +48,7 @@ def test_the_tuned_runs_train_the_network_the_report_tuned() -> None:
     scales on the Gaussian weights would be another network (a bug this test would have caught)."""
     import torch
 
-    from bench.v2.stages import _tuned_model
+    from bench.v2.stages import tuned_model
     from nas.examples import EXAMPLE_MLP
     from worker.engine import condition
 
@@ -57,5 +57,5 @@ def test_the_tuned_runs_train_the_network_the_report_tuned() -> None:
     stage = {"scales": dict(report.scales), "draw": report.environment.draw}
     candidate = Candidate("c", "mlp", "digits", EXAMPLE_MLP)
     x = torch.randn(4, *EXAMPLE_MLP["input_shape"], generator=torch.Generator().manual_seed(0))
-    ours = _tuned_model(candidate, report.environment.seed, stage).eval()
+    ours = tuned_model(candidate, report.environment.seed, stage).eval()
     assert torch.equal(ours(x), report.build_model(EXAMPLE_MLP).eval()(x))
