@@ -201,6 +201,15 @@ def compare(names: list[str], candidates: list[Candidate]) -> None:
             print("\n".join(line))
 
 
+def _cached_runs(names: list[str], c: Candidate) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """The cached runs of ``names`` and of LSUV on ``c``; None unless all of them are cached."""
+    paths = [OUT / n / f"{c.id}.json" for n in names]
+    lsuv = OUT / "lsuv" / f"{c.id}.json"
+    if not lsuv.exists() or not all(p.exists() for p in paths):
+        return None
+    return [read_json(p) for p in paths], read_json(lsuv)
+
+
 def choose_by_score(first: str, second: str, candidates: list[Candidate]) -> None:
     """Per candidate, keep the variant whose report scored better (the probe: the score is its
     monotone fit) and compare with LSUV; next to it, each variant alone and an oracle that keeps
@@ -208,13 +217,11 @@ def choose_by_score(first: str, second: str, candidates: list[Candidate]) -> Non
     for protocol in ("sgd", "adamw"):
         wins: dict[str, list[float]] = defaultdict(list)
         for c in candidates:
-            entries = [read_json(p) if (p := OUT / n / f"{c.id}.json").exists() else None for n in (first, second)]
-            lsuv = read_json(q) if (q := OUT / "lsuv" / f"{c.id}.json").exists() else None
-            if None in entries or lsuv is None:
+            if (runs := _cached_runs([first, second], c)) is None:
                 continue
-            a, b = entries
+            (a, b), lsuv = runs
             la, lb, ref = _best_loss(a, protocol), _best_loss(b, protocol), _best_loss(lsuv, protocol)
-            sa, sb = a.get("score"), b.get("score")  # type: ignore[union-attr]
+            sa, sb = a.get("score"), b.get("score")
             picked = la if sa is not None and (sb is None or sa >= sb) else lb
             for key, loss in ((first, la), (second, lb), ("oracle", min(la, lb)), ("chosen by score", picked)):
                 if not (math.isinf(loss) and math.isinf(ref)):
@@ -228,10 +235,9 @@ def oracle(names: list[str], candidates: list[Candidate]) -> None:
     for protocol in ("sgd", "adamw"):
         wins = []
         for c in candidates:
-            entries = [read_json(p) if (p := OUT / n / f"{c.id}.json").exists() else None for n in names]
-            lsuv = read_json(q) if (q := OUT / "lsuv" / f"{c.id}.json").exists() else None
-            if None in entries or lsuv is None:
+            if (runs := _cached_runs(names, c)) is None:
                 continue
+            entries, lsuv = runs
             best, ref = min(_best_loss(e, protocol) for e in entries), _best_loss(lsuv, protocol)
             if not (math.isinf(best) and math.isinf(ref)):
                 wins.append(float(best < ref))
