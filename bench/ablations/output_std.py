@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         survivors.append(path.stem)
         spec[path.stem] = read_json(out / "spec" / path.name)["spec"]["best_loss"]
-        losses[path.stem] = {f"{ConditionOptions().output_std:g} (default)": read_json(tuned)["tuned"]["best_loss"]}
+        losses[path.stem] = {f"{ConditionOptions().output_std} (default)": read_json(tuned)["tuned"]["best_loss"]}
     tasks = [(cid, name, value) for cid in survivors for name, value in VARIANTS.items()]
     for cid, name, loss in imap_spawned(_task, tasks):
         losses[cid][name] = loss

@@ -19,7 +19,7 @@ def components(
     Jacobian and kernel figures when it carries the output normalisation (``output_std``)."""
     after = tuned.after
     finite = after.finite and tuned.status != "non_finite"
-    head = opts.output_std is not None
+    head = opts.head_std is not None
     units = [(i, u) for i, u in enumerate(tuned.units) if u.tunable and not (head and i == len(tuned.units) - 1)]
     jac = max((abs(tuned.residuals[i]) for i, _ in units), default=0.0) if finite else None
     kernel = out = None
@@ -32,7 +32,7 @@ def components(
             if not (head and i == len(tuned.units) - 1):
                 drift.append(abs(log_k[unit.blocks[-1] + 1] - log_k[0] - reduction))
         kernel = max(drift, default=0.0)
-        out = abs(0.5 * log_k[-1] - math.log(opts.output_std)) if head and opts.output_std else None
+        out = abs(0.5 * log_k[-1] - math.log(opts.head_std)) if opts.head_std else None
     return {
         "jacobian_log": jac,
         "kernel_log_range": kernel,

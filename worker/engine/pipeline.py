@@ -39,7 +39,7 @@ from torch import Tensor
 
 from nas import ArchitectureSpec, build_model
 from nas.build import PreflightNet, apply_scales_
-from nas.options import ConditionOptions
+from nas.options import HEAD_STD, HEAD_STD_NORMALIZED, ConditionOptions
 from nas.report import ConditioningReport
 from worker.engine import seeds
 from worker.engine._moments import preserved_buffers
@@ -98,6 +98,7 @@ def condition(
     # the one parse of the spec (nas.parse_spec inside build_model); model.trace has its shapes
     model = build_model(spec, seed=opts.seed + seeds.WEIGHTS, draw=opts.draw)  # type: ignore[arg-type]  # a non-dict Mapping: SpecError
     parsed = model.spec
+    opts = _head_std_resolved(opts, model)
     device = resolve_device(opts.device)
     x, y, source = batch(parsed, data, opts, device)
     model = model.to(device)
@@ -131,7 +132,7 @@ def condition(
         steps=opts.steps,
         n_vectors=opts.n_vectors,
         tolerance=opts.tolerance,
-        output_std=opts.output_std,
+        output_std=opts.head_std,
         generator=seeds.generator(opts.seed, seeds.AUTOINIT, device),
         max_cost=ledger.autoinit_allowance(opts.diagnostics, probe=_probe_reserve(opts)),
     )
@@ -199,6 +200,16 @@ def condition(
     )
 
 
+def _head_std_resolved(opts: ConditionOptions, model: PreflightNet) -> ConditionOptions:
+    """``output_std`` "auto" as this network's number: ``HEAD_STD_NORMALIZED`` when it has a BatchNorm
+    layer, else ``HEAD_STD`` (what trained better on benchmark v2's development set, docs/conditioning.md
+    section 8); the report's options carry it."""
+    if opts.output_std != "auto":
+        return opts
+    normalized = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    return opts.model_copy(update={"output_std": HEAD_STD_NORMALIZED if normalized else HEAD_STD})
+
+
 def _expressivity(model: PreflightNet, x: Tensor, opts: ConditionOptions, ledger: Ledger) -> Expressivity | None:
     """The drawn network's expressivity (``options.expressivity``), one counted forward pass."""
     if not opts.expressivity:
@@ -229,7 +240,7 @@ def _forward_variance_(model: PreflightNet, x: Tensor, opts: ConditionOptions, l
     """LSUV's target in one forward pass (``worker.engine.forward_variance``), applied to ``model``
     and counted as that pass; its multipliers."""
     clock = time.perf_counter()
-    scales = unit_forward_variance_scales(model, x, head_std=opts.output_std)
+    scales = unit_forward_variance_scales(model, x, head_std=opts.head_std)
     apply_scales_(model, scales)
     ledger.record("forward_variance", time.perf_counter() - clock, FORWARD_COST)
     return scales
@@ -283,7 +294,7 @@ def _balance(
             result = balance(
                 model,
                 x,
-                output_std=opts.output_std or 0.05,
+                output_std=opts.head_std or 0.05,
                 generator=seeds.generator(opts.seed, seeds.BALANCING, device),
                 rounds=rounds,
             )

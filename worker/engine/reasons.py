@@ -66,7 +66,7 @@ def _sentences(
         ]
     if name == "output_log_ratio":
         std = math.exp(0.5 * tuned.after.log_k[-1].item())
-        return [f"output std is {std:.3g} after tuning; target {opts.output_std:g}"]
+        return [f"output std is {std:.3g} after tuning; target {opts.head_std:g}"]
     if name == "non_finite":
         return ["non-finite values in the forward pass or the diagnostics"]
     if name == "probe_loss":
@@ -93,7 +93,7 @@ def jacobian_reasons(tuned: AutoInitResult, opts: ConditionOptions, spec: Archit
     apjn = tuned.after.apjn.tolist()
     last = len(tuned.units) - 1
     for i, unit in enumerate(tuned.units):
-        if not unit.tunable or (opts.output_std is not None and i == last):
+        if not unit.tunable or (opts.head_std is not None and i == last):
             continue
         if abs(tuned.residuals[i]) <= opts.thresholds.jacobian_log:
             continue

@@ -68,7 +68,7 @@ def test_report_keeps_the_contract_fields_and_is_plain_json(cnn_report: Conditio
 def test_scales_rebuild_the_conditioned_model(cnn_report: ConditioningReport) -> None:
     """``nas.build_model(spec, scales=report.scales)`` takes the scales as they are and gives
     the tuned network: its hidden blocks measure within 25 % of their targets, its output
-    std within a factor 2 of options.output_std."""
+    std within a factor 2 of the report's options.output_std (the number "auto" resolved to)."""
     model = build_model(EXAMPLE_CNN, scales=cnn_report.scales, seed=0)
     x = torch.randn(32, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     model.train()
@@ -77,8 +77,39 @@ def test_scales_rebuild_the_conditioned_model(cnn_report: ConditioningReport) ->
     ratio = profile.apjn[:-1] / targets[:-1]
     assert torch.all((ratio > 0.75) & (ratio < 1.25)), ratio
     out_std = math.sqrt(profile.k[-1].item())
-    target = ConditionOptions().output_std
+    target = cnn_report.options.head_std
     assert target is not None and target / 2 < out_std < target * 2
+
+
+def _root_mean_square_output(spec: dict[str, Any], report: ConditioningReport, x: torch.Tensor) -> float:
+    model = report.build_model(spec).train()
+    with torch.no_grad():
+        return float(model(x).pow(2).mean().sqrt())
+
+
+def test_output_std_auto_puts_the_head_at_1_with_batchnorm_and_at_0_5_without() -> None:
+    """Claim (docs/conditioning.md section 8, "The head's std"): by default the head's output std
+    target is 1.0 for a network with a BatchNorm layer and 0.5 for one without; the report's options
+    name the number applied, the tuned network's output is at it, and a number given is used as given."""
+
+    def mlp(norm: bool) -> dict[str, Any]:
+        hidden = [{"type": "linear", "out": 32}] + ([{"type": "batchnorm"}] if norm else []) + [{"type": "relu"}]
+        return {
+            "input_shape": [16],
+            "blocks": [{"layers": hidden}, {"layers": hidden}, {"layers": [{"type": "linear", "out": 4}]}],
+        }
+
+    x = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
+    for norm, expected in ((False, 0.5), (True, 1.0)):
+        spec = mlp(norm)
+        report = condition(spec, data=x, options={"probe_steps": 0})
+        assert report.options.output_std == expected
+        assert expected / 1.3 < _root_mean_square_output(spec, report, x) < expected * 1.3
+        given = condition(spec, data=x, options={"probe_steps": 0, "output_std": 0.25})
+        assert given.options.output_std == 0.25
+        assert 0.25 / 1.3 < _root_mean_square_output(spec, given, x) < 0.25 * 1.3
+    with pytest.raises(ValueError, match="auto"):
+        _ = ConditionOptions().head_std
 
 
 def test_the_same_seed_gives_the_same_report() -> None:
