@@ -26,7 +26,7 @@ from bench.pipeline.run import read_json
 from bench.v2.stages import INIT_PEERS, Stage, cached
 from bench.v2.stats import Interval, bootstrap, paired_difference, spearman_rows
 
-__all__ = ["GROUPS", "Row", "figures", "load_rows", "read_stage", "truth"]
+__all__ = ["GROUPS", "Row", "figures", "load_rows", "read_stage", "rescored", "truth"]
 
 GROUPS = {"fashion_mnist": "Fashion-MNIST", "digits": "digits (8x8)", "breast_cancer": "breast cancer"}
 TRUTHS = {"A": "spec", "B": "tuned"}
@@ -66,7 +66,7 @@ def read_stage(
     return read_json(out / stage.key / f"{candidate.id}.json") if fresh else None
 
 
-def _rescored(pre: dict[str, Any] | None) -> dict[str, Any] | None:
+def rescored(pre: dict[str, Any] | None) -> dict[str, Any] | None:
     """A cached Preflight stage with its score and verdict recomputed from its components by the
     shipped calibration (``worker.engine.score``), so that a refit needs no rerun of the stage."""
     if not pre or not pre.get("components"):
@@ -87,7 +87,7 @@ def load_rows(
     rows = []
     for c in candidates:
         row = Row(c, set_name)
-        row.preflight = _rescored(read_stage(out, Stage("preflight", 0), c, scale, any_engine))
+        row.preflight = rescored(read_stage(out, Stage("preflight", 0), c, scale, any_engine))
         row.proxies = read_stage(out, Stage("proxies"), c, scale)
         row.baselines = read_stage(out, Stage("baselines"), c, scale)
         for protocol, inits in (("sgd", ("spec", "tuned", *INIT_PEERS)), ("adamw", ("spec", "tuned", *INIT_PEERS))):
