@@ -96,3 +96,35 @@ def compare(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "difference": bootstrap(lambda i, d=a - b: float(d[i].mean()), len(rows)),
         }
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.fashion_search.peers``: the comparison of the report's last section with the
+    tuned init of this checkout's engine (the start-up networks and their rates stay those the cached
+    seeds recorded, so only the init changes); trainings are cached and shared with the search."""
+    import argparse
+
+    from bench.fashion_search.run import seed_results
+    from bench.pipeline.run import engine_version
+
+    parser = argparse.ArgumentParser(prog="python -m bench.fashion_search.peers", description=main.__doc__)
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=2)
+    default = Path(__file__).resolve().parents[2] / "bench" / "results" / "fashion_search"
+    parser.add_argument("--out", type=Path, default=default)
+    args = parser.parse_args(argv)
+    done = seed_results(args.out, list(range(args.seeds)), 30, 4, any_engine=True)
+    rows = train_peers(args.out, done, 4, args.jobs)
+    print(f"engine {engine_version()}: start-up networks of {len(done)} seeds")
+    # the spaces name a network's norm (nas.space): "...-batchnorm" or "...-none"
+    for group, members in (("all", rows), ("with batchnorm", [r for r in rows if "-batchnorm" in r["name"]])):
+        print(f"{group}: {len(members)} networks")
+        for pair, figures in compare(members).items():
+            if pair != "n":
+                share, diff = figures["share"], figures["difference"]
+                print(f"  {pair}: first better on {share.text()}, mean difference {diff.text(3)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
