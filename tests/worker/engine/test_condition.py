@@ -160,6 +160,11 @@ def test_options_are_validated() -> None:
         ConditionOptions.model_validate({"stepz": 3})
     with pytest.raises(ValidationError, match="less than or equal to 4611686018427387904"):
         ConditionOptions.model_validate({"seed": 2**70})  # torch's generators take < 2**64: refuse it here
+    for bad in ("bogus", 0.0, -1.0):
+        with pytest.raises(ValidationError, match="output_std"):
+            ConditionOptions.model_validate({"output_std": bad})
+    assert ConditionOptions.model_validate({"output_std": "auto"}).output_std == "auto"
+    assert ConditionOptions.model_validate({"output_std": None}).head_std is None
 
 
 def _cut(spec: dict[str, Any], cut: int) -> dict[str, Any]:
