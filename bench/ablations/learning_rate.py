@@ -18,6 +18,8 @@ The fixed rate and any choice here are made on the development set (seed 0); the
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -50,11 +52,12 @@ def _probe_one(args: tuple[dict[str, Any], int]) -> str:
     torch.set_num_threads(1)
     candidate = Candidate(**cand)
     path = OUT / f"s{seed}" / f"{candidate.id}.json"
-    if path.exists():
-        return f"{candidate.id} s{seed} cached"
     pre = read_stage(CACHE, Stage("preflight", seed), candidate) or {}
+    tuned = _tuned_fingerprint(pre)
+    if path.exists() and read_json(path).get("tuned") == tuned:
+        return f"{candidate.id} s{seed} cached"
     if pre.get("scales") is None:
-        write_json(path, {"error": "no scales"})
+        write_json(path, {"error": "no scales", "tuned": tuned})
         return f"{candidate.id} s{seed} no scales"
     x, y = dataset(candidate.dataset).batch(BATCH)
     model = tuned_model(candidate, seed, pre)
@@ -68,8 +71,15 @@ def _probe_one(args: tuple[dict[str, Any], int]) -> str:
         momentum=shipped.probe_momentum,
         seed=seed + seeds.PROBE,
     )
-    write_json(path, {"best_lr": probe.best_lr, "loss": probe.loss})
+    write_json(path, {"best_lr": probe.best_lr, "loss": probe.loss, "tuned": tuned})
     return f"{candidate.id} s{seed} {probe.best_lr}"
+
+
+def _tuned_fingerprint(pre: dict[str, Any]) -> str:
+    """What the probed network depends on (the tuned scales and draw of benchmark v2's Preflight
+    stage): a cached probe of other scales is rerun."""
+    blob = json.dumps([pre.get("scales"), pre.get("draw")], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _accuracies(run: dict[str, Any], chance: float) -> np.ndarray:

@@ -178,7 +178,8 @@ def _setup(args: argparse.Namespace) -> list[str]:
         "`tuned, no gate`: every proposal conditioned (and charged) and trained as the gate's survivors are, "
         "none skipped, which separates the skipping from the tuned init and rate. `no gate, rate 0.03`: no "
         "gate, every proposal trained from its spec init at 0.03, the best fixed rate on benchmark v2's "
-        "development set (docs/conditioning.md, section 9), not the sampled rate: does a sensible fixed rate do "
+        "development set when the search ran (now tied with 0.01 there; docs/conditioning.md, section 9), "
+        "not the sampled rate: does a sensible fixed rate do "
         "what the recommended one does? The "
         "engine runs in the search's process (the service's HTTP and queue are not counted).",
         "- **Compute**: seconds of training (each epoch with its validation pass) plus the engine's conditioning, "
