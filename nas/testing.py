@@ -118,7 +118,7 @@ def sample_report(**fields: Any) -> ConditioningReport:
         components={},
         penalties={},
         thresholds=Thresholds(),
-        options=ConditionOptions(),
+        options=ConditionOptions(output_std=0.5),  # a report holds the number applied, never "auto"
         environment=Environment(
             batch_size=8, n_vectors=1, seed=0, device="cpu", data="gaussian", versions={}, diagnostics=[]
         ),

@@ -34,6 +34,7 @@ from bench.v2.candidates import dev_set, test_set
 from bench.v2.protocols import PROTOCOLS
 from bench.v2.stages import BATCH, Stage, dataset, tuned_model
 from bench.v2.stats import Interval, bootstrap, paired_difference
+from nas.options import ConditionOptions
 from nas.report import RECOMMENDED_LR_FACTOR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,6 @@ SETS = {"dev": (dev_set, (0,)), "test": (test_set, (0, 1, 2))}
 
 def _probe_one(args: tuple[dict[str, Any], int]) -> str:
     """The shipped probe on one candidate's tuned network at one seed (cached)."""
-    from nas.options import ConditionOptions
     from worker.engine import seeds
     from worker.engine.probe import run_probe
 
@@ -76,9 +76,11 @@ def _probe_one(args: tuple[dict[str, Any], int]) -> str:
 
 
 def _tuned_fingerprint(pre: dict[str, Any]) -> str:
-    """What the probed network depends on (the tuned scales and draw of benchmark v2's Preflight
-    stage): a cached probe of other scales is rerun."""
-    blob = json.dumps([pre.get("scales"), pre.get("draw")], sort_keys=True)
+    """What a cached probe depends on (the tuned scales and draw of benchmark v2's Preflight stage, and
+    the shipped probe's settings): a cached probe of anything else is rerun."""
+    shipped = ConditionOptions()
+    probe = [shipped.probe_steps, list(shipped.probe_lrs), shipped.probe_momentum]
+    blob = json.dumps([pre.get("scales"), pre.get("draw"), probe], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -32,6 +32,7 @@ from bench.v2.analysis import load_rows, truth
 from bench.v2.candidates import dev_set
 from bench.v2.protocols import PROTOCOLS, epochs_for, train
 from bench.v2.stages import BATCH, dataset
+from nas.options import ConditionOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "results" / "variants"
@@ -41,7 +42,7 @@ CACHE = ROOT / "bench" / "results" / "v2"
 # runs of the variants that leave output_std at its default were measured when it was 0.5 for every
 # network; rerun now, they would take "auto" (1.0 with BatchNorm)
 VARIANTS: dict[str, dict[str, Any]] = {
-    "gaussian": {},
+    "gaussian": {"draw": "gaussian"},
     "orthogonal": {"draw": "orthogonal"},
     "orthogonal_out1": {"draw": "orthogonal", "output_std": 1.0},
     "orthogonal_nobalance": {"draw": "orthogonal", "balance": False},
@@ -103,7 +104,7 @@ def _condition(candidate: Candidate, options: dict[str, Any]) -> dict[str, Any]:
     budget = report.tuning.budget if report.tuning else {}
     return {
         "scales": dict(report.scales),
-        "draw": options.get("draw", "gaussian"),
+        "draw": options.get("draw", ConditionOptions().draw),
         "score": report.score,
         "verdict": report.verdict,
         "counted": float(budget.get("counted_steps") or 0.0),  # every stage, the probe included
@@ -268,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     for c in candidates:
         by_family[c.family].append(c)
     candidates = [c for fam in by_family.values() for c in fam[args.offset :: args.every]]
-    names = args.variant or ["default"]
+    if not args.variant:
+        parser.error(f"name at least one --variant: {sorted(VARIANTS | ZEROED)} or lsuv")
+    names = args.variant
     if not args.compare_only:
         tasks = [(n, c.to_json()) for n in names for c in candidates]
         with get_context("spawn").Pool(args.jobs, initializer=os.nice, initargs=(5,)) as pool:

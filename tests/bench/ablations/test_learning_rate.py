@@ -30,3 +30,14 @@ def test_the_quoted_figure_is_what_the_committed_caches_give() -> None:
     text = report()
     assert "| test | all | 104 |" in text and "+0.017 [+0.003, +0.029]" in text
     assert "The best fixed rate on the development set: 0.01." in text
+
+
+def test_a_cached_probe_is_of_the_tuned_network_it_was_run_on() -> None:
+    """The probe cache's fingerprint follows the tuned scales and the draw: a changed engine's
+    network is probed again, not read from an older network's probe."""
+    from bench.ablations.learning_rate import _tuned_fingerprint
+
+    base = {"scales": {"blocks.0.0.weight": 1.5}, "draw": "orthogonal"}
+    assert _tuned_fingerprint(base) == _tuned_fingerprint(dict(base))
+    assert _tuned_fingerprint(base) != _tuned_fingerprint(base | {"scales": {"blocks.0.0.weight": 1.6}})
+    assert _tuned_fingerprint(base) != _tuned_fingerprint(base | {"draw": "gaussian"})

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from bench.pipeline.candidates import Candidate
 from bench.v2.analysis import Row
 from bench.v2.gaussian_path import _swapped
@@ -24,3 +28,22 @@ def test_the_labelled_verdict_stays_as_cached() -> None:
     row = _row()
     swapped = _swapped(row, None, "tuned")
     assert swapped.preflight is row.preflight and swapped.runs[("sgd", "tuned")] == [{"run": "tuned"}]
+
+
+def test_a_cached_default_path_report_is_rescored_by_the_shipped_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refit of the score changes no cached report: its score and verdict are recomputed from its
+    components, so a stale stored score (here one no fit would give) is never compared with the cut."""
+    import bench.v2.gaussian_path as gaussian_path
+    from bench.pipeline.run import write_json
+    from nas.options import Thresholds
+    from worker.engine.score import score
+
+    components = {"probe_loss": 0.99, "non_finite": 0.0}
+    write_json(tmp_path / "c.json", {"score": 123.0, "verdict": "keep", "components": components})
+    monkeypatch.setattr(gaussian_path, "OUT", tmp_path)
+    cached = gaussian_path._cached("c")
+    expected = score(components, Thresholds())
+    assert cached["score"] == expected.score != 123.0
+    assert cached["verdict"] == expected.verdict

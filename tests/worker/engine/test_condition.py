@@ -108,6 +108,15 @@ def test_output_std_auto_puts_the_head_at_1_with_batchnorm_and_at_0_5_without() 
         given = condition(spec, data=x, options={"probe_steps": 0, "output_std": 0.25})
         assert given.options.output_std == 0.25
         assert 0.25 / 1.3 < _root_mean_square_output(spec, given, x) < 0.25 * 1.3
+    layer_norm = {
+        "input_shape": [16],
+        "blocks": [
+            {"layers": [{"type": "linear", "out": 32}, {"type": "layernorm"}, {"type": "relu"}]},
+            {"layers": [{"type": "linear", "out": 4}]},
+        ],
+    }
+    # the rule was measured on BatchNorm networks only: a LayerNorm network keeps 0.5
+    assert condition(layer_norm, data=x, options={"probe_steps": 0}).options.output_std == 0.5
     with pytest.raises(ValueError, match="auto"):
         _ = ConditionOptions().head_std
 
