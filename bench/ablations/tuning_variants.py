@@ -32,7 +32,6 @@ from bench.v2.analysis import load_rows, truth
 from bench.v2.candidates import dev_set
 from bench.v2.protocols import PROTOCOLS, epochs_for, train
 from bench.v2.stages import BATCH, dataset
-from nas.options import ConditionOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "results" / "variants"
@@ -104,7 +103,7 @@ def _condition(candidate: Candidate, options: dict[str, Any]) -> dict[str, Any]:
     budget = report.tuning.budget if report.tuning else {}
     return {
         "scales": dict(report.scales),
-        "draw": options.get("draw", ConditionOptions().draw),
+        "draw": report.environment.draw,  # the weights the scales were tuned on
         "score": report.score,
         "verdict": report.verdict,
         "counted": float(budget.get("counted_steps") or 0.0),  # every stage, the probe included
@@ -251,7 +250,9 @@ def oracle(names: list[str], candidates: list[Candidate]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ablations.tuning_variants", description=__doc__)
-    parser.add_argument("--variant", action="append", default=[], help=f"one of {sorted(VARIANTS | ZEROED)} or lsuv")
+    parser.add_argument(
+        "--variant", action="append", required=True, help=f"one of {sorted(VARIANTS | ZEROED)} or lsuv (repeatable)"
+    )
     parser.add_argument("--family", action="append", default=[], help="development families (default: all)")
     parser.add_argument("--every", type=int, default=1, help="take every k-th candidate of each family")
     parser.add_argument(
@@ -269,8 +270,6 @@ def main(argv: list[str] | None = None) -> int:
     for c in candidates:
         by_family[c.family].append(c)
     candidates = [c for fam in by_family.values() for c in fam[args.offset :: args.every]]
-    if not args.variant:
-        parser.error(f"name at least one --variant: {sorted(VARIANTS | ZEROED)} or lsuv")
     names = args.variant
     if not args.compare_only:
         tasks = [(n, c.to_json()) for n in names for c in candidates]
