@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from nas.options import HEAD_STD, HEAD_STD_NORMALIZED
 from nas.spec import (
     SPEC_FORMAT_VERSION,
     ArchitectureSpec,
@@ -25,6 +26,7 @@ from nas.spec import (
     Layer,
     LayerNormLayer,
     LinearLayer,
+    NormLayer,
     PatchEmbedLayer,
     PoolLayer,
     ResidualLayer,
@@ -38,6 +40,7 @@ __all__ = [
     "canonical_dict",
     "canonical_json",
     "canonical_layer",
+    "key_options",
     "spec_hash",
     "uses_v11",
 ]
@@ -114,6 +117,27 @@ def canonical_layer(layer: Layer, default_init: Init) -> dict[str, Any]:
         ]
         data["edges"] = sorted(edges, key=lambda e: json.dumps(e, sort_keys=True))  # a set of edges, not a list
     return data
+
+
+def key_options(spec: ArchitectureSpec, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The canonical tuning options with ``output_std`` "auto" replaced by the number the engine
+    applies to this network (``HEAD_STD_NORMALIZED`` when it has a BatchNorm layer, else
+    ``HEAD_STD``: ``worker.engine.pipeline._head_std_resolved``), so that "auto" and that number,
+    which compute the same report, are one job and one cache entry."""
+    if options.get("output_std") != "auto":
+        return dict(options)
+    normalized = any(_has_batchnorm(layer) for block in spec.blocks for layer in block.layers)
+    return {**options, "output_std": HEAD_STD_NORMALIZED if normalized else HEAD_STD}
+
+
+def _has_batchnorm(layer: Layer) -> bool:
+    if isinstance(layer, NormLayer):
+        return True
+    if isinstance(layer, ResidualLayer):
+        return any(_has_batchnorm(child) for child in (*layer.body, *layer.shortcut))
+    if isinstance(layer, CellLayer):
+        return any(_has_batchnorm(op) for edge in layer.edges for op in edge.op)
+    return False
 
 
 def cache_key(spec_hash: str, options: Mapping[str, Any]) -> str:

@@ -8,11 +8,15 @@ import json
 import random
 from typing import Any
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nas import build_model, parse_spec, spec_hash
+from nas.canonical import key_options
+from nas.options import ConditionOptions
+from worker.engine.pipeline import _head_std_resolved
 
 ACTIVATIONS = ["relu", "gelu", "silu", "tanh", "sigmoid", "identity", "leaky_relu"]
 INITS = [{"scheme": s} for s in ("fan_in", "fan_out", "arithmetic", "geometric", "torch_default")] + [
@@ -165,6 +169,52 @@ def test_random_valid_specs_validate_build_run_and_hash_stably(spec: dict[str, A
     digest = spec_hash(parsed)
     assert spec_hash(parse_spec(_shuffled(spec, rng))) == digest
     assert spec_hash(parse_spec(json.dumps(_with_explicit_defaults(spec), indent=3))) == digest
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_specs())
+def test_the_cache_key_reads_auto_head_std_as_the_engine_applies_it(spec: dict[str, Any]) -> None:
+    """The service keys ``output_std`` "auto" by the spec; the engine resolves it on the built
+    network: the two must agree on every network, or one job would be computed twice (or two
+    different jobs shared)."""
+    parsed = parse_spec(spec)
+    engine = _head_std_resolved(ConditionOptions(), build_model(parsed, seed=0)).output_std
+    assert key_options(parsed, {"output_std": "auto", "steps": 3}) == {"output_std": engine, "steps": 3}
+
+
+_CONV = {"type": "conv2d", "out": 2, "kernel": 3, "padding": "same"}
+_BN, _LN = {"type": "batchnorm"}, {"type": "layernorm"}
+
+
+def _cell(op: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "cell", "nodes": 3, "edges": [{"from": 0, "to": 1, "op": [_CONV, *op]}, {"from": 1, "to": 2}]}
+
+
+def _residual(body: list[dict[str, Any]], shortcut: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "residual", "body": [_CONV, *body], "shortcut": [_CONV, *shortcut]}
+
+
+@pytest.mark.parametrize(
+    ("layer", "expected"),
+    [
+        (_cell([]), 0.5),
+        (_cell([_BN]), 1.0),
+        (_residual([], []), 0.5),
+        (_residual([_BN], []), 1.0),
+        (_residual([], [_BN]), 1.0),
+        (_residual([_LN], [_LN]), 0.5),
+    ],
+    ids=["cell", "bn-in-cell-edge", "residual", "bn-in-body", "bn-in-shortcut", "layernorm"],
+)
+def test_the_cache_key_finds_batchnorm_at_any_depth_and_leaves_numbers_alone(
+    layer: dict[str, Any], expected: float
+) -> None:
+    spec = {"format": "1.1", "input_shape": [2, 5, 5], "blocks": [{"layers": [layer, {"type": "flatten"}]}]}
+    parsed = parse_spec(spec)
+    assert _head_std_resolved(ConditionOptions(), build_model(parsed, seed=0)).output_std == expected
+    assert key_options(parsed, {"output_std": "auto"}) == {"output_std": expected}
+    assert key_options(parsed, {"output_std": 0.7}) == {"output_std": 0.7}
+    assert key_options(parsed, {"output_std": None}) == {"output_std": None}
 
 
 def test_a_change_of_meaning_changes_the_hash() -> None:

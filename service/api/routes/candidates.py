@@ -19,6 +19,7 @@ from sqlalchemy import Engine, Row
 from sqlalchemy.orm import Session, sessionmaker
 
 from nas import SpecError, SpecLimits, spec_hash
+from nas.canonical import key_options
 from nas.spec import storable_text
 from nas.validate import count_layers, job_limit_issue, parse_and_trace
 from service.api.deps import (
@@ -125,7 +126,7 @@ def _new_candidates(
             jobs.NewCandidate(
                 spec=spec.model_dump(mode="json", exclude_none=True),
                 spec_hash=spec_hash(spec),
-                options=tuning,
+                options=key_options(spec, tuning),
                 study=options.study,
                 trial=options.trial,
                 device=_device_class(options.device),

@@ -105,6 +105,23 @@ def test_the_same_network_and_options_is_not_tuned_twice(
     assert hit.json()["status"] == "done" and hit.json()["report"]["scales"] == sample_report.scales
 
 
+def test_auto_head_std_and_the_number_it_resolves_to_are_one_job(api: httpx.Client) -> None:
+    """``output_std`` "auto" is keyed as the number the engine applies (0.5 without BatchNorm, 1.0
+    with it), so asking for that number explicitly shares the job, and the other does not."""
+    plain = api.post("/v1/candidates", json={"spec": spec(), "options": {"steps": 2}}).json()
+    assert plain["options"]["output_std"] == 0.5
+    explicit = api.post("/v1/candidates", json={"spec": spec(), "options": {"steps": 2, "output_std": 0.5}}).json()
+    assert explicit["id"] == plain["id"] and explicit["cached"] is True
+    normed = spec()
+    normed["blocks"][0]["layers"].insert(1, {"type": "batchnorm"})
+    auto = api.post("/v1/candidates", json={"spec": normed, "options": {"steps": 2, "output_std": "auto"}}).json()
+    assert auto["options"]["output_std"] == 1.0 and auto["cached"] is False
+    one = api.post("/v1/candidates", json={"spec": normed, "options": {"steps": 2, "output_std": 1.0}}).json()
+    half = api.post("/v1/candidates", json={"spec": normed, "options": {"steps": 2, "output_std": 0.5}}).json()
+    assert one["id"] == auto["id"] and one["cached"] is True
+    assert half["id"] != auto["id"] and half["cached"] is False
+
+
 def test_a_batch_is_answered_in_order(api: httpx.Client) -> None:
     body = {"specs": [spec(1), spec(2), spec(1)], "options": {"study": "batch"}}
     response = api.post("/v1/candidates", json=body)
