@@ -1,0 +1,188 @@
+"""Would the default path flag better on another synthetic batch than Gaussian inputs with random labels?
+
+A submission without ``options.data`` is conditioned on a Gaussian batch, and its probe fits random
+class labels: a memorization task, on which trainable and untrainable networks end close together
+(docs/conditioning.md, section 8: no cut separates them). Each variant here changes the inputs, the
+labels or both, and conditions with ``condition(spec, data=...)``, every option at its default:
+
+- ``gaussian_teacher``: the engine's own Gaussian batch (``worker.engine.inputs.batch``) with the
+  labels of a random linear teacher, ``y = argmax(flatten(x) @ W)`` (``W`` a fixed Gaussian matrix
+  per input size): a task every network that trains can start to learn in a few steps;
+- ``pink_random``: inputs with a power-law spectrum (amplitude ``1/f``, as natural images have:
+  smooth, correlated neighbours; over the last two dimensions of an image, over the one dimension of
+  a vector) and random labels (the engine's own, as on the default path);
+- ``pink_teacher``: the same inputs with the teacher's labels.
+
+``python -m bench.ablations.synthetic_batch --variant NAME`` conditions every development
+candidate of benchmark v2 (never the frozen test set), caches the result under
+``bench/results/synthetic_batch/NAME/``, and prints, next to the default path (``bench.v2.
+gaussian_path --set dev``) and the labelled batch: flagging at the shipped cut and at a cut of each
+path's own (the shipped cut's rule, fitted on the calibration's training half), on both halves, and
+the Spearman of each path's score with minus the training loss trained from the tuned init (ground
+truth B, protocol S).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bench.pipeline.calibrate import prune_cut
+from bench.pipeline.candidates import Candidate
+from bench.pipeline.metrics import spearman
+from bench.pipeline.run import engine_version, imap_spawned, read_json, write_json
+from bench.v2.analysis import load_rows, rescored, truth
+from bench.v2.candidates import dev_set
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench" / "results" / "synthetic_batch"
+GAUSSIAN = ROOT / "bench" / "results" / "gaussian_path"
+CACHE = ROOT / "bench" / "results" / "v2"
+SEEDS = 3  # the seeds of the trained runs read for the truth
+TEACHER_SEED = 12345  # one teacher per input size, the same for every candidate
+PINK_SEED = 54321
+VARIANTS = {  # name -> (inputs, labels)
+    "gaussian_teacher": ("gaussian", "teacher"),
+    "pink_random": ("pink", "random"),
+    "pink_teacher": ("pink", "teacher"),
+}
+
+
+def synthetic_batch(spec: dict[str, Any], variant: str) -> dict[str, torch.Tensor]:
+    """The ``data`` a variant conditions on: ``{"x": ...}`` (the probe then draws random labels, as
+    on the default path) or ``{"x": ..., "y": the teacher's labels}``."""
+    import nas
+    from nas.options import ConditionOptions
+    from worker.engine.inputs import batch
+
+    inputs, labels = VARIANTS[variant]
+    parsed = nas.parse_spec(spec)
+    x, _, _ = batch(parsed, None, ConditionOptions(), torch.device("cpu"))
+    if inputs == "pink":
+        x = pink_noise(tuple(x.shape), torch.Generator().manual_seed(PINK_SEED))
+    if labels == "random":
+        return {"x": x}
+    outputs = math.prod(nas.build_model(parsed, seed=0).trace.boundaries[-1])
+    return {"x": x, "y": teacher_labels(x, outputs)}
+
+
+def teacher_labels(x: torch.Tensor, outputs: int) -> torch.Tensor:
+    """The class of ``argmax(flatten(x) @ W)`` per sample, ``W`` Gaussian and fixed per input size
+    (the standardized teacher output as a float target for a single output)."""
+    flat = x.flatten(1)
+    g = torch.Generator().manual_seed(TEACHER_SEED + flat.shape[1])
+    logits = flat @ torch.randn(flat.shape[1], max(outputs, 1), generator=g)
+    if outputs == 1:
+        return ((logits - logits.mean()) / logits.std()).reshape(-1, 1)
+    return logits.argmax(dim=1)
+
+
+def pink_noise(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """Samples of ``shape`` (``[N, ...]``) whose spectrum falls as ``1/f`` in amplitude over the last
+    two dimensions (one, for a vector), standardized to mean 0 and variance 1 over the batch."""
+    white = torch.randn(shape, generator=generator)
+    dims = (-2, -1) if len(shape) >= 3 else (-1,)
+    frequencies = [torch.fft.fftfreq(shape[d]) for d in dims]
+    radius = torch.zeros(())
+    for i, f in enumerate(frequencies):
+        view = [1] * len(dims)
+        view[i] = -1
+        radius = radius + f.reshape(view) ** 2
+    amplitude = 1.0 / torch.sqrt(radius).clamp_min(1.0 / max(shape[d] for d in dims))
+    x = torch.fft.ifftn(torch.fft.fftn(white, dim=dims) * amplitude, dim=dims).real
+    return (x - x.mean()) / x.std()
+
+
+def run_one(variant: str, cand: dict[str, Any]) -> str:
+    from worker.engine import condition
+
+    torch.set_num_threads(1)
+    candidate = Candidate(**cand)
+    path = OUT / variant / f"{candidate.id}.json"
+    version = engine_version()
+    if path.exists() and read_json(path).get("engine_version") == version:
+        return f"{candidate.id} cached"
+    try:
+        report = condition(candidate.spec, data=synthetic_batch(candidate.spec, variant))
+        result = {"score": report.score, "verdict": report.verdict, "components": report.components}
+    except Exception as error:  # noqa: BLE001 - an engine crash is a finding
+        result = {"error": f"{type(error).__name__}: {error}", "score": math.nan, "verdict": None}
+    write_json(path, {**result, "engine_version": version})
+    return f"{candidate.id} {result['verdict']}"
+
+
+def _flags(scores: list[float], cut: float, bad: list[bool]) -> str:
+    hit = sum(s < cut and u for s, u in zip(scores, bad, strict=True))
+    flagged = sum(s < cut for s in scores)
+    precision = f"{hit / flagged:.2f}" if flagged else "n/a"
+    return f"{flagged} flagged at {precision} / {hit / max(sum(bad), 1):.2f}"
+
+
+def report(candidates: list[Candidate], variants: list[str]) -> None:
+    """Per path (the labelled batch, the default path, each variant), on the candidates every path
+    scored: flags at the shipped cut and at the path's own cut (precision / recall), per half, and
+    Spearman with minus B's loss, per dataset group."""
+    weights = json.loads((ROOT / "worker" / "engine" / "score_weights.json").read_text())
+    train_ids, cut = set(weights["train_ids"]), float(weights["prune_below"])
+    items = []
+    for row in load_rows(candidates, "dev", CACHE, SEEDS, 1.0):
+        b = truth(row, "sgd", "tuned")
+        paths = [GAUSSIAN / f"{row.candidate.id}.json"] + [OUT / v / f"{row.candidate.id}.json" for v in variants]
+        if b is None or not row.preflight or not all(p.exists() for p in paths):
+            continue
+        scored = [rescored(read_json(p)) or {} for p in paths]
+        if not all(s.get("components") for s in scored):
+            continue
+        scores = [float(row.preflight["score"]), *(float(s["score"]) for s in scored)]
+        items.append((row.candidate.id in train_ids, row.group, b, scores))
+    if not items:
+        print("no development candidate has every path cached: run bench.v2.gaussian_path --set dev and this")
+        return
+    names = ("labelled batch", "default path (gaussian, random labels)", *variants)
+    train = [i for i in items if i[0]]
+    for k, name in enumerate(names):
+        own = prune_cut(
+            np.array([i[3][k] for i in train]),
+            [i[2]["untrainable"] for i in train],
+            weights["cut_rule"],
+            float(weights["recall_target"]),
+        )
+        print(f"{name}: own cut {own:.4f}")
+        for half_name, half in (("training half", train), ("held-out half", [i for i in items if not i[0]])):
+            bad = [i[2]["untrainable"] for i in half]
+            scores = [i[3][k] for i in half]
+            print(
+                f"  {half_name} ({len(half)}, {sum(bad)} untrainable): shipped cut {_flags(scores, cut, bad)}; "
+                f"own cut {_flags(scores, own, bad)}"
+            )
+        for group in sorted({i[1] for i in items}):
+            members = [i for i in items if i[1] == group]
+            rho = spearman([i[3][k] for i in members], [-i[2]["loss"] for i in members])
+            print(f"  Spearman with minus B's loss, {group} ({len(members)}): {rho:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ablations.synthetic_batch", description=__doc__)
+    parser.add_argument("--variant", action="append", choices=sorted(VARIANTS), required=True)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args(argv)
+    candidates = dev_set()
+    if not args.report_only:
+        tasks = [c.to_json() for c in candidates]
+        for variant in args.variant:
+            for i, message in enumerate(imap_spawned(partial(run_one, variant), tasks, args.jobs, nice=5)):
+                print(f"{variant} {i + 1}/{len(candidates)} {message}", flush=True)
+    report(candidates, args.variant)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
