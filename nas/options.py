@@ -61,6 +61,10 @@ class ConditionOptions(BaseModel):
     # (orthogonal: trained better than the Gaussian draw on benchmark v2's development set)
     draw: Literal["gaussian", "orthogonal"] = "orthogonal"
     device: str = "auto"
+    # the batch drawn when no data is given (the default path): Gaussian noise whose amplitude spectrum
+    # falls as 1/f over an input's last two dimensions (one, for a vector), "pink", or "white" noise.
+    # Pink ranked benchmark v2's development set better (docs/conditioning.md, section 8)
+    synthetic_inputs: Literal["pink", "white"] = "pink"
     tolerance: Positive = 0.1  # |log J - log rho| at which a unit counts as critical
     # the head's output std target (scaling paper, section 10); None: tune the head on J too.
     # "auto": HEAD_STD_NORMALIZED for a network with a BatchNorm layer, else HEAD_STD (resolved per

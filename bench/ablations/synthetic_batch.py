@@ -1,25 +1,22 @@
 """Would the default path flag better on another synthetic batch than Gaussian inputs with random labels?
 
-A submission without ``options.data`` is conditioned on a Gaussian batch, and its probe fits random
-class labels: a memorization task, on which trainable and untrainable networks end close together
-(docs/conditioning.md, section 8: no cut separates them). Each variant here changes the inputs, the
-labels or both, and conditions with ``condition(spec, data=...)``, every option at its default:
+A submission without ``options.data`` is conditioned on a synthetic Gaussian batch, and its probe
+fits random class labels: a memorization task. Each variant here sets the inputs and the labels, and
+conditions with every other option at its default:
 
-- ``gaussian_teacher``: the engine's own Gaussian batch (``worker.engine.inputs.batch``) with the
-  labels of a random linear teacher, ``y = argmax(flatten(x) @ W)`` (``W`` a fixed Gaussian matrix
-  per input size): a task every network that trains can start to learn in a few steps;
-- ``pink_random``: inputs with a power-law spectrum (amplitude ``1/f``, as natural images have:
-  smooth, correlated neighbours; over the last two dimensions of an image, over the one dimension of
-  a vector) and random labels (the engine's own, as on the default path);
-- ``pink_teacher``: the same inputs with the teacher's labels.
+- inputs ``white``: standard normal noise (the default path until this ablation); ``pink``: the
+  same draw filtered to an amplitude spectrum that falls as ``1/f`` (``worker.engine.inputs.
+  pink_noise``, the default path since: ``options.synthetic_inputs``);
+- labels ``random``: the probe's own random labels (no ``y`` is given); ``teacher``: the labels of
+  a random linear teacher, ``y = argmax(flatten(x) @ W)`` (``W`` a fixed Gaussian matrix per input
+  size), a task every network that trains can start to learn in a few steps.
 
-``python -m bench.ablations.synthetic_batch --variant NAME`` conditions every development
+``python -m bench.ablations.synthetic_batch --variant NAME ...`` conditions every development
 candidate of benchmark v2 (never the frozen test set), caches the result under
-``bench/results/synthetic_batch/NAME/``, and prints, next to the default path (``bench.v2.
-gaussian_path --set dev``) and the labelled batch: flagging at the shipped cut and at a cut of each
-path's own (the shipped cut's rule, fitted on the calibration's training half), on both halves, and
-the Spearman of each path's score with minus the training loss trained from the tuned init (ground
-truth B, protocol S).
+``bench/results/synthetic_batch/NAME/``, and prints, next to the labelled batch: flagging at the
+shipped cut and at a cut of each path's own (the shipped cut's rule, fitted on the calibration's
+training half), on both halves, and the Spearman of each path's score with minus the training loss
+trained from the tuned init (ground truth B, protocol S).
 """
 
 from __future__ import annotations
@@ -43,34 +40,33 @@ from bench.v2.candidates import dev_set
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "results" / "synthetic_batch"
-GAUSSIAN = ROOT / "bench" / "results" / "gaussian_path"
 CACHE = ROOT / "bench" / "results" / "v2"
 SEEDS = 3  # the seeds of the trained runs read for the truth
 TEACHER_SEED = 12345  # one teacher per input size, the same for every candidate
-PINK_SEED = 54321
 VARIANTS = {  # name -> (inputs, labels)
-    "gaussian_teacher": ("gaussian", "teacher"),
+    "white_random": ("white", "random"),
+    "white_teacher": ("white", "teacher"),
     "pink_random": ("pink", "random"),
     "pink_teacher": ("pink", "teacher"),
 }
 
 
-def synthetic_batch(spec: dict[str, Any], variant: str) -> dict[str, torch.Tensor]:
-    """The ``data`` a variant conditions on: ``{"x": ...}`` (the probe then draws random labels, as
-    on the default path) or ``{"x": ..., "y": the teacher's labels}``."""
+def synthetic_batch(spec: dict[str, Any], variant: str) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any]]:
+    """``(data, options)`` a variant conditions with: no data (the engine draws the batch of
+    ``options.synthetic_inputs`` and the probe random labels, as on the default path), or the
+    engine's own batch with the teacher's labels."""
     import nas
     from nas.options import ConditionOptions
     from worker.engine.inputs import batch
 
     inputs, labels = VARIANTS[variant]
-    parsed = nas.parse_spec(spec)
-    x, _, _ = batch(parsed, None, ConditionOptions(), torch.device("cpu"))
-    if inputs == "pink":
-        x = pink_noise(tuple(x.shape), torch.Generator().manual_seed(PINK_SEED))
+    options = {"synthetic_inputs": inputs}
     if labels == "random":
-        return {"x": x}
+        return None, options
+    parsed = nas.parse_spec(spec)
+    x, _, _ = batch(parsed, None, ConditionOptions(**options), torch.device("cpu"))
     outputs = math.prod(nas.build_model(parsed, seed=0).trace.boundaries[-1])
-    return {"x": x, "y": teacher_labels(x, outputs)}
+    return {"x": x, "y": teacher_labels(x, outputs)}, options
 
 
 def teacher_labels(x: torch.Tensor, outputs: int) -> torch.Tensor:
@@ -84,22 +80,6 @@ def teacher_labels(x: torch.Tensor, outputs: int) -> torch.Tensor:
     return logits.argmax(dim=1)
 
 
-def pink_noise(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """Samples of ``shape`` (``[N, ...]``) whose spectrum falls as ``1/f`` in amplitude over the last
-    two dimensions (one, for a vector), standardized to mean 0 and variance 1 over the batch."""
-    white = torch.randn(shape, generator=generator)
-    dims = (-2, -1) if len(shape) >= 3 else (-1,)
-    frequencies = [torch.fft.fftfreq(shape[d]) for d in dims]
-    radius = torch.zeros(())
-    for i, f in enumerate(frequencies):
-        view = [1] * len(dims)
-        view[i] = -1
-        radius = radius + f.reshape(view) ** 2
-    amplitude = 1.0 / torch.sqrt(radius).clamp_min(1.0 / max(shape[d] for d in dims))
-    x = torch.fft.ifftn(torch.fft.fftn(white, dim=dims) * amplitude, dim=dims).real
-    return (x - x.mean()) / x.std()
-
-
 def run_one(variant: str, cand: dict[str, Any]) -> str:
     from worker.engine import condition
 
@@ -110,7 +90,8 @@ def run_one(variant: str, cand: dict[str, Any]) -> str:
     if path.exists() and read_json(path).get("engine_version") == version:
         return f"{candidate.id} cached"
     try:
-        report = condition(candidate.spec, data=synthetic_batch(candidate.spec, variant))
+        data, options = synthetic_batch(candidate.spec, variant)
+        report = condition(candidate.spec, data=data, options=options)
         result = {"score": report.score, "verdict": report.verdict, "components": report.components}
     except Exception as error:  # noqa: BLE001 - an engine crash is a finding
         result = {"error": f"{type(error).__name__}: {error}", "score": math.nan, "verdict": None}
@@ -126,7 +107,7 @@ def _flags(scores: list[float], cut: float, bad: list[bool]) -> str:
 
 
 def report(candidates: list[Candidate], variants: list[str]) -> None:
-    """Per path (the labelled batch, the default path, each variant), on the candidates every path
+    """Per path (the labelled batch, each variant), on the candidates every path
     scored: flags at the shipped cut and at the path's own cut (precision / recall), per half, and
     Spearman with minus B's loss, per dataset group."""
     weights = json.loads((ROOT / "worker" / "engine" / "score_weights.json").read_text())
@@ -134,7 +115,7 @@ def report(candidates: list[Candidate], variants: list[str]) -> None:
     items = []
     for row in load_rows(candidates, "dev", CACHE, SEEDS, 1.0):
         b = truth(row, "sgd", "tuned")
-        paths = [GAUSSIAN / f"{row.candidate.id}.json"] + [OUT / v / f"{row.candidate.id}.json" for v in variants]
+        paths = [OUT / v / f"{row.candidate.id}.json" for v in variants]
         if b is None or not row.preflight or not all(p.exists() for p in paths):
             continue
         scored = [rescored(read_json(p)) or {} for p in paths]
@@ -143,9 +124,9 @@ def report(candidates: list[Candidate], variants: list[str]) -> None:
         scores = [float(row.preflight["score"]), *(float(s["score"]) for s in scored)]
         items.append((row.candidate.id in train_ids, row.group, b, scores))
     if not items:
-        print("no development candidate has every path cached: run bench.v2.gaussian_path --set dev and this")
+        print("no development candidate has every variant cached: run without --report-only")
         return
-    names = ("labelled batch", "default path (gaussian, random labels)", *variants)
+    names = ("labelled batch", *variants)
     train = [i for i in items if i[0]]
     for k, name in enumerate(names):
         own = prune_cut(

@@ -13,7 +13,7 @@ from nas import parse_spec
 from nas.examples import EXAMPLE_MLP
 from nas.options import ConditionOptions
 from worker.engine import condition
-from worker.engine.inputs import batch, check_targets
+from worker.engine.inputs import batch, check_targets, pink_noise
 
 LEAN = {"hessian_iterations": 3, "batch_size": 32, "diagnostics": False}
 
@@ -69,6 +69,30 @@ def test_no_data_is_a_seeded_gaussian_batch_of_the_input_shape() -> None:
     again, _, _ = batch(parse_spec(spec), None, opts, torch.device("cpu"))
     assert x.shape == (8, 4) and y is None and source == "gaussian"
     assert torch.equal(x, again)
+
+
+def test_the_default_batch_is_pink_a_filtered_white_draw_and_white_on_request() -> None:
+    spec = parse_spec({"input_shape": [1, 16, 16], "blocks": [{"layers": [{"type": "flatten"}]}]})
+    cpu = torch.device("cpu")
+    pink, _, _ = batch(spec, None, ConditionOptions(batch_size=256), cpu)
+    white, _, source = batch(spec, None, ConditionOptions(batch_size=256, synthetic_inputs="white"), cpu)
+    assert source == "gaussian" and torch.equal(pink, pink_noise(white))  # the same draw, filtered
+    assert abs(float(pink.mean())) < 1e-5 and abs(float(pink.std()) - 1) < 1e-5
+    neighbours = torch.corrcoef(torch.stack([pink[..., :-1].flatten(), pink[..., 1:].flatten()]))[0, 1]
+    assert float(neighbours) > 0.4  # smooth: neighbouring pixels move together
+    assert abs(float(torch.corrcoef(torch.stack([white[..., :-1].flatten(), white[..., 1:].flatten()]))[0, 1])) < 0.05
+
+
+def test_pink_noise_power_falls_as_one_over_f_squared_over_the_last_two_dimensions() -> None:
+    white = torch.randn((512, 2, 16, 16), generator=torch.Generator().manual_seed(0))
+    power = torch.fft.fft2(pink_noise(white)).abs().pow(2).mean(dim=(0, 1))
+    # radii 1/16 and 1/2 (8 x higher): amplitude 1/f gives 64 x less power, within sampling noise
+    assert 40 < float(power[1, 0]) / float(power[8, 0]) < 100
+    assert 40 < float(power[0, 1]) / float(power[0, 8]) < 100
+    assert 0.8 < float(power[1, 0]) / float(power[0, 1]) < 1.25  # isotropic
+    vector = pink_noise(torch.randn((512, 64), generator=torch.Generator().manual_seed(0)))
+    spectrum = torch.fft.fft(vector).abs().pow(2).mean(dim=0)
+    assert 10 < float(spectrum[2]) / float(spectrum[16]) < 100  # a vector: along its one dimension, 64 x
 
 
 def test_check_targets_accepts_fitting_labels() -> None:
