@@ -11,12 +11,13 @@ conditions with every other option at its default:
   a random linear teacher, ``y = argmax(flatten(x) @ W)`` (``W`` a fixed Gaussian matrix per input
   size), a task every network that trains can start to learn in a few steps.
 
-``python -m bench.ablations.synthetic_batch --variant NAME ...`` conditions every development
-candidate of benchmark v2 (never the frozen test set), caches the result under
-``bench/results/synthetic_batch/NAME/``, and prints, next to the labelled batch: flagging at the
-shipped cut and at a cut of each path's own (the shipped cut's rule, fitted on the calibration's
-training half), on both halves, and the Spearman of each path's score with minus the training loss
-trained from the tuned init (ground truth B, protocol S).
+``python -m bench.ablations.synthetic_batch --variant NAME ... [--seeds N] [--compare A B]``
+conditions every development candidate of benchmark v2 (never the frozen test set) at the engine's
+seeds 0 .. N-1, caches the result under ``bench/results/synthetic_batch/NAME/sSEED/``, and prints,
+next to the labelled batch: flagging at the shipped cut and at a cut of each path's own (the
+shipped cut's rule, fitted on the calibration's training half), on both halves, and the Spearman of
+each path's score with minus the training loss trained from the tuned init (ground truth B,
+protocol S); ``--compare`` pairs two variants over the candidates, averaged over the seeds.
 """
 
 from __future__ import annotations
@@ -51,16 +52,19 @@ VARIANTS = {  # name -> (inputs, labels)
 }
 
 
-def synthetic_batch(spec: dict[str, Any], variant: str) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any]]:
+def synthetic_batch(
+    spec: dict[str, Any], variant: str, seed: int = 0
+) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any]]:
     """``(data, options)`` a variant conditions with: no data (the engine draws the batch of
     ``options.synthetic_inputs`` and the probe random labels, as on the default path), or the
-    engine's own batch with the teacher's labels."""
+    engine's own batch with the teacher's labels. ``seed``: the engine's (the batch, the weights,
+    the probe's labels all follow it)."""
     import nas
     from nas.options import ConditionOptions
     from worker.engine.inputs import batch
 
     inputs, labels = VARIANTS[variant]
-    options = {"synthetic_inputs": inputs}
+    options: dict[str, Any] = {"synthetic_inputs": inputs, "seed": seed}
     if labels == "random":
         return None, options
     parsed = nas.parse_spec(spec)
@@ -80,17 +84,21 @@ def teacher_labels(x: torch.Tensor, outputs: int) -> torch.Tensor:
     return logits.argmax(dim=1)
 
 
-def run_one(variant: str, cand: dict[str, Any]) -> str:
+def _path(variant: str, seed: int, candidate_id: str) -> Path:
+    return OUT / variant / f"s{seed}" / f"{candidate_id}.json"
+
+
+def run_one(variant: str, seed: int, cand: dict[str, Any]) -> str:
     from worker.engine import condition
 
     torch.set_num_threads(1)
     candidate = Candidate(**cand)
-    path = OUT / variant / f"{candidate.id}.json"
+    path = _path(variant, seed, candidate.id)
     version = engine_version()
     if path.exists() and read_json(path).get("engine_version") == version:
         return f"{candidate.id} cached"
     try:
-        data, options = synthetic_batch(candidate.spec, variant)
+        data, options = synthetic_batch(candidate.spec, variant, seed)
         report = condition(candidate.spec, data=data, options=options)
         result = {"score": report.score, "verdict": report.verdict, "components": report.components}
     except Exception as error:  # noqa: BLE001 - an engine crash is a finding
@@ -106,8 +114,8 @@ def _flags(scores: list[float], cut: float, bad: list[bool]) -> str:
     return f"{flagged} flagged at {precision} / {hit / max(sum(bad), 1):.2f}"
 
 
-def report(candidates: list[Candidate], variants: list[str]) -> None:
-    """Per path (the labelled batch, each variant), on the candidates every path
+def report(candidates: list[Candidate], variants: list[str], seed: int = 0) -> None:
+    """Per path (the labelled batch, each variant at ``seed``), on the candidates every path
     scored: flags at the shipped cut and at the path's own cut (precision / recall), per half, and
     Spearman with minus B's loss, per dataset group."""
     weights = json.loads((ROOT / "worker" / "engine" / "score_weights.json").read_text())
@@ -115,7 +123,7 @@ def report(candidates: list[Candidate], variants: list[str]) -> None:
     items = []
     for row in load_rows(candidates, "dev", CACHE, SEEDS, 1.0):
         b = truth(row, "sgd", "tuned")
-        paths = [OUT / v / f"{row.candidate.id}.json" for v in variants]
+        paths = [_path(v, seed, row.candidate.id) for v in variants]
         if b is None or not row.preflight or not all(p.exists() for p in paths):
             continue
         scored = [rescored(read_json(p)) or {} for p in paths]
@@ -149,9 +157,63 @@ def report(candidates: list[Candidate], variants: list[str]) -> None:
             print(f"  Spearman with minus B's loss, {group} ({len(members)}): {rho:.2f}")
 
 
+def compare(candidates: list[Candidate], first: str, second: str, seeds: int) -> str:
+    """``second`` minus ``first``, paired over the development candidates and averaged over the
+    engine's seeds 0 .. ``seeds - 1`` (each seed is one draw of the batch and weights, as one
+    submission gets): the mean over datasets of the within-dataset Spearman with minus B's loss,
+    and the best precision at recall >= 0.8 of B's untrainable candidates; bootstrap over
+    candidates (1,000 resamples), 95 % intervals."""
+    rows = []
+    for row in load_rows(candidates, "dev", CACHE, SEEDS, 1.0):
+        b = truth(row, "sgd", "tuned")
+        paths = [_path(v, s, row.candidate.id) for v in (first, second) for s in range(seeds)]
+        if b is None or not all(p.exists() for p in paths):
+            continue
+        scored = [rescored(read_json(p)) or {} for p in paths]
+        if all(x.get("components") for x in scored):
+            rows.append((row.group, -b["loss"], b["untrainable"], [float(x["score"]) for x in scored]))
+    groups = np.array([r[0] for r in rows])
+    target = np.array([r[1] for r in rows])
+    bad = np.array([r[2] for r in rows])
+    scores = np.array([r[3] for r in rows])  # [candidate, first's seeds then second's]
+
+    def statistics(index: np.ndarray) -> np.ndarray:
+        out = np.zeros((scores.shape[1], 2))
+        for k in range(scores.shape[1]):
+            column = scores[index, k]
+            rhos = [
+                spearman(list(column[groups[index] == g]), list(target[index][groups[index] == g]))
+                for g in np.unique(groups[index])
+            ]
+            out[k] = (np.nanmean(rhos), _precision_at_recall(column, bad[index], 0.8))
+        return out[seeds:].mean(axis=0) - out[:seeds].mean(axis=0)
+
+    point = statistics(np.arange(len(rows)))
+    rng = np.random.default_rng(0)
+    draws = np.array([statistics(rng.integers(0, len(rows), len(rows))) for _ in range(1000)])
+    low, high = np.nanpercentile(draws, [2.5, 97.5], axis=0)
+    return (
+        f"{second} minus {first}, {len(rows)} candidates, seeds 0-{seeds - 1}: mean within-dataset Spearman "
+        f"{point[0]:+.3f} [{low[0]:+.3f}, {high[0]:+.3f}]; best precision at recall 0.8 "
+        f"{point[1]:+.3f} [{low[1]:+.3f}, {high[1]:+.3f}]"
+    )
+
+
+def _precision_at_recall(scores: np.ndarray, bad: np.ndarray, recall: float) -> float:
+    """The best precision of flagging the lowest scores that reaches ``recall`` of ``bad``."""
+    if not bad.any():
+        return math.nan
+    order = np.argsort(scores, kind="stable")
+    hits = np.cumsum(bad[order])
+    reached = hits / bad.sum() >= recall
+    return float((hits / np.arange(1, len(scores) + 1))[reached].max())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ablations.synthetic_batch", description=__doc__)
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS), required=True)
+    parser.add_argument("--seeds", type=int, default=1, help="the engine's seeds 0 .. N-1, each a draw")
+    parser.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"), choices=sorted(VARIANTS))
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
@@ -159,9 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         tasks = [c.to_json() for c in candidates]
         for variant in args.variant:
-            for i, message in enumerate(imap_spawned(partial(run_one, variant), tasks, args.jobs, nice=5)):
-                print(f"{variant} {i + 1}/{len(candidates)} {message}", flush=True)
+            for seed in range(args.seeds):
+                run = partial(run_one, variant, seed)
+                for i, message in enumerate(imap_spawned(run, tasks, args.jobs, nice=5)):
+                    print(f"{variant} seed {seed} {i + 1}/{len(candidates)} {message}", flush=True)
     report(candidates, args.variant)
+    if args.compare:
+        print(compare(candidates, *args.compare, args.seeds))
     return 0
 
 

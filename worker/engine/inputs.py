@@ -22,8 +22,8 @@ def batch(
     spec: ArchitectureSpec, data: Any, opts: ConditionOptions, device: torch.device
 ) -> tuple[Tensor, Tensor | None, str]:
     """``(x, y, source)``: at most ``opts.batch_size`` samples on ``device``; ``source`` is
-    ``"gaussian"`` (no data: a Gaussian batch from the ``seeds.DATA`` stream, ``pink_noise`` unless
-    ``opts.synthetic_inputs`` is "white") or
+    ``"gaussian"`` (no data: a standard normal batch from the ``seeds.DATA`` stream, filtered by
+    ``pink_noise`` when ``opts.synthetic_inputs`` is "pink") or
     ``"given"``. ``data``: a tensor or array ``[N >= 2, *input_shape]``, or a mapping with
     ``"x"`` and optionally ``"y"``. Raises ValueError for data of the wrong shape."""
     shape = tuple(spec.input_shape)
@@ -76,10 +76,10 @@ def pink_noise(white: Tensor) -> Tensor:
     """``white`` (``[N, ...]``, standard normal) filtered to an amplitude spectrum that falls as
     ``1/f`` over the last two dimensions (the one dimension of a vector), then standardized to mean
     0 and variance 1 over the batch: still Gaussian, but smooth, with correlated neighbours as natural
-    data has. Networks that fail on real data often fail on its correlations, which white noise
-    never shows them: the default path's probe ranked benchmark v2's development set better on this
-    batch (docs/conditioning.md, section 8). The zero frequency keeps the largest amplitude (that of
-    the lowest nonzero frequency along the longest dimension)."""
+    data has (``options.synthetic_inputs: "pink"``). On benchmark v2's development set the default
+    path's probe ranked a little better on it than on white noise, within the noise over three seeds
+    (docs/conditioning.md, section 8). The zero frequency keeps the largest amplitude (that of the
+    lowest nonzero frequency along the longest dimension)."""
     dims = (-2, -1) if white.dim() >= 3 else (-1,)
     radius = torch.zeros(())
     for i, d in enumerate(dims):

@@ -29,7 +29,7 @@ def _linear_fit_accuracy(x: torch.Tensor, y: torch.Tensor) -> float:
 
 def test_teacher_labels_are_linearly_separable_where_random_labels_are_not() -> None:
     data, options = synthetic_batch(SPEC, "white_teacher")
-    assert data is not None and options == {"synthetic_inputs": "white"}
+    assert data is not None and options == {"synthetic_inputs": "white", "seed": 0}
     x, y = data["x"], data["y"]
     assert x.shape == (64, 8) and y.shape == (64,) and len(torch.unique(y)) == 4
     assert _linear_fit_accuracy(x, y) == 1.0
@@ -37,7 +37,10 @@ def test_teacher_labels_are_linearly_separable_where_random_labels_are_not() -> 
     assert _linear_fit_accuracy(x, random) < 0.8
     again, _ = synthetic_batch(SPEC, "white_teacher")
     assert again is not None and torch.equal(again["x"], x) and torch.equal(again["y"], y)
-    assert synthetic_batch(SPEC, "pink_random") == (None, {"synthetic_inputs": "pink"})  # the engine draws it
+    assert synthetic_batch(SPEC, "pink_random", 2) == (
+        None,
+        {"synthetic_inputs": "pink", "seed": 2},
+    )  # the engine draws it
 
 
 def test_flags_count_precision_and_recall_below_the_cut() -> None:

@@ -71,11 +71,11 @@ def test_no_data_is_a_seeded_gaussian_batch_of_the_input_shape() -> None:
     assert torch.equal(x, again)
 
 
-def test_the_default_batch_is_pink_a_filtered_white_draw_and_white_on_request() -> None:
+def test_the_pink_batch_is_the_default_white_draw_filtered() -> None:
     spec = parse_spec({"input_shape": [1, 16, 16], "blocks": [{"layers": [{"type": "flatten"}]}]})
     cpu = torch.device("cpu")
-    pink, _, _ = batch(spec, None, ConditionOptions(batch_size=256), cpu)
-    white, _, source = batch(spec, None, ConditionOptions(batch_size=256, synthetic_inputs="white"), cpu)
+    pink, _, _ = batch(spec, None, ConditionOptions(batch_size=256, synthetic_inputs="pink"), cpu)
+    white, _, source = batch(spec, None, ConditionOptions(batch_size=256), cpu)
     assert source == "gaussian" and torch.equal(pink, pink_noise(white))  # the same draw, filtered
     assert abs(float(pink.mean())) < 1e-5 and abs(float(pink.std()) - 1) < 1e-5
     neighbours = torch.corrcoef(torch.stack([pink[..., :-1].flatten(), pink[..., 1:].flatten()]))[0, 1]
