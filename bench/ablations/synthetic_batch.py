@@ -4,9 +4,9 @@ A submission without ``options.data`` is conditioned on a synthetic Gaussian bat
 fits random class labels: a memorization task. Each variant here sets the inputs and the labels, and
 conditions with every other option at its default:
 
-- inputs ``white``: standard normal noise (the default path until this ablation); ``pink``: the
-  same draw filtered to an amplitude spectrum that falls as ``1/f`` (``worker.engine.inputs.
-  pink_noise``, the default path since: ``options.synthetic_inputs``);
+- inputs ``white``: standard normal noise (the default path's); ``pink``: the same draw filtered to
+  an amplitude spectrum that falls as ``1/f`` (``worker.engine.inputs.pink_noise``, the option
+  ``synthetic_inputs: "pink"``; its gain here stayed within the noise, so white stays the default);
 - labels ``random``: the probe's own random labels (no ``y`` is given); ``teacher``: the labels of
   a random linear teacher, ``y = argmax(flatten(x) @ W)`` (``W`` a fixed Gaussian matrix per input
   size), a task every network that trains can start to learn in a few steps.
@@ -34,7 +34,7 @@ import torch
 
 from bench.pipeline.calibrate import prune_cut
 from bench.pipeline.candidates import Candidate
-from bench.pipeline.metrics import spearman
+from bench.pipeline.metrics import precision_at_recall, spearman
 from bench.pipeline.run import engine_version, imap_spawned, read_json, write_json
 from bench.v2.analysis import load_rows, rescored, truth
 from bench.v2.candidates import dev_set
@@ -89,6 +89,7 @@ def _path(variant: str, seed: int, candidate_id: str) -> Path:
 
 
 def run_one(variant: str, seed: int, cand: dict[str, Any]) -> str:
+    """Condition one candidate as ``variant`` at the engine's ``seed`` (cached per engine version)."""
     from worker.engine import condition
 
     torch.set_num_threads(1)
@@ -172,6 +173,8 @@ def compare(candidates: list[Candidate], first: str, second: str, seeds: int) ->
         scored = [rescored(read_json(p)) or {} for p in paths]
         if all(x.get("components") for x in scored):
             rows.append((row.group, -b["loss"], b["untrainable"], [float(x["score"]) for x in scored]))
+    if not rows:
+        return f"no development candidate has {first} and {second} at seeds 0-{seeds - 1}: run them first"
     groups = np.array([r[0] for r in rows])
     target = np.array([r[1] for r in rows])
     bad = np.array([r[2] for r in rows])
@@ -185,7 +188,7 @@ def compare(candidates: list[Candidate], first: str, second: str, seeds: int) ->
                 spearman(list(column[groups[index] == g]), list(target[index][groups[index] == g]))
                 for g in np.unique(groups[index])
             ]
-            out[k] = (np.nanmean(rhos), _precision_at_recall(column, bad[index], 0.8))
+            out[k] = (np.nanmean(rhos), precision_at_recall(list(column), list(bad[index]), 0.8))
         return out[seeds:].mean(axis=0) - out[:seeds].mean(axis=0)
 
     point = statistics(np.arange(len(rows)))
@@ -199,17 +202,8 @@ def compare(candidates: list[Candidate], first: str, second: str, seeds: int) ->
     )
 
 
-def _precision_at_recall(scores: np.ndarray, bad: np.ndarray, recall: float) -> float:
-    """The best precision of flagging the lowest scores that reaches ``recall`` of ``bad``."""
-    if not bad.any():
-        return math.nan
-    order = np.argsort(scores, kind="stable")
-    hits = np.cumsum(bad[order])
-    reached = hits / bad.sum() >= recall
-    return float((hits / np.arange(1, len(scores) + 1))[reached].max())
-
-
 def main(argv: list[str] | None = None) -> int:
+    """Condition the development set as each ``--variant`` at each seed, then report (and compare)."""
     parser = argparse.ArgumentParser(prog="python -m bench.ablations.synthetic_batch", description=__doc__)
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS), required=True)
     parser.add_argument("--seeds", type=int, default=1, help="the engine's seeds 0 .. N-1, each a draw")

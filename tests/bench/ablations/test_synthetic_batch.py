@@ -47,3 +47,9 @@ def test_flags_count_precision_and_recall_below_the_cut() -> None:
     scores, bad = [-0.9, -0.8, -0.1, -0.7], [True, False, False, True]
     assert _flags(scores, -0.5, bad) == "3 flagged at 0.67 / 1.00"
     assert _flags(scores, -1.0, bad) == "0 flagged at n/a / 0.00"
+
+
+def test_compare_says_what_to_run_when_nothing_is_cached() -> None:
+    from bench.ablations.synthetic_batch import compare
+
+    assert compare([], "white_random", "pink_random", 3).startswith("no development candidate has white_random")

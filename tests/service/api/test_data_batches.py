@@ -143,6 +143,18 @@ def test_the_batch_is_part_of_the_cache_key(api: httpx.Client) -> None:
     assert len({with_a["id"], with_b["id"], without["id"]}) == 3
 
 
+def test_the_synthetic_batch_option_is_keyed_only_where_no_data_is_given(api: httpx.Client) -> None:
+    """``synthetic_inputs`` chooses the batch drawn without data: with a data batch it computes
+    nothing different, so it makes no second job; without one it does."""
+    a = api.post("/v1/batches", json={"x": X, "y": Y}).json()["id"]
+    plain = api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": a}}).json()
+    pink = api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": a, "synthetic_inputs": "pink"}}).json()
+    assert pink["id"] == plain["id"] and pink["cached"] is True
+    white = api.post("/v1/candidates", json={"spec": SPEC}).json()
+    drawn = api.post("/v1/candidates", json={"spec": SPEC, "options": {"synthetic_inputs": "pink"}}).json()
+    assert drawn["id"] != white["id"] and drawn["cached"] is False
+
+
 @pytest.mark.slow  # a subprocess or a real worker loop: several seconds
 def test_the_worker_conditions_and_probes_on_the_uploaded_batch(
     sqlite_url: str, make_settings: Callable[..., Settings]
