@@ -19,7 +19,6 @@ def run_on_dev_set(
 ) -> int:
     """``run_one`` on each of benchmark v2's development candidates (never the frozen test set),
     then ``report`` on them."""
-    from bench.pipeline.run import imap_spawned
     from bench.v2.candidates import dev_set
 
     parser = argparse.ArgumentParser(prog=prog, description=description)
@@ -28,8 +27,16 @@ def run_on_dev_set(
     args = parser.parse_args(argv)
     candidates = dev_set()
     if not args.report_only:
-        tasks = [c.to_json() for c in candidates]
-        for i, message in enumerate(imap_spawned(run_one, tasks, args.jobs, nice=5)):
-            print(f"{i + 1}/{len(candidates)} {message}", flush=True)
+        run_each(run_one, candidates, args.jobs)
     report(candidates)
     return 0
+
+
+def run_each(run_one: Callable[[dict[str, Any]], str], candidates: list[Candidate], jobs: int, label: str = "") -> None:
+    """``run_one`` on each candidate in ``jobs`` spawned processes (niced), printing its progress
+    line after ``label``."""
+    from bench.pipeline.run import imap_spawned
+
+    tasks = [c.to_json() for c in candidates]
+    for i, message in enumerate(imap_spawned(run_one, tasks, jobs, nice=5)):
+        print(f"{label}{i + 1}/{len(candidates)} {message}", flush=True)

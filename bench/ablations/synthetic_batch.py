@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,11 +33,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.ablations._dev_set import run_each
 from bench.pipeline.calibrate import prune_cut
 from bench.pipeline.candidates import Candidate
-from bench.pipeline.metrics import precision_at_recall, spearman
-from bench.pipeline.run import engine_version, imap_spawned, read_json, write_json
-from bench.v2.analysis import load_rows, rescored, truth
+from bench.pipeline.metrics import flags_figures, precision_at_recall, spearman
+from bench.pipeline.run import engine_version, read_json, write_json
+from bench.v2.analysis import Row, load_rows, rescored, truth
 from bench.v2.candidates import dev_set
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,7 +103,7 @@ def run_one(variant: str, seed: int, cand: dict[str, Any]) -> str:
     try:
         data, options = synthetic_batch(candidate.spec, variant, seed)
         report = condition(candidate.spec, data=data, options=options)
-        result = {"score": report.score, "verdict": report.verdict, "components": report.components}
+        result: dict[str, Any] = {"score": report.score, "verdict": report.verdict, "components": report.components}
     except Exception as error:  # noqa: BLE001 - an engine crash is a finding
         result = {"error": f"{type(error).__name__}: {error}", "score": math.nan, "verdict": None}
     write_json(path, {**result, "engine_version": version})
@@ -109,10 +111,25 @@ def run_one(variant: str, seed: int, cand: dict[str, Any]) -> str:
 
 
 def _flags(scores: list[float], cut: float, bad: list[bool]) -> str:
-    hit = sum(s < cut and u for s, u in zip(scores, bad, strict=True))
-    flagged = sum(s < cut for s in scores)
-    precision = f"{hit / flagged:.2f}" if flagged else "n/a"
-    return f"{flagged} flagged at {precision} / {hit / max(sum(bad), 1):.2f}"
+    f = flags_figures([s < cut for s in scores], bad)
+    precision, recall = (f"{v:.2f}" if not math.isnan(v) else "n/a" for v in (f.precision, f.recall))
+    return f"{f.flagged} flagged at {precision} / {recall}"
+
+
+def _scored_rows(
+    candidates: list[Candidate], paths: Callable[[str], list[Path]]
+) -> list[tuple[Row, dict[str, Any], list[float]]]:
+    """``(row, B's truth under S, the scores cached at paths(id))`` of each development candidate
+    with a truth and every path cached with its components, rescored by the shipped weights."""
+    out = []
+    for row in load_rows(candidates, "dev", CACHE, SEEDS, 1.0):
+        b, cached = truth(row, "sgd", "tuned"), paths(row.candidate.id)
+        if b is None or not all(p.exists() for p in cached):
+            continue
+        scored = [rescored(read_json(p)) or {} for p in cached]
+        if all(x.get("components") for x in scored):
+            out.append((row, b, [float(x["score"]) for x in scored]))
+    return out
 
 
 def report(candidates: list[Candidate], variants: list[str], seed: int = 0) -> None:
@@ -121,17 +138,11 @@ def report(candidates: list[Candidate], variants: list[str], seed: int = 0) -> N
     Spearman with minus B's loss, per dataset group."""
     weights = json.loads((ROOT / "worker" / "engine" / "score_weights.json").read_text())
     train_ids, cut = set(weights["train_ids"]), float(weights["prune_below"])
-    items = []
-    for row in load_rows(candidates, "dev", CACHE, SEEDS, 1.0):
-        b = truth(row, "sgd", "tuned")
-        paths = [_path(v, seed, row.candidate.id) for v in variants]
-        if b is None or not row.preflight or not all(p.exists() for p in paths):
-            continue
-        scored = [rescored(read_json(p)) or {} for p in paths]
-        if not all(s.get("components") for s in scored):
-            continue
-        scores = [float(row.preflight["score"]), *(float(s["score"]) for s in scored)]
-        items.append((row.candidate.id in train_ids, row.group, b, scores))
+    items = [
+        (row.candidate.id in train_ids, row.group, b, [float(row.preflight["score"]), *scores])
+        for row, b, scores in _scored_rows(candidates, lambda cid: [_path(v, seed, cid) for v in variants])
+        if row.preflight
+    ]
     if not items:
         print("no development candidate has every variant cached: run without --report-only")
         return
@@ -164,15 +175,12 @@ def compare(candidates: list[Candidate], first: str, second: str, seeds: int) ->
     submission gets): the mean over datasets of the within-dataset Spearman with minus B's loss,
     and the best precision at recall >= 0.8 of B's untrainable candidates; bootstrap over
     candidates (1,000 resamples), 95 % intervals."""
-    rows = []
-    for row in load_rows(candidates, "dev", CACHE, SEEDS, 1.0):
-        b = truth(row, "sgd", "tuned")
-        paths = [_path(v, s, row.candidate.id) for v in (first, second) for s in range(seeds)]
-        if b is None or not all(p.exists() for p in paths):
-            continue
-        scored = [rescored(read_json(p)) or {} for p in paths]
-        if all(x.get("components") for x in scored):
-            rows.append((row.group, -b["loss"], b["untrainable"], [float(x["score"]) for x in scored]))
+    rows = [
+        (row.group, -b["loss"], b["untrainable"], scores)
+        for row, b, scores in _scored_rows(
+            candidates, lambda cid: [_path(v, s, cid) for v in (first, second) for s in range(seeds)]
+        )
+    ]
     if not rows:
         return f"no development candidate has {first} and {second} at seeds 0-{seeds - 1}: run them first"
     groups = np.array([r[0] for r in rows])
@@ -213,15 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     candidates = dev_set()
     if not args.report_only:
-        tasks = [c.to_json() for c in candidates]
         for variant in args.variant:
             for seed in range(args.seeds):
-                run = partial(run_one, variant, seed)
-                for i, message in enumerate(imap_spawned(run, tasks, args.jobs, nice=5)):
-                    print(f"{variant} seed {seed} {i + 1}/{len(candidates)} {message}", flush=True)
+                run_each(partial(run_one, variant, seed), candidates, args.jobs, f"{variant} seed {seed} ")
     report(candidates, args.variant)
     if args.compare:
-        print(compare(candidates, *args.compare, args.seeds))
+        first, second = args.compare
+        print(compare(candidates, first, second, args.seeds))
     return 0
 
 

@@ -29,6 +29,7 @@ import torch
 
 from bench.pipeline.calibrate import prune_cut
 from bench.pipeline.candidates import Candidate
+from bench.pipeline.metrics import flags_figures
 from bench.pipeline.run import engine_version, imap_spawned, read_json, write_json
 from bench.v2.analysis import GROUPS, Row, load_rows, rescored, truth, verdict
 from bench.v2.candidates import dev_set, test_set
@@ -135,10 +136,9 @@ def own_cut_on_dev() -> list[str]:
         return ["no development candidate has both paths cached: run with --set dev"]
 
     def flags(scores: list[float], cut: float, bad: list[bool]) -> str:
-        hit = sum(s < cut and u for s, u in zip(scores, bad, strict=True))
-        flagged = sum(s < cut for s in scores)
-        precision = f"{hit / flagged:.2f}" if flagged else "n/a"
-        return f"{flagged} flagged, precision {precision}, recall {hit / max(sum(bad), 1):.2f}"
+        f = flags_figures([s < cut for s in scores], bad)
+        precision, recall = (f"{v:.2f}" if not math.isnan(v) else "n/a" for v in (f.precision, f.recall))
+        return f"{f.flagged} flagged, precision {precision}, recall {recall}"
 
     cut = float(weights["prune_below"])
     train = [i for i in items if i[0]]
