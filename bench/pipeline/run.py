@@ -22,7 +22,6 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
-from functools import cache
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from bench.pipeline.datasets import load_key
 from bench.pipeline.inits import PEERS, initialize
 from bench.pipeline.protocol import Protocol, step_seconds, train
 from bench.pipeline.proxies import compute_proxies
+from worker.revision import engine_source_hash
 
 __all__ = ["STAGES", "cached", "condition_candidate", "finish_extra", "imap_spawned", "kept_note", "run_stage"]
 
@@ -184,23 +184,12 @@ STAGES: dict[str, Callable[[Candidate, Protocol, Path], dict[str, Any]]] = {
 }
 
 
-@cache
 def engine_version() -> str:
-    """A hash of the engine's source (``worker/engine/*.py``) and of what sets its defaults and its
-    weights (``nas/options.py``, ``nas/build.py``): a changed engine reruns its stages. The score's
-    weights (``worker/engine/score_weights.json``) are left out on purpose: they change no
-    measurement, and the reports recompute the shipped score from the cached components, so a
-    refit (``python -m bench.v2.calibrate``) needs no rerun."""
-    import nas
-    import worker
-
-    folder = Path(worker.__file__).parent / "engine"
-    digest = hashlib.sha256()
-    for path in sorted(folder.glob("*.py")):
-        digest.update(path.name.encode() + path.read_bytes())
-    for path in (Path(nas.__file__).parent / "options.py", Path(nas.__file__).parent / "build.py"):
-        digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()[:16]
+    """The engine's source hash (``worker.revision.engine_source_hash``: ``worker/engine/*.py``,
+    ``nas/options.py``, ``nas/build.py``): a changed engine reruns its stages. The score's weights
+    are left out on purpose: they change no measurement, and the reports recompute the shipped
+    score from the cached components, so a refit (``python -m bench.v2.calibrate``) needs no rerun."""
+    return engine_source_hash()
 
 
 def engines_named(what: Mapping[str, str], separator: str = ", ") -> tuple[str, bool]:

@@ -109,6 +109,11 @@ class CandidatePublic(BaseModel):
     )
     device: str
     options: dict[str, Any]
+    engine: str | None = Field(
+        None,
+        description="the engine revision the job is keyed under and computed by; a new release recomputes "
+        "(null: queued before revisions were recorded)",
+    )
     attempts: int
     worker: str | None = None
     error: str | None = None
@@ -136,6 +141,7 @@ class CandidatePublic(BaseModel):
             priority=row.priority,
             device=row.device,
             options=row.options,
+            engine=row.engine,
             attempts=row.attempts,
             worker=row.worker,
             error=row.error,

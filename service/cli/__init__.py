@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from service.cli.version import version
+from worker.revision import engine_revision
 
 __all__ = ["main"]
 
@@ -27,7 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="preflight",
         description="Condition and score NAS candidate architectures before training.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {version()} (engine revision {engine_revision()})"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMAND_MODULES:
         importlib.import_module(f"service.cli.{name}").register(subparsers)

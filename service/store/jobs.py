@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Result, case, delete, func, insert, select, update
+from sqlalchemy import CursorResult, Result, case, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from nas.canonical import cache_key
@@ -44,6 +44,7 @@ from service.store.models import (
     Submission,
 )
 from service.store.owners import ANONYMOUS_OWNER, public_id
+from worker.revision import engine_revision
 
 __all__ = [
     "DEVICE_KINDS",
@@ -58,6 +59,7 @@ __all__ = [
     "finite",
     "heartbeat",
     "queue_depth",
+    "queued_for_other_engines",
     "reap",
     "release",
     "submit",
@@ -104,10 +106,11 @@ class NewCandidate:
     device: str = "any"
     priority: int = 0
     owner_id: int = ANONYMOUS_OWNER  # who submits it (service.store.owners)
+    engine: str = field(default_factory=engine_revision)  # the revision that will compute it
 
     @property
     def cache_key(self) -> str:
-        return cache_key(self.spec_hash, self.options)
+        return cache_key(self.spec_hash, self.options, self.engine)
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
         {
             "cache_key": key,
             "spec_hash": c.spec_hash,
+            "engine": c.engine,
             "spec": c.spec,
             "options": c.options,
             "study": c.study,
@@ -241,9 +245,16 @@ def _hold(
     return {key: (row.id, row.public_id) for key, row in held.items()}
 
 
-def claim(session: Session, *, worker: str, device_kind: str, lease_seconds: float) -> Job | None:
-    """Lease the next queued job this worker's device can run, or None (the lease runs on the
-    database's clock, ``db_now``).
+def claim(
+    session: Session, *, worker: str, device_kind: str, lease_seconds: float, engine: str | None = None
+) -> Job | None:
+    """Lease the next queued job this worker's device and engine can run, or None (the lease runs
+    on the database's clock, ``db_now``).
+
+    A job is keyed under the engine revision of the service that queued it; a worker claims only
+    jobs of its own revision (``engine``, this process's ``engine_revision()`` when None) and the
+    jobs queued before revisions were recorded, so a report is always the work of the engine
+    its key names, and a worker left at an older release takes none of a newer one's jobs.
 
     Owners share the workers fairly: the next job is one whose owner has the fewest jobs
     running (for a job several owners submitted, the least busy of them), then the highest
@@ -253,7 +264,11 @@ def claim(session: Session, *, worker: str, device_kind: str, lease_seconds: flo
     now = db_now(session)
     pick = (
         select(Candidate.id)
-        .where(Candidate.status == Status.QUEUED, Candidate.device.in_(DEVICE_KINDS[device_kind]))
+        .where(
+            Candidate.status == Status.QUEUED,
+            Candidate.device.in_(DEVICE_KINDS[device_kind]),
+            or_(Candidate.engine == (engine or engine_revision()), Candidate.engine.is_(None)),
+        )
         .order_by(_owners_running(), Candidate.priority.desc(), Candidate.id)
         .limit(1)
     )
@@ -453,6 +468,16 @@ def queue_depth(session: Session) -> dict[Status, int]:
         for status, count in session.execute(select(Candidate.status, func.count()).group_by(Candidate.status))
     }
     return {status: counts.get(status.value, 0) for status in Status}
+
+
+def queued_for_other_engines(session: Session, engine: str | None = None) -> int:
+    """How many queued candidates were keyed under an engine revision other than ``engine``
+    (this process's when None): jobs a worker of that revision never claims."""
+    mine = engine or engine_revision()
+    count = select(func.count()).where(
+        Candidate.status == Status.QUEUED, Candidate.engine.is_not(None), Candidate.engine != mine
+    )
+    return int(session.execute(count).scalar_one())
 
 
 def _rowcount(result: Result[Any]) -> int:

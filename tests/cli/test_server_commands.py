@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from service.testing import free_port
+from worker.revision import engine_revision
 
 TINY = {"steps": 1, "n_vectors": 1, "batch_size": 8, "diagnostics": False, "hessian_iterations": 0}
 
@@ -132,7 +133,8 @@ def test_version_is_printed() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "service.cli", "--version"], capture_output=True, text=True, timeout=60
     )
-    assert result.returncode == 0 and result.stdout.startswith("preflight ") and len(result.stdout.split()) == 2
+    assert result.returncode == 0 and result.stdout.startswith("preflight ")
+    assert result.stdout.split()[2:] == ["(engine", "revision", f"{engine_revision()})"]
 
 
 @pytest.mark.slow

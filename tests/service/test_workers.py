@@ -70,6 +70,7 @@ def submit_many(
     max_attempts: int = 3,
     make: Callable[[int], dict[str, Any]] = spec,
     owner_id: int = 0,
+    engine: str | None = None,
 ) -> list[int]:
     from nas import parse_spec, spec_hash
 
@@ -82,6 +83,7 @@ def submit_many(
                 spec_hash=spec_hash(parsed),
                 options=options,
                 owner_id=owner_id,
+                **({"engine": engine} if engine else {}),  # None: this checkout's revision
             )
         )
     engine = make_engine(url)
@@ -237,6 +239,29 @@ def test_a_worker_touches_its_alive_file_only_while_it_can_take_jobs(
         finally:
             runner.stop(hard=True)
             runner.join(60)
+
+
+@pytest.mark.slow  # a real worker loop
+def test_a_burst_worker_does_its_engines_jobs_and_stops_leaving_another_revisions_queued(
+    sqlite_url: str, make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job keyed by another engine revision (a service of another release queued it) is not
+    this worker's to compute: a burst worker does its own jobs, names the others in a warning
+    and stops instead of waiting on them forever."""
+    mine = submit_many(sqlite_url, 2, tuning(**TINY))
+    older = submit_many(sqlite_url, 1, tuning(**TINY), engine="0123456789abcdef")
+    runner = Runner(make_settings(sqlite_url), device="cpu", burst=True, name="burst")
+    with caplog.at_level("WARNING", logger="worker.jobs.runner"):
+        runner.start_thread()
+        runner.join(180)
+        stuck = runner._thread is not None and runner._thread.is_alive()
+        if stuck:
+            runner.stop(hard=True)
+            runner.join(60)
+    assert not stuck, "the burst worker waited on a job it cannot claim"
+    final = dict(rows(sqlite_url, select(Candidate.id, Candidate.status)))
+    assert [final[i] for i in mine] == ["done", "done"] and final[older[0]] == "queued"
+    assert any("1 queued job(s) were keyed by another engine revision" in r.getMessage() for r in caplog.records)
 
 
 BIG_ACTIVATIONS = {  # 3 M activations per sample: 12 GB at batch 1024, far over a 2 GiB limit

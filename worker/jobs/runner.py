@@ -34,6 +34,7 @@ from service.store import data_batches, jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
 from worker.jobs.engine_process import EngineCrashed, EngineError, EngineProcess
 from worker.jobs.outcome import Outcome, RetryPolicy
+from worker.revision import engine_revision
 
 __all__ = ["Runner"]
 
@@ -148,7 +149,7 @@ class Runner:
                 return self.done
             kind = "cuda" if device.startswith("cuda") else "cpu"
             self.name = f"{self.name}:{device}"
-            log.info("worker %s: started", self.name)
+            log.info("worker %s: started (engine revision %s)", self.name, engine_revision())
             while not self._stop.is_set():
                 self._mark_progress()
                 if self.max_jobs is not None and self.done >= self.max_jobs:
@@ -197,8 +198,21 @@ class Runner:
         return None
 
     def _queue_empty(self) -> bool:
+        """Nothing this worker could still take: no job running and none queued but those keyed
+        under another engine revision (named in a warning: they wait for a worker of theirs)."""
         depth = self._db(jobs.queue_depth, write=False, until_stopped=True)
-        return not depth or (depth[jobs.Status.QUEUED] == 0 and depth[jobs.Status.RUNNING] == 0)
+        if not depth:
+            return True
+        foreign = self._db(jobs.queued_for_other_engines, write=False, until_stopped=True) or 0
+        if foreign:
+            log.warning(
+                "worker %s: %d queued job(s) were keyed by another engine revision than this worker's (%s); "
+                "a worker of the same release as the service that queued them takes them",
+                self.name,
+                foreign,
+                engine_revision(),
+            )
+        return depth[jobs.Status.QUEUED] - foreign == 0 and depth[jobs.Status.RUNNING] == 0
 
     def _maybe_reap(self, *, busy: bool = False) -> None:
         """Put expired leases back every ``min(lease / 2, 10 s)``: from the idle loop, and from a

@@ -23,6 +23,7 @@ from service.store import jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
 from service.store.tokens import create_token, revoke_token
 from service.testing import live_server
+from worker.revision import engine_revision
 
 PROBLEM = "application/problem+json"
 
@@ -81,8 +82,9 @@ def test_submit_answers_202_with_a_queued_candidate(api: httpx.Client) -> None:
     body = response.json()
     assert body["status"] == "queued" and body["cached"] is False and body["study"] == "s" and body["trial"] == 3
     assert body["options"]["steps"] == 2 and body["report"] is None
+    assert body["engine"] == engine_revision()  # the revision it is keyed under
     fetched = api.get(f"/v1/candidates/{body['id']}").json()
-    assert fetched["id"] == body["id"] and fetched["status"] == "queued"
+    assert fetched["id"] == body["id"] and fetched["status"] == "queued" and fetched["engine"] == body["engine"]
 
 
 def test_the_same_network_and_options_is_not_tuned_twice(

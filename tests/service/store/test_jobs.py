@@ -23,6 +23,7 @@ from service.store.models import (
     Status,
     Submission,
 )
+from worker.revision import engine_revision
 
 
 def spec(width: int) -> dict[str, Any]:
@@ -281,10 +282,45 @@ def test_concurrent_identical_submissions_make_one_candidate(sessions: Any) -> N
     assert len(set(ids)) == 1
 
 
-def test_cache_key_ignores_option_order_but_not_values() -> None:
-    assert jobs.cache_key("h", {"a": 1, "b": 2}) == jobs.cache_key("h", {"b": 2, "a": 1})
-    assert jobs.cache_key("h", {"a": 1}) != jobs.cache_key("h", {"a": 2})
-    assert jobs.cache_key("h", {"a": 1}) != jobs.cache_key("g", {"a": 1})
+def test_cache_key_ignores_option_order_but_not_values_or_the_engine() -> None:
+    assert jobs.cache_key("h", {"a": 1, "b": 2}, "e") == jobs.cache_key("h", {"b": 2, "a": 1}, "e")
+    assert jobs.cache_key("h", {"a": 1}, "e") != jobs.cache_key("h", {"a": 2}, "e")
+    assert jobs.cache_key("h", {"a": 1}, "e") != jobs.cache_key("g", {"a": 1}, "e")
+    assert jobs.cache_key("h", {"a": 1}, "e") != jobs.cache_key("h", {"a": 1}, "f")
+
+
+OLDER_ENGINE = "0123456789abcdef"
+
+
+def test_a_report_of_another_engine_revision_is_not_a_cache_hit(sessions: Any) -> None:
+    """An upgraded engine recomputes: the job an older revision computed stays (nothing stored
+    is lost) and the same spec and options submitted now are a new job under this revision."""
+    (old,) = submit(sessions, new(8, engine=OLDER_ENGINE))
+    with session_scope(sessions, write=True) as session:
+        session.execute(update(Candidate).where(Candidate.id == old.id).values(status=Status.DONE))
+    (now,) = submit(sessions, new(8))
+    (again,) = submit(sessions, new(8))
+    assert now.created and now.id != old.id
+    assert not again.created and again.id == now.id
+    assert status_of(sessions, old.id) is Status.DONE
+    with session_scope(sessions) as session:
+        engines = {row.id: row.engine for row in session.execute(select(Candidate.id, Candidate.engine))}
+    assert engines == {old.id: OLDER_ENGINE, now.id: engine_revision()}
+
+
+def test_a_worker_claims_only_jobs_of_its_own_engine_revision_and_those_queued_before_revisions(
+    sessions: Any,
+) -> None:
+    older, legacy, mine = submit(sessions, new(1, engine=OLDER_ENGINE), new(2, engine=OLDER_ENGINE), new(3))
+    with session_scope(sessions, write=True) as session:  # as migration 0004 leaves a job queued before it
+        session.execute(update(Candidate).where(Candidate.id == legacy.id).values(engine=None))
+        assert jobs.queued_for_other_engines(session) == 1
+    assert [claim(sessions).id, claim(sessions).id] == [legacy.id, mine.id]
+    assert claim(sessions) is None
+    with session_scope(sessions, write=True) as session:
+        job = jobs.claim(session, worker="old", device_kind="cpu", lease_seconds=30.0, engine=OLDER_ENGINE)
+        assert job is not None and job.id == older.id
+        assert jobs.queued_for_other_engines(session) == 0
 
 
 def _skew_python_clock(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:

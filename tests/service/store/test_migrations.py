@@ -1,6 +1,6 @@
 """The Alembic migrations on SQLite and PostgreSQL: they build exactly the models' schema, and
 0003 (tenancy) gives what was stored before it to the anonymous owner, with fresh opaque ids,
-and goes back down cleanly."""
+and goes back down cleanly; 0004 (engine revisions) leaves the jobs queued before it claimable."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 from sqlalchemy.pool import NullPool
 
-from service.store.db import make_engine
+from service.store import jobs
+from service.store.db import make_engine, make_sessionmaker, session_scope
 from service.store.migrations import alembic_config, current_revision, head_revision, upgrade
 from service.store.models import Base
 from service.testing import scratch_database
@@ -26,7 +27,7 @@ def test_the_migrations_build_exactly_the_models_schema(db_url: str) -> None:
     engine = make_engine(db_url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            assert current_revision(engine) == head_revision() == "0003"
+            assert current_revision(engine) == head_revision() == "0004"
             assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
     finally:
         engine.dispose()
@@ -99,5 +100,24 @@ def test_upgrading_to_tenancy_gives_what_existed_to_the_anonymous_owner_and_down
     with engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM candidates")).scalar_one() == 2
     upgrade(empty_url)
-    assert current_revision(engine) == "0003"
+    assert current_revision(engine) == "0004"
+    engine.dispose()
+
+
+def test_jobs_queued_before_engine_revisions_stay_claimable_by_any_worker(empty_url: str) -> None:
+    """0004 records the engine revision a job is keyed under; a job queued before it has none,
+    so any worker takes it (nothing queued waits forever), and going down drops only the column."""
+    upgrade(empty_url, "0003")
+    engine = make_engine(empty_url, poolclass=NullPool)
+    with engine.begin() as connection:
+        _candidate(connection, "a" * 64, "queued", None)
+    upgrade(empty_url)
+    sessions = make_sessionmaker(engine)
+    with session_scope(sessions, write=True) as session:
+        assert jobs.queued_for_other_engines(session, "f" * 16) == 0
+        job = jobs.claim(session, worker="w", device_kind="cpu", lease_seconds=30.0, engine="f" * 16)
+        assert job is not None and job.spec == {}
+    command.downgrade(alembic_config(empty_url), "0003")
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT status FROM candidates")).scalars().all() == ["running"]
     engine.dispose()
