@@ -243,17 +243,44 @@ def _seed_mean_loss(row: Row, protocol: str, init: str) -> float:
     return math.nan if t is None else t["loss"]
 
 
+def untrainable_pairs(tuned: list[bool], peer: list[bool], resamples: int) -> dict[str, Any]:
+    """How many of the same candidates are untrainable from the tuned init and from a peer, and
+    the paired difference of the shares, peer minus tuned (above 0: the tuned init leaves fewer
+    untrainable), with its interval. Candidates where both diverged count here: they are
+    untrainable from both."""
+    bad_tuned, bad_peer = np.array(tuned, dtype=float), np.array(peer, dtype=float)
+    n = len(bad_tuned)
+    reps = resamples if n >= MIN_FOR_INTERVALS else 0
+
+    def fewer(i: np.ndarray) -> float:
+        return float((bad_peer[i] - bad_tuned[i]).mean())
+
+    return {
+        "n": n,
+        "tuned": int(bad_tuned.sum()),
+        "peer": int(bad_peer.sum()),
+        "fewer": (
+            bootstrap(fewer, n, reps) if reps else Interval(fewer(np.arange(n)), math.nan, math.nan, n)
+        ).to_json(),
+    }
+
+
 def tuning(rows: list[Row], protocol: str, resamples: int) -> dict[str, Any]:
     """Tuned init vs each init peer: the share of candidates where the tuned init ends at a lower
     training loss (pairs where both diverged left out), its interval, the mean test-accuracy
-    difference, and the share per family."""
+    difference, the share per family, and the untrainable candidates of each
+    (``untrainable_pairs``)."""
     peers = ("spec", *INIT_PEERS)
     result: dict[str, Any] = {}
     for peer in peers:
         pairs = []
+        bad: list[tuple[bool, bool]] = []
         for r in rows:
             tuned, other = truth(r, protocol, "tuned"), truth(r, protocol, peer)
-            if tuned is None or other is None or (math.isinf(tuned["loss"]) and math.isinf(other["loss"])):
+            if tuned is None or other is None:
+                continue
+            bad.append((tuned["untrainable"], other["untrainable"]))
+            if math.isinf(tuned["loss"]) and math.isinf(other["loss"]):
                 continue
             pairs.append((r.family, tuned["loss"], other["loss"], tuned["accuracy"] - other["accuracy"]))
         if not pairs:
@@ -283,6 +310,7 @@ def tuning(rows: list[Row], protocol: str, resamples: int) -> dict[str, Any]:
                 bootstrap(accuracy, n, reps) if reps else Interval(accuracy(np.arange(n)), math.nan, math.nan, n)
             ).to_json(),
             "families": {f: {"n": len(v), "wins": float(np.mean(v))} for f, v in sorted(families.items())},
+            "untrainable": untrainable_pairs([t for t, _ in bad], [o for _, o in bad], resamples),
         }
     return result
 

@@ -158,9 +158,9 @@ def _finite(value: float) -> float:
 
 def _tuning_table(tuning: dict[str, Any]) -> list[str]:
     lines = [
-        "| protocol | tuned vs | n | tuned ends lower (share) | test accuracy, tuned - peer | families where tuned "
-        "loses (share < 0.5) |",
-        "|---|---|---|---|---|---|",
+        "| protocol | tuned vs | n | tuned ends lower (share) | test accuracy, tuned - peer | untrainable: tuned / "
+        "peer (share, peer - tuned) | families where tuned loses (share < 0.5) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for protocol, peers in tuning.items():
         for peer, t in peers.items():
@@ -171,9 +171,23 @@ def _tuning_table(tuning: dict[str, Any]) -> list[str]:
                 verdict = " (**worse**)"
             lines.append(
                 f"| {protocol} | {peer} | {t['n']} | {_iv(wins)}{verdict} | {_signed(t['accuracy_gain'])} | "
-                f"{losing or '-'} |"
+                f"{_untrainable(t.get('untrainable'))} | {losing or '-'} |"
             )
     return lines
+
+
+def _untrainable(figure: dict[str, Any] | None) -> str:
+    """``tuned / peer, difference``, with **fewer** or **more** when the difference's interval
+    excludes 0 (an older cached analysis without the counts: ``-``)."""
+    if figure is None:
+        return "-"
+    fewer = figure["fewer"]
+    verdict = ""
+    if not math.isnan(fewer["low"]) and fewer["low"] > 0:
+        verdict = " (**fewer**)"
+    elif not math.isnan(fewer["high"]) and fewer["high"] < 0:
+        verdict = " (**more**)"
+    return f"{figure['tuned']} / {figure['peer']}, {_signed(fewer)}{verdict}"
 
 
 def _pruner_table(result: dict[str, Any]) -> list[str]:
@@ -423,6 +437,24 @@ def _answers(test: dict[str, Any], replays: dict[str, Any]) -> list[str]:
             lines.append(
                 f"- **{name}, tuned init against the init peers** (share of candidates where the tuned init ends at "
                 f"a lower training loss): {'; '.join(verdicts)}."
+            )
+        fewer, level = [], []
+        for protocol, table in entry["tuning"].items():
+            for peer, t in table.items():
+                if (bad := t.get("untrainable")) is None:
+                    continue
+                low = bad["fewer"]["low"]
+                label = f"{peer} ({protocol}, {bad['tuned']} against {bad['peer']})"
+                (fewer if not math.isnan(low) and low > 0 else level).append(label)
+        if fewer or level:
+            parts = [
+                f"{verdict} {', '.join(peers)}"
+                for verdict, peers in (("fewer than", fewer), ("not fewer than", level))
+                if peers
+            ]
+            lines.append(
+                f"- **{name}, untrainable candidates, tuned init against each peer** (the difference of the shares "
+                f"above 0 on its whole interval counts as fewer): {'; '.join(parts)}."
             )
         replay = replays.get(group, {})
         if "methods" in replay:
