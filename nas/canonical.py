@@ -147,7 +147,7 @@ def _has_batchnorm(layer: Layer) -> bool:
 def cache_key(spec_hash: str, options: Mapping[str, Any], engine: str) -> str:
     """One job's identity: SHA-256 of the spec hash, the canonical (key-sorted) JSON of its
     tuning options (every default filled in, ``NOT_IN_KEY`` left out) and the engine's revision
-    (``worker.revision.engine_revision``): the same network tuned with other options, or by
+    (``service.revision.engine_revision``): the same network tuned with other options, or by
     another engine, is another job."""
     canonical = json.dumps(options, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(f"{spec_hash}\n{canonical}\n{engine}".encode()).hexdigest()

@@ -34,7 +34,7 @@ from bench.pipeline.datasets import load_key
 from bench.pipeline.inits import PEERS, initialize
 from bench.pipeline.protocol import Protocol, step_seconds, train
 from bench.pipeline.proxies import compute_proxies
-from worker.revision import engine_source_hash
+from service.revision import engine_source_hash
 
 __all__ = ["STAGES", "cached", "condition_candidate", "finish_extra", "imap_spawned", "kept_note", "run_stage"]
 
@@ -185,7 +185,7 @@ STAGES: dict[str, Callable[[Candidate, Protocol, Path], dict[str, Any]]] = {
 
 
 def engine_version() -> str:
-    """The engine's source hash (``worker.revision.engine_source_hash``: ``worker/engine/*.py``,
+    """The engine's source hash (``service.revision.engine_source_hash``: ``worker/engine/*.py``,
     ``nas/options.py``, ``nas/build.py``): a changed engine reruns its stages. The score's weights
     are left out on purpose: they change no measurement, and the reports recompute the shipped
     score from the cached components, so a refit (``python -m bench.v2.calibrate``) needs no rerun."""

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from service.cli.version import version
-from worker.revision import engine_revision
+from service.revision import engine_revision
 
 __all__ = ["main"]
 

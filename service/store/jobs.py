@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session, aliased
 
 from nas.canonical import cache_key
 from nas.report import ConditioningReport, finite_or_none
+from service.revision import engine_revision
 from service.store.db import db_now, insert_ignoring_duplicates
 from service.store.models import (
     BlockFigure,
@@ -44,7 +45,6 @@ from service.store.models import (
     Submission,
 )
 from service.store.owners import ANONYMOUS_OWNER, public_id
-from worker.revision import engine_revision
 
 __all__ = [
     "DEVICE_KINDS",

@@ -90,7 +90,7 @@ class Candidate(Base):
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     cache_key: Mapped[str] = mapped_column(String(64), unique=True)
     spec_hash: Mapped[str] = mapped_column(String(64), index=True)
-    # worker.revision.engine_revision of the service that queued it (part of the cache key);
+    # service.revision.engine_revision of the service that queued it (part of the cache key);
     # None: queued before migration 0004, claimable by any worker
     engine: Mapped[str | None] = mapped_column(String(16))
     spec: Mapped[dict[str, Any]]  # as parsed (nas.parse_spec), defaults left implicit

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.revision import engine_revision
 from service.testing import free_port
-from worker.revision import engine_revision
 
 TINY = {"steps": 1, "n_vectors": 1, "batch_size": 8, "diagnostics": False, "hessian_iterations": 0}
 

@@ -29,12 +29,12 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from nas.canonical import DATA_OPTION as DATA
+from service.revision import engine_revision
 from service.settings import Settings
 from service.store import data_batches, jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
 from worker.jobs.engine_process import EngineCrashed, EngineError, EngineProcess
 from worker.jobs.outcome import Outcome, RetryPolicy
-from worker.revision import engine_revision
 
 __all__ = ["Runner"]
 

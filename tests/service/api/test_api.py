@@ -18,12 +18,12 @@ import httpx
 import pytest
 
 from nas.report import ConditioningReport
+from service.revision import engine_revision
 from service.settings import Settings
 from service.store import jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
 from service.store.tokens import create_token, revoke_token
 from service.testing import live_server
-from worker.revision import engine_revision
 
 PROBLEM = "application/problem+json"
 

@@ -13,6 +13,7 @@ from sqlalchemy import func, select, update
 
 from nas import parse_spec, spec_hash
 from nas.report import ConditioningReport
+from service.revision import engine_revision
 from service.store import jobs
 from service.store.db import session_scope, utcnow
 from service.store.models import (
@@ -23,7 +24,6 @@ from service.store.models import (
     Status,
     Submission,
 )
-from worker.revision import engine_revision
 
 
 def spec(width: int) -> dict[str, Any]:

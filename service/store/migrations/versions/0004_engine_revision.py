@@ -1,6 +1,6 @@
 """The engine revision of each job: part of its cache key, and which workers may claim it.
 
-``candidates.engine`` holds ``worker.revision.engine_revision()`` of the service that queued the
+``candidates.engine`` holds ``service.revision.engine_revision()`` of the service that queued the
 job. Jobs queued before this migration keep None: their keys did not name an engine, and any
 worker may claim them. Nothing stored is rewritten.
 

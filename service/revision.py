@@ -16,8 +16,13 @@ from pathlib import Path
 
 __all__ = ["engine_revision", "engine_source_hash"]
 
-_ENGINE = Path(__file__).resolve().parent / "engine"
-_SCORE_WEIGHTS = _ENGINE / "score_weights.json"
+
+def _package_folder(name: str) -> Path:
+    """A package's folder, found and not imported (the service's store may not import the
+    worker, docs/architecture.md; hashing its files needs no import)."""
+    spec = find_spec(name)
+    assert spec is not None and spec.origin is not None, f"the {name} package is installed with the service"
+    return Path(spec.origin).parent
 
 
 def _hex16(paths: list[Path]) -> str:
@@ -27,11 +32,13 @@ def _hex16(paths: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
+def _engine_folder() -> Path:
+    return _package_folder("worker") / "engine"
+
+
 def _source_files() -> list[Path]:
-    nas_spec = find_spec("nas")  # found, not imported: importing nas is not needed to hash it
-    assert nas_spec is not None and nas_spec.origin is not None, "the nas package is installed with the worker"
-    nas_folder = Path(nas_spec.origin).parent
-    return [*sorted(_ENGINE.glob("*.py")), nas_folder / "options.py", nas_folder / "build.py"]
+    nas_folder = _package_folder("nas")
+    return [*sorted(_engine_folder().glob("*.py")), nas_folder / "options.py", nas_folder / "build.py"]
 
 
 @cache
@@ -46,4 +53,4 @@ def engine_revision() -> str:
     """16 hex digits of SHA-256 over the same files as :func:`engine_source_hash` and the score's
     calibrated weights (``worker/engine/score_weights.json``): everything a stored report's
     figures, score and verdict depend on besides the spec and the options."""
-    return _hex16([*_source_files(), _SCORE_WEIGHTS])
+    return _hex16([*_source_files(), _engine_folder() / "score_weights.json"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nas
 import worker
-from worker.revision import engine_revision, engine_source_hash
+from service.revision import engine_revision, engine_source_hash
 
 
 def _documented_hash(files: list[Path]) -> str:
@@ -43,7 +43,7 @@ def test_editing_an_engine_file_in_a_copy_gives_another_revision(tmp_path: Path)
     root = Path(worker.__file__).parent.parent
     for package in ("nas", "worker"):
         shutil.copytree(root / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    probe = "from worker.revision import engine_revision as r, engine_source_hash as s; print(r(), s())"
+    probe = "from service.revision import engine_revision as r, engine_source_hash as s; print(r(), s())"
 
     def hashes() -> list[str]:
         out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True)
