@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Result, case, delete, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, CursorResult, Result, and_, case, delete, func, insert, not_, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from nas.canonical import cache_key
@@ -58,8 +58,9 @@ __all__ = [
     "fail",
     "finite",
     "heartbeat",
+    "Backlog",
+    "backlog",
     "queue_depth",
-    "queued_for_other_engines",
     "reap",
     "release",
     "submit",
@@ -470,14 +471,30 @@ def queue_depth(session: Session) -> dict[Status, int]:
     return {status: counts.get(status.value, 0) for status in Status}
 
 
-def queued_for_other_engines(session: Session, engine: str | None = None) -> int:
-    """How many queued candidates were keyed under an engine revision other than ``engine``
-    (this process's when None): jobs a worker of that revision never claims."""
+@dataclass(frozen=True)
+class Backlog:
+    """The work a worker of one engine revision sees in the queue (``backlog``)."""
+
+    claimable: int  # queued under its own revision, or before revisions were recorded
+    running: int  # leased by any worker
+    foreign: int  # queued under another revision: never its to claim
+
+
+def backlog(session: Session, engine: str | None = None) -> Backlog:
+    """The queue as a worker of revision ``engine`` (this process's when None) sees it, in one
+    query: what it could still claim, what runs, and what waits for a worker of another release."""
     mine = engine or engine_revision()
-    count = select(func.count()).where(
-        Candidate.status == Status.QUEUED, Candidate.engine.is_not(None), Candidate.engine != mine
-    )
-    return int(session.execute(count).scalar_one())
+    queued = Candidate.status == Status.QUEUED
+    foreign = and_(queued, Candidate.engine.is_not(None), Candidate.engine != mine)
+
+    def _count(condition: ColumnElement[bool]) -> ColumnElement[int]:
+        return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
+
+    row = session.execute(
+        select(_count(and_(queued, not_(foreign))), _count(Candidate.status == Status.RUNNING), _count(foreign))
+    ).one()
+    claimable, running, foreign_queued = (int(n) for n in row)
+    return Backlog(claimable=claimable, running=running, foreign=foreign_queued)
 
 
 def _rowcount(result: Result[Any]) -> int:

@@ -264,6 +264,41 @@ def test_a_burst_worker_does_its_engines_jobs_and_stops_leaving_another_revision
     assert any("1 queued job(s) were keyed by another engine revision" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow  # a real worker loop
+def test_a_long_running_worker_names_another_revisions_queued_jobs_once_per_change(
+    sqlite_url: str,
+    make_settings: Callable[..., Settings],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker that is not a burst worker waits for work rather than stopping, so jobs that
+    only a worker of another release can take would wait unseen: it names them in a warning,
+    once per change of their number, not once per poll, and leaves them queued."""
+    from worker.jobs import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "_BACKLOG_SECONDS", 0.0)  # look at every poll: the test's many
+    older = submit_many(sqlite_url, 1, tuning(**TINY), engine="0123456789abcdef")
+
+    def warnings(count: int) -> list[str]:
+        expected = f"{count} queued job(s) were keyed by another engine revision"
+        return [r.getMessage() for r in caplog.records if expected in r.getMessage()]
+
+    with caplog.at_level("WARNING", logger="worker.jobs.runner"):
+        runner = run_runner(make_settings(sqlite_url, poll_seconds=0.05), name="long")
+        try:
+            wait_until(lambda: bool(warnings(1)), 180, "the warning about the other revision's job")
+            polls = runner._last_backlog
+            wait_until(lambda: runner._last_backlog > polls + 0.5, 60, "the idle loop to poll on")
+            more = submit_many(sqlite_url, 1, tuning(**TINY), make=lambda w: spec(w + 10), engine="0123456789abcdef")
+            wait_until(lambda: bool(warnings(2)), 60, "the warning about both jobs")
+        finally:
+            runner.stop(hard=True)
+            runner.join(60)
+    assert len(warnings(1)) == 1 and len(warnings(2)) == 1
+    final = dict(rows(sqlite_url, select(Candidate.id, Candidate.status)))
+    assert final[older[0]] == final[more[0]] == "queued"
+
+
 BIG_ACTIVATIONS = {  # 3 M activations per sample: 12 GB at batch 1024, far over a 2 GiB limit
     "input_shape": [4, 512, 512],
     "blocks": [{"layers": [{"type": "conv2d", "out": 4, "kernel": 3}, {"type": "relu"}, {"type": "global_avgpool"}]}],

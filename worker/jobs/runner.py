@@ -41,6 +41,10 @@ __all__ = ["Runner"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# How often an idle worker that is not a burst worker looks at the backlog (for the warning
+# about another engine revision's jobs): a query a minute, not one per poll.
+_BACKLOG_SECONDS = 60.0
+
 
 class Runner:
     """Claims and runs jobs until :meth:`stop` (or, with ``burst``, until the queue is empty)."""
@@ -75,6 +79,8 @@ class Runner:
         self._hard_stop = False
         self._thread: threading.Thread | None = None
         self._last_reap = 0.0
+        self._last_backlog = -math.inf  # when the idle loop last looked at the backlog
+        self._foreign_warned = 0  # the other revisions' queued jobs named in the last warning
         # liveness (``liveness()``): when the loop last made progress, and why the engine is down
         self._progress = time.monotonic()
         self._touched = -math.inf  # when the alive file was last touched
@@ -166,7 +172,7 @@ class Runner:
                     until_stopped=True,
                 )
                 if job is None:
-                    if self.burst and not self._stop.is_set() and self._queue_empty():
+                    if self._idle_and_done():
                         break
                     self._stop.wait(self.settings.poll_seconds)
                     continue
@@ -197,22 +203,28 @@ class Runner:
                 delay = min(delay * 2, 60.0)
         return None
 
-    def _queue_empty(self) -> bool:
-        """Nothing this worker could still take: no job running and none queued but those keyed
-        under another engine revision (named in a warning: they wait for a worker of theirs)."""
-        depth = self._db(jobs.queue_depth, write=False, until_stopped=True)
-        if not depth:
+    def _idle_and_done(self) -> bool:
+        """A claim found nothing: look at the backlog (a burst worker every time, any other once
+        a minute) and warn, once per change, about jobs queued under another engine revision,
+        which wait for a worker of their own release. True when a burst worker should stop:
+        nothing claimable is queued and nothing runs."""
+        now = time.monotonic()
+        if self._stop.is_set() or (not self.burst and now - self._last_backlog < _BACKLOG_SECONDS):
+            return self.burst
+        self._last_backlog = now
+        backlog = self._db(jobs.backlog, write=False, until_stopped=True)
+        if backlog is None:  # stopped while the database was unreachable
             return True
-        foreign = self._db(jobs.queued_for_other_engines, write=False, until_stopped=True) or 0
-        if foreign:
+        if backlog.foreign and backlog.foreign != self._foreign_warned:
             log.warning(
                 "worker %s: %d queued job(s) were keyed by another engine revision than this worker's (%s); "
                 "a worker of the same release as the service that queued them takes them",
                 self.name,
-                foreign,
+                backlog.foreign,
                 engine_revision(),
             )
-        return depth[jobs.Status.QUEUED] - foreign == 0 and depth[jobs.Status.RUNNING] == 0
+        self._foreign_warned = backlog.foreign
+        return self.burst and backlog.claimable == 0 and backlog.running == 0
 
     def _maybe_reap(self, *, busy: bool = False) -> None:
         """Put expired leases back every ``min(lease / 2, 10 s)``: from the idle loop, and from a

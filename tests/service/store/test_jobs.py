@@ -314,13 +314,14 @@ def test_a_worker_claims_only_jobs_of_its_own_engine_revision_and_those_queued_b
     older, legacy, mine = submit(sessions, new(1, engine=OLDER_ENGINE), new(2, engine=OLDER_ENGINE), new(3))
     with session_scope(sessions, write=True) as session:  # as migration 0004 leaves a job queued before it
         session.execute(update(Candidate).where(Candidate.id == legacy.id).values(engine=None))
-        assert jobs.queued_for_other_engines(session) == 1
+        assert jobs.backlog(session) == jobs.Backlog(claimable=2, running=0, foreign=1)
+        assert jobs.backlog(session, OLDER_ENGINE) == jobs.Backlog(claimable=2, running=0, foreign=1)
     assert [claim(sessions).id, claim(sessions).id] == [legacy.id, mine.id]
     assert claim(sessions) is None
     with session_scope(sessions, write=True) as session:
         job = jobs.claim(session, worker="old", device_kind="cpu", lease_seconds=30.0, engine=OLDER_ENGINE)
         assert job is not None and job.id == older.id
-        assert jobs.queued_for_other_engines(session) == 0
+        assert jobs.backlog(session) == jobs.Backlog(claimable=0, running=3, foreign=0)
 
 
 def _skew_python_clock(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:

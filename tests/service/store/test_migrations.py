@@ -114,7 +114,7 @@ def test_jobs_queued_before_engine_revisions_stay_claimable_by_any_worker(empty_
     upgrade(empty_url)
     sessions = make_sessionmaker(engine)
     with session_scope(sessions, write=True) as session:
-        assert jobs.queued_for_other_engines(session, "f" * 16) == 0
+        assert jobs.backlog(session, "f" * 16) == jobs.Backlog(claimable=1, running=0, foreign=0)
         job = jobs.claim(session, worker="w", device_kind="cpu", lease_seconds=30.0, engine="f" * 16)
         assert job is not None and job.spec == {}
     command.downgrade(alembic_config(empty_url), "0003")
