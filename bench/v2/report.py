@@ -50,6 +50,17 @@ def _signed(figure: dict[str, Any]) -> str:
     return f"{point:+.2f} [{low:+.2f}, {high:+.2f}]"
 
 
+def _side(figure: dict[str, Any], value: float) -> int:
+    """+1 when the figure's whole interval is above ``value``, -1 when below, 0 when it holds
+    ``value`` or has no interval: the only way a difference counts here."""
+    low, high = figure["low"], figure["high"]
+    if not math.isnan(low) and low > value:
+        return 1
+    if not math.isnan(high) and high < value:
+        return -1
+    return 0
+
+
 def _machine() -> str:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU used"
     return f"{cpu_model()}, {os.cpu_count()} logical CPUs, {gpu}, torch {torch.__version__}"
@@ -166,9 +177,7 @@ def _tuning_table(tuning: dict[str, Any]) -> list[str]:
         for peer, t in peers.items():
             losing = ", ".join(f"{f} {v['wins']:.2f} of {v['n']}" for f, v in t["families"].items() if v["wins"] < 0.5)
             wins = t["wins"]
-            verdict = " (**better**)" if not math.isnan(wins["low"]) and wins["low"] > 0.5 else ""
-            if not math.isnan(wins["high"]) and wins["high"] < 0.5:
-                verdict = " (**worse**)"
+            verdict = {1: " (**better**)", -1: " (**worse**)", 0: ""}[_side(wins, 0.5)]
             lines.append(
                 f"| {protocol} | {peer} | {t['n']} | {_iv(wins)}{verdict} | {_signed(t['accuracy_gain'])} | "
                 f"{_untrainable(t.get('untrainable'))} | {losing or '-'} |"
@@ -182,11 +191,7 @@ def _untrainable(figure: dict[str, Any] | None) -> str:
     if figure is None:
         return "-"
     fewer = figure["fewer"]
-    verdict = ""
-    if not math.isnan(fewer["low"]) and fewer["low"] > 0:
-        verdict = " (**fewer**)"
-    elif not math.isnan(fewer["high"]) and fewer["high"] < 0:
-        verdict = " (**more**)"
+    verdict = {1: " (**fewer**)", -1: " (**more**)", 0: ""}[_side(fewer, 0.0)]
     return f"{figure['tuned']} / {figure['peer']}, {_signed(fewer)}{verdict}"
 
 
@@ -424,13 +429,7 @@ def _answers(test: dict[str, Any], replays: dict[str, Any]) -> list[str]:
         for protocol, table in entry["tuning"].items():
             for peer, t in table.items():
                 wins = t["wins"]
-                label = f"{peer} ({protocol}, {_iv(wins)})"
-                if not math.isnan(wins["low"]) and wins["low"] > 0.5:
-                    better.append(label)
-                elif not math.isnan(wins["high"]) and wins["high"] < 0.5:
-                    worse.append(label)
-                else:
-                    even.append(label)
+                {1: better, -1: worse, 0: even}[_side(wins, 0.5)].append(f"{peer} ({protocol}, {_iv(wins)})")
         if better or worse or even:
             groups = (("better than", better), ("worse than", worse), ("not distinguishable from", even))
             verdicts = [f"{verdict} {', '.join(peers)}" for verdict, peers in groups if peers]
@@ -443,9 +442,8 @@ def _answers(test: dict[str, Any], replays: dict[str, Any]) -> list[str]:
             for peer, t in table.items():
                 if (bad := t.get("untrainable")) is None:
                     continue
-                low = bad["fewer"]["low"]
                 label = f"{peer} ({protocol}, {bad['tuned']} against {bad['peer']})"
-                (fewer if not math.isnan(low) and low > 0 else level).append(label)
+                (fewer if _side(bad["fewer"], 0.0) > 0 else level).append(label)
         if fewer or level:
             parts = [
                 f"{verdict} {', '.join(peers)}"
