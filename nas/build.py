@@ -13,7 +13,7 @@ are the keys of ``scales``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast, overload
 
 import torch
@@ -63,6 +63,7 @@ __all__ = [
     "SelfAttention",
     "TokenMean",
     "Zero",
+    "apply_bias_shifts_",
     "build_model",
     "init_variance",
     "orthogonal_draw_",
@@ -267,6 +268,7 @@ def build_model(
     scales: Mapping[str, float] | None = None,
     seed: int | None = None,
     draw: Draw = "gaussian",
+    bias_shifts: Mapping[str, Sequence[float]] | None = None,
 ) -> PreflightNet:
     """Build the model a spec describes, initialized by its init schemes.
 
@@ -275,7 +277,9 @@ def build_model(
     the same weights; ``None`` draws from torch's global generator. ``draw``: ``"gaussian"``
     (the schemes as written) or ``"orthogonal"``: each weight replaced by the orthogonal
     factor of its Gaussian draw, at the same Frobenius norm (``orthogonal_draw_``); a report
-    names the draw its scales were tuned on (``report.environment.draw``).
+    names the draw its scales were tuned on (``report.environment.draw``). ``bias_shifts`` maps
+    bias names to per-channel values added after the scales (``report.bias_shifts``, the engine's
+    centering); ``report.build_model(spec)`` passes all four.
 
     >>> net = build_model({"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 2}]}]}, seed=0)
     >>> net(torch.zeros(3, 4)).shape
@@ -285,10 +289,14 @@ def build_model(
         raise ValueError(f"draw must be one of {list(DRAWS)}, got {draw!r}")
     spec, trace = parse_and_trace(spec)
     if seed is None:
-        return _build(spec, trace, scales, draw)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return _build(spec, trace, scales, draw)
+        model = _build(spec, trace, scales, draw)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = _build(spec, trace, scales, draw)
+    if bias_shifts:
+        apply_bias_shifts_(model, bias_shifts)
+    return model
 
 
 def _build(spec: ArchitectureSpec, trace: ShapeTrace, scales: Mapping[str, float] | None, draw: Draw) -> PreflightNet:
@@ -448,3 +456,23 @@ def apply_scales_(model: nn.Module, scales: Mapping[str, float]) -> None:
         if not math.isfinite(factor):
             raise ValueError(f"scale for {name!r} must be finite, got {factor!r}")
         tensors[name].mul_(factor)
+
+
+@torch.no_grad()
+def apply_bias_shifts_(model: nn.Module, shifts: Mapping[str, Sequence[float]]) -> None:
+    """Add per-channel values to named biases, in place (after the scales: the centering's
+    shifts are measured on the scaled network)."""
+    tensors = dict(model.named_parameters())
+    for name, values in shifts.items():
+        bias = tensors.get(name)
+        if bias is None or bias.dim() != 1:
+            raise KeyError(
+                f"bias_shifts name {name!r}, which is not a bias of this model; "
+                f"valid names look like {sorted(n for n, t in tensors.items() if t.dim() == 1)[:3]}"
+            )
+        if len(values) != bias.numel():
+            raise ValueError(f"bias_shifts[{name!r}] has {len(values)} values for {bias.numel()} channels")
+        shift = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        if not bool(torch.isfinite(shift).all()):
+            raise ValueError(f"bias_shifts[{name!r}] must be finite")
+        bias.add_(shift.to(bias.dtype))

@@ -7,7 +7,7 @@ In an objective::
     def objective(trial):
         spec = space(trial)
         report = gate.check(trial, spec)      # raises optuna.TrialPruned on a "prune" verdict
-        model = nas.build_model(spec, scales=report.scales, seed=report.environment.seed, draw=report.environment.draw)
+        model = report.build_model(spec)     # the tuned init: scales, seed, draw and bias shifts
         return train(model)
 
 :meth:`ConditioningGate.check` submits the spec, waits for the report, records it in the
@@ -30,12 +30,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import optuna
 from optuna.trial import TrialState
 
-from nas.build import PreflightNet, build_model
+from nas.build import PreflightNet
 from nas.client import Candidate, PreflightClient, SpecLike, spec_payload
 from nas.decision import conditioning_margin, keeps, report_threshold
 from nas.errors import CandidateFailed
@@ -87,10 +87,9 @@ class Screened:
         return self.report.recommended_lr
 
     def build_model(self) -> PreflightNet:
-        """The survivor at its tuned initialization: the spec's weights at the seed the
-        conditioning used, multiplied by the tuned scales."""
-        environment = self.report.environment
-        return build_model(self.spec, scales=self.scales or None, seed=environment.seed, draw=environment.draw)
+        """The survivor at its tuned initialization: the spec's weights at the seed and draw the
+        conditioning used, multiplied by the tuned scales, with the report's bias shifts."""
+        return cast(PreflightNet, self.report.build_model(self.spec))
 
 
 class ConditioningGate:

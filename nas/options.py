@@ -83,6 +83,9 @@ class ConditionOptions(BaseModel):
     # (worker.engine.forward_variance): "base" puts it under AutoInit as its starting point, "final"
     # applies it after AutoInit (it then sets every weighted layer's scale, the head's at output_std)
     forward_variance: Literal["off", "base", "final"] = "off"
+    # shift every biased linear/conv layer's bias so that its output has zero mean per channel on the
+    # batch, after the scales (worker.engine.centering; one forward pass; report.bias_shifts)
+    center_outputs: bool = True
     # whole conditioning, the probe and diagnostics included, in training steps (forward + backward)
     # of the candidate at this batch, timed once at the start (docs/conditioning.md section 6); None:
     # no budget (balancing iterates up to balance_rounds, every diagnostic on every layer)

@@ -170,6 +170,9 @@ class ConditioningReport(_Model):
     verdict: Literal["keep", "prune"]
     reasons: list[str]  # the verdict's cause first, then the others worst first
     scales: dict[str, float]
+    # per-channel values added to named biases after the scales (the engine's centering, one forward
+    # pass: every weighted layer's output at zero mean per channel on the batch); empty when it is off
+    bias_shifts: dict[str, list[float]] = Field(default_factory=dict)
     blocks: list[BlockReport]
     layers: list[LayerReport]
     tuning: TuningReport
@@ -208,8 +211,11 @@ class ConditioningReport(_Model):
 
     def build_model(self, spec: Any) -> Any:
         """The network at its tuned initialization: ``nas.build_model`` of ``spec`` (the spec this
-        report is for) with the report's scales, seed and draw, the three that the scales belong to."""
+        report is for) with the report's scales, seed and draw, the three that the scales belong to,
+        and its bias shifts."""
         from nas.build import build_model
 
         env = self.environment
-        return build_model(spec, scales=self.scales or None, seed=env.seed, draw=env.draw)
+        return build_model(
+            spec, scales=self.scales or None, seed=env.seed, draw=env.draw, bias_shifts=self.bias_shifts or None
+        )

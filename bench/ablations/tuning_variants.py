@@ -32,6 +32,8 @@ from bench.v2.analysis import load_rows, truth
 from bench.v2.candidates import dev_set
 from bench.v2.protocols import PROTOCOLS, epochs_for, train
 from bench.v2.stages import BATCH, dataset
+from nas.build import apply_bias_shifts_
+from worker.engine.centering import centering_shifts
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "results" / "variants"
@@ -41,6 +43,7 @@ CACHE = ROOT / "bench" / "results" / "v2"
 # runs of the variants that leave output_std at its default were measured when it was 0.5 for every
 # network; rerun now, they would take "auto" (1.0 with BatchNorm)
 VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},  # the engine's defaults as they are
     "gaussian": {"draw": "gaussian"},
     "orthogonal": {"draw": "orthogonal"},
     "orthogonal_out1": {"draw": "orthogonal", "output_std": 1.0},
@@ -95,6 +98,19 @@ ZEROED: dict[str, tuple[str, str]] = {
 }
 
 
+# name -> the variant whose conditioning it starts from; the tuned network's outputs are then
+# centred (``worker.engine.centering``) after the engine's report, which the probe did not see: how
+# the centering was measured before it became the engine's default (docs/conditioning.md section 8)
+CENTERED: dict[str, str] = {"default_centered": "no_centering"}
+VARIANTS["no_centering"] = {"center_outputs": False}  # the engine's defaults before the centering
+
+
+def _tuned_init(result: dict[str, Any]) -> dict[str, Any]:
+    """``nas.build_model``'s arguments for a variant's tuned network (no bias shifts in a result
+    cached before the centering)."""
+    return {"scales": result["scales"], "seed": 0, "draw": result["draw"], "bias_shifts": result.get("bias_shifts")}
+
+
 def _condition(candidate: Candidate, options: dict[str, Any]) -> dict[str, Any]:
     from worker.engine import condition
 
@@ -104,6 +120,7 @@ def _condition(candidate: Candidate, options: dict[str, Any]) -> dict[str, Any]:
     return {
         "scales": dict(report.scales),
         "draw": report.environment.draw,  # the weights the scales were tuned on
+        "bias_shifts": report.bias_shifts,  # added after the scales
         "score": report.score,
         "verdict": report.verdict,
         "counted": float(budget.get("counted_steps") or 0.0),  # every stage, the probe included
@@ -120,9 +137,12 @@ def run_one(args: tuple[str, dict[str, Any]]) -> str:
         return f"{name} {candidate.id} cached"
     start = time.perf_counter()
     data = dataset(candidate.dataset)
-    if name == "lsuv":
+    if name in ("lsuv", "lsuv_centered"):
         x, y = data.batch(BATCH)
-        state = initialize("lsuv", nas.build_model(candidate.spec, seed=0), x, y, seed=0).state_dict()
+        lsuv = initialize("lsuv", nas.build_model(candidate.spec, seed=0), x, y, seed=0)
+        if name == "lsuv_centered":  # LSUV's init, then the engine's centering
+            apply_bias_shifts_(lsuv, centering_shifts(lsuv, x))
+        state = lsuv.state_dict()
         result: dict[str, Any] = {}
 
         def make() -> torch.nn.Module:
@@ -135,10 +155,13 @@ def run_one(args: tuple[str, dict[str, Any]]) -> str:
             result = _condition(candidate, VARIANTS[base])
             result["scales"] = _zeroed(candidate.spec, result["scales"], where)
         else:
-            result = _condition(candidate, VARIANTS[name])
+            result = _condition(candidate, VARIANTS[CENTERED.get(name, name)])
+        if name in CENTERED:
+            tuned = nas.build_model(candidate.spec, **_tuned_init(result))
+            result["bias_shifts"] = centering_shifts(tuned, data.batch(BATCH)[0])
 
         def make() -> torch.nn.Module:
-            return nas.build_model(candidate.spec, scales=result["scales"], seed=0, draw=result["draw"])
+            return nas.build_model(candidate.spec, **_tuned_init(result))
 
     for protocol in ("sgd", "adamw"):
         epochs = epochs_for(candidate.dataset, PROTOCOLS[protocol])
@@ -251,7 +274,10 @@ def oracle(names: list[str], candidates: list[Candidate]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ablations.tuning_variants", description=__doc__)
     parser.add_argument(
-        "--variant", action="append", required=True, help=f"one of {sorted(VARIANTS | ZEROED)} or lsuv (repeatable)"
+        "--variant",
+        action="append",
+        required=True,
+        help=f"one of {sorted(VARIANTS | ZEROED | CENTERED)}, lsuv, lsuv_centered (repeatable)",
     )
     parser.add_argument("--family", action="append", default=[], help="development families (default: all)")
     parser.add_argument("--every", type=int, default=1, help="take every k-th candidate of each family")

@@ -135,6 +135,8 @@ class Evaluator:
         if report is not None:
             env = report.environment
             init = {"scales": dict(report.scales), "seed": env.seed, "draw": env.draw}
+            if report.bias_shifts:  # the key of a curve trained before the centering stays as it was
+                init["bias_shifts"] = report.bias_shifts
         elif peer is not None:
             init = {"peer": peer}
         key = _key("train", spec, init, lr, seed)

@@ -94,8 +94,13 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-def _model(candidate: Candidate, scales: dict[str, float] | None = None, draw: str = "gaussian") -> torch.nn.Module:
-    return nas.build_model(candidate.spec, scales=scales, seed=MODEL_SEED, draw=draw)  # type: ignore[arg-type]
+def _model(
+    candidate: Candidate,
+    scales: dict[str, float] | None = None,
+    draw: str = "gaussian",
+    bias_shifts: dict[str, list[float]] | None = None,
+) -> torch.nn.Module:
+    return nas.build_model(candidate.spec, scales=scales, seed=MODEL_SEED, draw=draw, bias_shifts=bias_shifts)  # type: ignore[arg-type]
 
 
 def _proxies(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any]:
@@ -126,6 +131,7 @@ def condition_candidate(candidate: Candidate) -> dict[str, Any]:
         "reasons": list(report.reasons),
         "scales": dict(report.scales),
         "draw": report.environment.draw,  # the weights the scales were tuned on
+        "bias_shifts": report.bias_shifts,  # added after the scales
         "components": body.get("components"),
         "thresholds": body.get("thresholds"),
         "tuning": {k: v for k, v in (body.get("tuning") or {}).items() if k != "loss_curve"},
@@ -171,8 +177,8 @@ def _tuned(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any
     if report.get("error") or report.get("scales") is None:
         return {"error": report.get("error", "no scales"), "tuned": None}
     data = load_key(candidate.dataset)
-    scales, draw = report["scales"], report.get("draw", "gaussian")
-    return {"tuned": asdict(train(lambda: _model(candidate, scales, draw), data, protocol))}
+    scales, draw, shifts = report["scales"], report.get("draw", "gaussian"), report.get("bias_shifts")
+    return {"tuned": asdict(train(lambda: _model(candidate, scales, draw, shifts), data, protocol))}
 
 
 STAGES: dict[str, Callable[[Candidate, Protocol, Path], dict[str, Any]]] = {
@@ -210,7 +216,8 @@ def _extra(stage: str, candidate: Candidate, out: Path) -> str:
         return ""
     path = out / "preflight" / f"{candidate.id}.json"
     data = read_json(path) if path.exists() else {}
-    return json.dumps(data.get("scales"), sort_keys=True) + str(data.get("error")) + str(data.get("draw", ""))
+    shifts = json.dumps(data["bias_shifts"], sort_keys=True) if data.get("bias_shifts") else ""  # older: none
+    return json.dumps(data.get("scales"), sort_keys=True) + str(data.get("error")) + str(data.get("draw", "")) + shifts
 
 
 def _task(args: tuple[str, dict[str, Any], dict[str, Any], str]) -> str:

@@ -113,6 +113,7 @@ def _fingerprint(
     elif stage.needs_preflight():
         report = _preflight_report(out, candidate, 0 if stage.kind != "train" else stage.seed)
         extra = [report.get("scales"), report.get("error"), report.get("counted_cost"), report.get("draw")]
+        extra += [report["bias_shifts"]] if report.get("bias_shifts") else []  # older caches keep their keys
     protocol = PROTOCOLS[stage.protocol].to_json() if stage.protocol else None
     parts = [stage.key, VERSION[stage.kind], candidate.spec, candidate.dataset, protocol, scale, extra]
     if stage.kind == "proxies":
@@ -146,15 +147,20 @@ def cached(out: Path, stage: Stage, candidate: Candidate, scale: float = 1.0, an
 
 
 def _model(
-    candidate: Candidate, seed: int, scales: dict[str, float] | None = None, draw: str = "gaussian"
+    candidate: Candidate,
+    seed: int,
+    scales: dict[str, float] | None = None,
+    draw: str = "gaussian",
+    bias_shifts: dict[str, list[float]] | None = None,
 ) -> torch.nn.Module:
-    return nas.build_model(candidate.spec, scales=scales, seed=seed, draw=draw)  # type: ignore[arg-type]
+    return nas.build_model(candidate.spec, scales=scales, seed=seed, draw=draw, bias_shifts=bias_shifts)  # type: ignore[arg-type]
 
 
 def tuned_model(candidate: Candidate, seed: int, report: dict[str, Any]) -> torch.nn.Module:
     """The network Preflight's report tuned: its scales on the weights of its seed and draw (a report
-    cached before the draw existed was tuned on the Gaussian one)."""
-    return _model(candidate, seed, report["scales"], report.get("draw", "gaussian"))
+    cached before the draw existed was tuned on the Gaussian one), with its bias shifts (none before
+    the centering)."""
+    return _model(candidate, seed, report["scales"], report.get("draw", "gaussian"), report.get("bias_shifts"))
 
 
 def _preflight(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dict[str, Any]:
@@ -176,6 +182,7 @@ def _preflight(candidate: Candidate, stage: Stage, out: Path, scale: float) -> d
         "reasons": list(report.reasons),
         "scales": dict(report.scales),
         "draw": report.environment.draw,  # the weights the scales were tuned on
+        "bias_shifts": report.bias_shifts,  # added after the scales
         "components": body.get("components"),
         "probe_loss": (tuning.get("probe") or {}).get("loss"),
         "counted_cost": float(budget.get("counted_steps", 0.0)),  # every stage, the probe included

@@ -60,9 +60,7 @@ class ConditioningPruner(BasePruner):
             report = gate.check(trial, spec)   # records the score; does not prune
             if trial.should_prune():            # conditioning decides here
                 raise optuna.TrialPruned()
-            model = nas.build_model(
-                spec, scales=report.scales, seed=report.environment.seed, draw=report.environment.draw
-            )
+            model = report.build_model(spec)  # the tuned init: scales, seed, draw, bias shifts
             for epoch in range(epochs):
                 trial.report(train_one_epoch(model), epoch)
                 if trial.should_prune():        # the wrapped pruner decides here

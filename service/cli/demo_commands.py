@@ -8,7 +8,7 @@ embedded default (a SQLite file, the API and a worker in this process, on a free
 1. ``no gate``: every candidate is trained from its plain initialization;
 2. ``median pruner``: the same, with Optuna's MedianPruner stopping weak trainings early;
 3. ``preflight gate``: every candidate is conditioned first; those the service prunes are
-   never trained, the others train from the tuned initialization (``report.scales``);
+   never trained, the others train from the tuned initialization (``report.build_model``);
 4. ``gate + median pruner``: both, as one study pruner: ``ConditioningPruner`` decides at
    the first ``should_prune()`` and hands later steps to MedianPruner.
 
@@ -366,7 +366,7 @@ def _search(
         spec = space(trial)
         record = TrialRecord(trial.number, spec["name"], "complete", 0, None, 0.0, params=dict(trial.params))
         result.trials.append(record)
-        scales, report = None, None
+        report = None
         if gate is not None:
             try:
                 report = gate.check(trial, spec)
@@ -378,11 +378,9 @@ def _search(
             if trial.should_prune():  # ConditioningPruner: the first check decides by conditioning
                 record.state = "pruned-before"
                 raise optuna.TrialPruned()
-            scales = (report.scales or None) if report is not None else None
-        # The conditioning seed (options["seed"]) and draw: the tuned scales belong to those weights,
-        # and every search trains the same weights for the same spec.
-        draw = report.environment.draw if report is not None else "gaussian"
-        model = nas.build_model(spec, scales=scales, seed=args.seed, draw=draw)
+        # The conditioning seed (options["seed"]) and draw: the tuned scales and bias shifts belong
+        # to those weights, and every search trains the same weights for the same spec.
+        model = report.build_model(spec) if report is not None else nas.build_model(spec, seed=args.seed)
         trainer = Trainer(
             model, data, optimizer=optimizer, generator=torch.Generator().manual_seed(args.seed + trial.number)
         )

@@ -47,6 +47,7 @@ def report(
     balancing: dict[str, float],
     balancing_mode: str,
     scales: dict[str, float],
+    bias_shifts: dict[str, list[float]],
     diagnostics: Diagnostics,
     probe: ProbeResult,
     result: ScoreResult,
@@ -64,6 +65,7 @@ def report(
         reasons=reasons,
         notes=notes,
         scales={k: float(v) for k, v in scales.items()},
+        bias_shifts=bias_shifts,
         blocks=_blocks(before, tuned, rho),
         layers=_layers(model, diagnostics),
         tuning=_tuning(tuned, before, opts, device, balancing).model_copy(

@@ -6,8 +6,9 @@ and score it. The order (``docs/conditioning.md``):
 2. balancing (scaling-calculus paper: geometric re-initialization, GR multipliers, output
    std): an analytical prior that equalises gamma_l across layers;
 3. AutoInit from there: the multipliers that make every block critical (Jacobian tuning);
-4. final scales = balancing x AutoInit, per parameter name; diagnostics on the result
-   (gamma_l and nu_l, kappa(D), Hessian blocks);
+4. final scales = balancing x AutoInit, per parameter name; then, in one forward pass, every
+   biased layer's output centred per channel on the batch (``centering``; ``report.bias_shifts``);
+   diagnostics on the result (gamma_l and nu_l, kappa(D), Hessian blocks);
 5. the trainability probe (``worker.engine.probe``): a few SGD steps from the tuned weights, counted
    in the budget (its cost is reserved before AutoInit runs); score (with the probe's calibration,
    or without it when the probe did not run), verdict and reasons.
@@ -38,7 +39,7 @@ import torch
 from torch import Tensor
 
 from nas import ArchitectureSpec, build_model
-from nas.build import PreflightNet, apply_scales_
+from nas.build import PreflightNet, apply_bias_shifts_, apply_scales_
 from nas.options import HEAD_STD, HEAD_STD_NORMALIZED, ConditionOptions
 from nas.report import ConditioningReport
 from worker.engine import seeds
@@ -47,6 +48,7 @@ from worker.engine.assemble import report
 from worker.engine.autoinit import AutoInitResult, autoinit, conditioning_mode
 from worker.engine.balancing import balance
 from worker.engine.budget import FORWARD_COST, STEP_COST, Ledger, profile_cost
+from worker.engine.centering import centering_shifts
 from worker.engine.components import components
 from worker.engine.device import resolve_device
 from worker.engine.diagnostics import Diagnostics, run_diagnostics
@@ -147,6 +149,7 @@ def condition(
         ledger.record("norm_inputs", time.perf_counter() - clock, FORWARD_COST)
     if opts.forward_variance == "final":
         unit = _product(unit, _forward_variance_(model, x, opts, ledger))
+    shifts = _center_(model, x, opts, ledger)
     left = ledger.left()
     if opts.diagnostics:
         tell(STAGES[4])
@@ -189,6 +192,7 @@ def condition(
         balancing=balancing,
         balancing_mode=balancing_mode,
         scales=_product(_product(_product(balancing, base), tuned.scales), unit),
+        bias_shifts=shifts,
         diagnostics=diagnostics,
         probe=probe,
         result=result,
@@ -246,13 +250,27 @@ def _forward_variance_(model: PreflightNet, x: Tensor, opts: ConditionOptions, l
     return scales
 
 
+def _center_(model: PreflightNet, x: Tensor, opts: ConditionOptions, ledger: Ledger) -> dict[str, list[float]]:
+    """Zero-mean outputs (``worker.engine.centering``; ``options.center_outputs``), applied to
+    ``model`` after every scale and counted as one forward pass; the shifts, for the report."""
+    if not opts.center_outputs:
+        return {}
+    clock = time.perf_counter()
+    shifts = centering_shifts(model, x)
+    apply_bias_shifts_(model, shifts)
+    ledger.record("center_outputs", time.perf_counter() - clock, FORWARD_COST)
+    return shifts
+
+
 def _probe_reserve(opts: ConditionOptions) -> float:
     """What runs after AutoInit and is reserved in the budget before it: the probe's counted cost,
-    and the forward passes of ``norm_inputs`` and a final ``forward_variance`` when they run."""
+    and the forward passes of ``norm_inputs``, a final ``forward_variance`` and the centering when
+    they run."""
     return (
         probe_cost(opts.probe_steps, len(opts.probe_lrs))
         + (FORWARD_COST if opts.norm_inputs == "unit_variance" else 0.0)
         + (FORWARD_COST if opts.forward_variance == "final" else 0.0)
+        + (FORWARD_COST if opts.center_outputs else 0.0)
     )
 
 
