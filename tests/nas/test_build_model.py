@@ -258,9 +258,15 @@ def test_a_report_rebuilds_the_network_its_scales_were_tuned_on() -> None:
 
     report = condition(EXAMPLE_MLP, options={"draw": "orthogonal", "probe_steps": 1, "budget_steps": None})
     assert report.environment.draw == "orthogonal"
+    assert report.bias_shifts  # the centering's, added after the scales
     rebuilt = report.build_model(EXAMPLE_MLP)
-    by_hand = build_model(EXAMPLE_MLP, scales=report.scales, seed=report.environment.seed, draw="orthogonal")
-    gaussian = build_model(EXAMPLE_MLP, scales=report.scales, seed=report.environment.seed)
+    env = report.environment
+    by_hand = build_model(
+        EXAMPLE_MLP, scales=report.scales, seed=env.seed, draw="orthogonal", bias_shifts=report.bias_shifts
+    )
+    gaussian = build_model(EXAMPLE_MLP, scales=report.scales, seed=env.seed, bias_shifts=report.bias_shifts)
+    unshifted = build_model(EXAMPLE_MLP, scales=report.scales, seed=env.seed, draw="orthogonal")
     x = torch.randn(8, *EXAMPLE_MLP["input_shape"], generator=torch.Generator().manual_seed(0))
     assert torch.equal(rebuilt(x), by_hand(x))
     assert not torch.allclose(rebuilt(x), gaussian(x))  # the draw matters: a report without it builds another net
+    assert not torch.allclose(rebuilt(x), unshifted(x))  # and so do the shifts

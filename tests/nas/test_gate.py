@@ -185,7 +185,9 @@ def test_prescreening_submits_all_specs_at_once_and_returns_the_kept(client: Pre
         model = screened.build_model()
         seed = screened.report.environment.seed
         draw = screened.report.environment.draw
-        reference = nas.build_model(screened.spec, scales=screened.scales, seed=seed, draw=draw)
+        shifts = screened.report.bias_shifts
+        assert shifts  # the survivor's biases are centred: build_model must carry them
+        reference = nas.build_model(screened.spec, scales=screened.scales, seed=seed, draw=draw, bias_shifts=shifts)
         for (name, p), (_, q) in zip(model.state_dict().items(), reference.state_dict().items(), strict=True):
             assert torch.equal(p, q), name
         assert model(torch.zeros(2, 64)).shape == (2, 10)
