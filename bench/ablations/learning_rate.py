@@ -76,11 +76,13 @@ def _probe_one(args: tuple[dict[str, Any], int]) -> str:
 
 
 def _tuned_fingerprint(pre: dict[str, Any]) -> str:
-    """What a cached probe depends on (the tuned scales and draw of benchmark v2's Preflight stage, and
-    the shipped probe's settings): a cached probe of anything else is rerun."""
+    """What a cached probe depends on (the tuned scales, draw and bias shifts of benchmark v2's
+    Preflight stage, and the shipped probe's settings): a cached probe of anything else is rerun."""
     shipped = ConditionOptions()
     probe = [shipped.probe_steps, list(shipped.probe_lrs), shipped.probe_momentum]
-    blob = json.dumps([pre.get("scales"), pre.get("draw"), probe], sort_keys=True)
+    parts: list[Any] = [pre.get("scales"), pre.get("draw"), probe]
+    parts += [pre["bias_shifts"]] if pre.get("bias_shifts") else []  # a network before the centering keeps its key
+    blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
