@@ -44,8 +44,9 @@ def test_the_cost_figures_are_the_median_and_the_90th_percentile() -> None:
 
 
 def test_the_tuned_runs_train_the_network_the_report_tuned() -> None:
-    """The tuned stages rebuild the report's scales on its seed and draw: the orthogonal draw's
-    scales on the Gaussian weights would be another network (a bug this test would have caught)."""
+    """The tuned stages rebuild the report's scales on its seed and draw, with its bias shifts: the
+    orthogonal draw's scales on the Gaussian weights, or the scales without the centering's shifts,
+    would be another network (bugs this test would have caught)."""
     import torch
 
     from bench.v2.stages import tuned_model
@@ -54,7 +55,8 @@ def test_the_tuned_runs_train_the_network_the_report_tuned() -> None:
 
     report = condition(EXAMPLE_MLP, options={"probe_steps": 1})
     assert report.environment.draw == "orthogonal"
-    stage = {"scales": dict(report.scales), "draw": report.environment.draw}
+    assert report.bias_shifts
+    stage = {"scales": dict(report.scales), "draw": report.environment.draw, "bias_shifts": report.bias_shifts}
     candidate = Candidate("c", "mlp", "digits", EXAMPLE_MLP)
     x = torch.randn(4, *EXAMPLE_MLP["input_shape"], generator=torch.Generator().manual_seed(0))
     ours = tuned_model(candidate, report.environment.seed, stage).eval()
