@@ -12,6 +12,7 @@ from nas import build_model
 from nas.build import apply_bias_shifts_
 from nas.examples import EXAMPLE_VIT
 from worker.engine import condition
+from worker.engine._moments import forward_hooks
 from worker.engine.autoinit import conditioning_mode
 from worker.engine.budget import FORWARD_COST
 from worker.engine.centering import centering_shifts
@@ -45,17 +46,13 @@ def _channel_means(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]
 
         return hook
 
-    handles = [
-        module.register_forward_hook(record(name, 1 if isinstance(module, nn.Conv2d) else -1))
+    hooks = [
+        (module, record(name, 1 if isinstance(module, nn.Conv2d) else -1))
         for name, module in model.named_modules()
         if isinstance(module, nn.Linear | nn.Conv2d)
     ]
-    try:
-        with conditioning_mode(model), torch.no_grad():
-            model(x)
-    finally:
-        for handle in handles:
-            handle.remove()
+    with forward_hooks(hooks), conditioning_mode(model), torch.no_grad():
+        model(x)
     return seen
 
 

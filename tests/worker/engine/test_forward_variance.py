@@ -12,6 +12,7 @@ from torch import nn
 from nas import build_model
 from nas.build import apply_scales_
 from worker.engine import condition
+from worker.engine._moments import forward_hooks
 from worker.engine.autoinit import conditioning_mode
 from worker.engine.budget import FORWARD_COST
 from worker.engine.forward_variance import unit_forward_variance_scales, weighted_layers
@@ -54,13 +55,9 @@ def _variances(model: nn.Module, x: torch.Tensor) -> dict[str, float]:
 
         return hook
 
-    handles = [modules[name].register_forward_hook(record(name)) for name in weighted_layers(model)]
-    try:
+    with forward_hooks([(modules[name], record(name)) for name in weighted_layers(model)]):
         with conditioning_mode(model), torch.no_grad():
             model(x)
-    finally:
-        for handle in handles:
-            handle.remove()
     return seen
 
 
