@@ -32,7 +32,6 @@ from bench.v2.analysis import load_rows, truth
 from bench.v2.candidates import dev_set
 from bench.v2.protocols import PROTOCOLS, epochs_for, train
 from bench.v2.stages import BATCH, dataset
-from nas.build import apply_bias_shifts_
 from worker.engine.centering import centering_shifts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,10 +138,7 @@ def run_one(args: tuple[str, dict[str, Any]]) -> str:
     data = dataset(candidate.dataset)
     if name in ("lsuv", "lsuv_centered"):
         x, y = data.batch(BATCH)
-        lsuv = initialize("lsuv", nas.build_model(candidate.spec, seed=0), x, y, seed=0)
-        if name == "lsuv_centered":  # LSUV's init, then the engine's centering
-            apply_bias_shifts_(lsuv, centering_shifts(lsuv, x))
-        state = lsuv.state_dict()
+        state = initialize(name, nas.build_model(candidate.spec, seed=0), x, y, seed=0).state_dict()
         result: dict[str, Any] = {}
 
         def make() -> torch.nn.Module:

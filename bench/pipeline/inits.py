@@ -13,7 +13,11 @@ Each peer re-initializes a freshly built model in place and returns it:
 - ``gradinit``: Zhu et al. 2021, Algorithm 1 (SGD form): one scalar ``alpha`` per parameter
   tensor, starting from the spec's weights; ``T`` Adam steps on
   ``L(S'; theta_alpha - eta g(S; theta_alpha))`` while ``||g||_2 <= gamma``, else on ``||g||_2``;
-  ``alpha >= alpha_min``.
+  ``alpha >= alpha_min``;
+- ``lsuv_centered``: LSUV, then the bias shifts of Preflight's centering
+  (``worker.engine.centering``: every biased layer's output zero-mean per channel on the batch);
+  the peer that tells the tuning's share of the tuned init's gain from the centering's
+  (benchmark v2 only).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-__all__ = ["ALL_PEERS", "PEERS", "gradinit_", "initialize", "lsuv_", "orthogonal_"]
+__all__ = ["ALL_PEERS", "PEERS", "gradinit_", "initialize", "lsuv_", "lsuv_centered_", "orthogonal_"]
 
 _WEIGHTED = (nn.Linear, nn.Conv2d)
 
@@ -149,8 +153,19 @@ PEERS: dict[str, Callable[[nn.Module, Tensor, Tensor], nn.Module]] = {
     "lsuv": lsuv_,
     "gradinit": gradinit_,
 }
-# benchmark v2's peers: v1's and the orthogonal init
-ALL_PEERS = {**PEERS, "orthogonal": orthogonal_}
+
+
+def lsuv_centered_(model: nn.Module, x: Tensor, y: Tensor) -> nn.Module:
+    from nas.build import apply_bias_shifts_
+    from worker.engine.centering import centering_shifts
+
+    lsuv_(model, x, y)
+    apply_bias_shifts_(model, centering_shifts(model, x))
+    return model
+
+
+# benchmark v2's peers: v1's, the orthogonal init and LSUV with the engine's centering
+ALL_PEERS = {**PEERS, "orthogonal": orthogonal_, "lsuv_centered": lsuv_centered_}
 
 
 def initialize(name: str, model: nn.Module, x: Tensor, y: Tensor, seed: int = 0) -> nn.Module:

@@ -40,7 +40,7 @@ __all__ = ["BATCH", "INIT_PEERS", "Stage", "dataset", "plan", "run_task", "tuned
 
 BATCH = 64
 # in the order the peers are trained: the strongest peers of v1 (LSUV, GradInit) first
-INIT_PEERS = ("lsuv", "gradinit", "kaiming", "torch_default", "xavier", "orthogonal")
+INIT_PEERS = ("lsuv", "gradinit", "kaiming", "torch_default", "xavier", "orthogonal", "lsuv_centered")
 PROBE_LRS = (0.1, 0.03, 0.01)  # protocol S's rates (the engine's probe rates until benchmark v2)
 PROBE_MOMENTUM = 0.9
 PROBE_STEPS = 15
