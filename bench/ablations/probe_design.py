@@ -6,7 +6,8 @@ returned, runs the trainability probe (``worker.engine.probe.run_probe``) in sev
 about the same or lower counted cost, and reports per dataset how each ranks ground truth B (the
 protocols trained from that same tuned init: S and W, seed 0), Spearman with test accuracy and
 with training loss, and the best precision of flagging untrainable candidates at recall 0.8.
-Results are cached per candidate under ``bench/results/probe_design/`` (``--fresh`` recomputes).
+Results are cached per candidate under ``bench/results/probe_design/``, with the engine that tuned
+the init they probed (another engine's are recomputed).
 This is how the engine's default probe was chosen (docs/conditioning.md, "Choosing the defaults").
 """
 
@@ -23,7 +24,7 @@ import torch
 from bench.ablations._dev_set import run_on_dev_set
 from bench.pipeline.candidates import Candidate
 from bench.pipeline.metrics import precision_at_recall, spearman
-from bench.pipeline.run import read_json, write_json
+from bench.pipeline.run import engine_version, read_json, write_json
 from bench.v2.analysis import group_of, load_rows, truth
 from bench.v2.stages import BATCH, dataset, tuned_model
 
@@ -42,6 +43,9 @@ DESIGNS: dict[str, tuple[int, tuple[float, ...]]] = {
     "10x1_03": (10, (0.03,)),
     "10x1_1": (10, (0.1,)),
     "6x1_03": (6, (0.03,)),
+    "10x1_01": (10, (0.01,)),
+    "5x2_high": (5, (0.3, 0.1)),
+    "5x2_low": (5, (0.03, 0.01)),
 }
 
 
@@ -51,7 +55,7 @@ def run_one(cand: dict[str, Any]) -> str:
     torch.set_num_threads(1)
     candidate = Candidate(**cand)
     path = OUT / f"{candidate.id}.json"
-    if path.exists():
+    if path.exists() and read_json(path).get("engine") == engine_version() and DESIGNS.keys() <= read_json(path).keys():
         return f"{candidate.id} cached"
     pre = read_json(CACHE / "preflight" / "s0" / f"{candidate.id}.json")
     if pre.get("scales") is None:
@@ -59,7 +63,7 @@ def run_one(cand: dict[str, Any]) -> str:
         return f"{candidate.id} no scales"
     x, y = dataset(candidate.dataset).batch(BATCH)
     model = tuned_model(candidate, 0, pre)
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"engine": engine_version()}  # the tuned init it probed is that engine's
     for name, (steps, rates) in DESIGNS.items():
         probe = run_probe(model, x, y, steps=steps, lrs=rates, momentum=0.9, seed=0)
         result[name] = {"loss": probe.loss, "cost": probe_cost(steps, len(rates))}
