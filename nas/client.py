@@ -27,6 +27,7 @@ import math
 import os
 import random
 import time
+import warnings
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -36,6 +37,7 @@ from urllib.parse import quote
 import httpx
 
 from nas.errors import (
+    BatchWarning,
     CandidateFailed,
     PreflightConnectionError,
     WaitTimeout,
@@ -363,7 +365,10 @@ class _Core:
 
     def upload_batch(self, x: Any, y: Any) -> _Operation[str]:
         body = {"x": _nested(x)} | ({} if y is None else {"y": _nested(y)})
-        return str((yield from self.request("POST", "/v1/batches", body=body))["id"])
+        stored = yield from self.request("POST", "/v1/batches", body=body)
+        for warning in stored.get("warnings", []):  # e.g. imbalanced labels: the probe's figure flatters
+            warnings.warn(f"data batch {stored['id']}: {warning}", BatchWarning, stacklevel=4)
+        return str(stored["id"])
 
 
 def _nested(array: Any) -> Any:

@@ -1,7 +1,8 @@
 """What can go wrong between a NAS controller and the Preflight service.
 
 One root, :class:`PreflightError`; one subclass per kind of failure a caller handles
-differently. Errors the service answers carry its RFC 9457 problem document
+differently, and one warning, :class:`BatchWarning`, for what the service stores but flags.
+Errors the service answers carry its RFC 9457 problem document
 (``problem``: ``type``, ``title``, ``status``, ``detail`` and any extension member such as
 the spec validator's ``errors``). Each class's docstring is its default message.
 """
@@ -13,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "AuthenticationError",
+    "BatchWarning",
     "CandidateFailed",
     "ClientError",
     "ConflictError",
@@ -26,6 +28,11 @@ __all__ = [
     "WaitTimeout",
     "error_for_status",
 ]
+
+
+class BatchWarning(UserWarning):
+    """The service stored the data batch but says it will make the reports read wrong (its
+    ``warnings``: e.g. imbalanced class labels, which flatter the trainability probe)."""
 
 
 class PreflightError(Exception):

@@ -33,11 +33,13 @@ from service.store.models import DataBatch, DataBatchOwner
 from service.store.owners import ANONYMOUS, ANONYMOUS_OWNER, Caller
 
 __all__ = [
+    "IMBALANCED",
     "MAX_ROWS",
     "MAX_VALUES",
     "BatchShape",
     "InvalidBatch",
     "check_fits",
+    "label_balance",
     "load",
     "parse",
     "shape_of",
@@ -49,8 +51,12 @@ MAX_VALUES = 2**20  # numbers in x: 4 MiB of float32, about what the body limit 
 MAX_RANK = 5  # [N, C, H, W] is 4; deeper nesting is refused before it is walked
 
 # {"x": [N, *input_shape], "labels": "class" | "float" | None, "y": [N, ...] when labelled,
-#  "classes": 1 + the largest class label}; batches stored before "y" and "classes" lack them
+#  "classes": 1 + the largest class label, "balance": label_balance of class labels}; batches
+#  stored before "y", "classes" and "balance" lack them
 BatchShape = dict[str, Any]
+# below this balance the probe's figure flatters: its reference is ln C, and a network that learns
+# only the class frequencies gets well under it (the benchmark's batches are at 0.90 to 0.97)
+IMBALANCED = 0.85
 
 
 MAX_INTEGER = 2**53  # the largest integer a float32 / float64 batch can take without loss of meaning
@@ -138,10 +144,22 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
             if len(y_shape) != 1 or min(flat) < 0:
                 raise _invalid("y", "class labels must be one non-negative integer per sample")
             labels, meta["classes"] = "class", max(flat) + 1
+            if meta["classes"] >= 2:
+                meta["balance"] = label_balance(flat, meta["classes"])
         else:
             labels = "float"
         return {"values": body["x"]}, {"values": y}, {"x": shape, "labels": labels} | meta
     return {"values": body["x"]}, None, {"x": shape, "labels": None}
+
+
+def label_balance(labels: list[int], classes: int) -> float:
+    """The class labels' entropy over ``ln classes`` (1: every class equally often; classes that
+    never occur count). The trainability probe divides its loss by ``ln C``, the uniform
+    prediction's, so on a batch far from 1 a network that learns only the class frequencies
+    reads as trainable (docs/conditioning.md, section 7)."""
+    counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=classes)
+    shares = counts[counts > 0] / len(labels)
+    return round(float(-(shares * np.log(shares)).sum() / math.log(classes)), 4)
 
 
 def _flatten(value: Any) -> list[Any]:

@@ -28,10 +28,20 @@ class DataBatchPublic(BaseModel):
     id: str  # name it in a submission's options: {"data": id}
     shape: list[int]  # [N, *input_shape]
     labels: str | None  # "class" (integer targets), "float", or null (no labels)
+    balance: float | None = None  # class labels: their entropy over ln(classes), 1 = balanced
+    warnings: list[str] = []  # what the batch will make the report read wrong; it is stored all the same
 
 
 def _public(shape: data_batches.BatchShape, key: str) -> DataBatchPublic:
-    return DataBatchPublic(id=key, shape=list(shape["x"]), labels=shape["labels"])
+    balance = shape.get("balance")
+    warnings = []
+    if balance is not None and balance < data_batches.IMBALANCED:
+        warnings.append(
+            f"y: the class labels are imbalanced (their entropy is {balance:.2f} of ln {shape['classes']}): "
+            "a network that learns only the class frequencies lowers the trainability probe's loss, so its "
+            "score and verdict read better than the network is; upload about as many samples of each class"
+        )
+    return DataBatchPublic(id=key, shape=list(shape["x"]), labels=shape["labels"], balance=balance, warnings=warnings)
 
 
 def _store(sessions: sessionmaker[Session], body: Any, caller: Caller) -> tuple[DataBatchPublic, bool]:

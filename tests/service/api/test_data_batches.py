@@ -5,6 +5,7 @@ them in the worker (the trainability probe then fits the batch's own labels)."""
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from service.settings import Settings
+from service.store.data_batches import label_balance
 from service.testing import live_server
 
 PROBLEM = "application/problem+json"
@@ -50,6 +52,42 @@ def test_a_batch_is_stored_once_under_the_hash_of_its_content(api: httpx.Client)
     assert unlabelled["id"] != body["id"] and unlabelled["labels"] is None
     assert api.get(f"/v1/batches/{body['id']}").json() == body
     _problem(api.get("/v1/batches/" + "0" * 64), 404)
+
+
+def test_an_imbalanced_batch_is_stored_with_a_warning_that_names_its_labels(api: httpx.Client) -> None:
+    """Class labels far from balanced flatter the probe (its reference is ln C): the batch is
+    stored all the same, and the answer (upload and read) says so, on the labels' path."""
+    skewed = [0] * 7 + [1]  # entropy 0.54 of ln 2
+    stored = api.post("/v1/batches", json={"x": X, "y": skewed})
+    assert stored.status_code == 201, stored.text
+    body = stored.json()
+    assert body["balance"] == pytest.approx(0.5436, abs=1e-4)
+    assert len(body["warnings"]) == 1 and body["warnings"][0].startswith("y: the class labels are imbalanced")
+    assert api.get(f"/v1/batches/{body['id']}").json() == body
+    balanced = api.post("/v1/batches", json={"x": X, "y": Y}).json()
+    assert balanced["warnings"] == [] and balanced["balance"] > 0.9
+    assert api.post("/v1/batches", json={"x": X}).json()["balance"] is None  # no labels, nothing to weigh
+
+
+def test_the_client_raises_a_batch_warning_for_an_imbalanced_upload(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    from nas.client import PreflightClient
+    from nas.errors import BatchWarning
+
+    with live_server(make_settings(sqlite_url)) as url, PreflightClient(url) as client:
+        with pytest.warns(BatchWarning, match="imbalanced"):
+            batch = client.upload_batch(X, [0] * 7 + [1])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", BatchWarning)
+            client.upload_batch(X, Y)
+    assert len(batch) == 64
+
+
+def test_label_balance_counts_classes_that_never_occur() -> None:
+    assert label_balance([0, 1, 2, 0, 1, 2], 3) == pytest.approx(1.0)
+    assert label_balance([0] * 9 + [1], 2) == pytest.approx(0.469, abs=1e-3)
+    assert label_balance([0, 1, 0, 1], 4) == pytest.approx(0.5)  # two of four classes: ln 2 / ln 4
 
 
 @pytest.mark.parametrize(
