@@ -1,4 +1,5 @@
-"""The initialization peers draw the same weights whatever the process drew before."""
+"""The initialization peers draw the same weights whatever the process drew before; LSUV centered is
+LSUV with zero-mean layer outputs."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import pytest
 import torch
 
 import nas
-from bench.pipeline.inits import PEERS, initialize
+from bench.pipeline.inits import ALL_PEERS, initialize
 from nas.examples import EXAMPLE_MLP
 
 
-@pytest.mark.parametrize("name", sorted(PEERS))
+@pytest.mark.parametrize("name", sorted(ALL_PEERS))
 def test_a_peer_draws_the_same_weights_after_any_earlier_draws_and_leaves_the_generator_alone(name):
     x = torch.randn(16, 64, generator=torch.Generator().manual_seed(1))
     y = torch.randint(0, 10, (16,), generator=torch.Generator().manual_seed(2))
@@ -27,3 +28,35 @@ def test_a_peer_draws_the_same_weights_after_any_earlier_draws_and_leaves_the_ge
     assert first.keys() == second.keys()
     for key in first:
         assert torch.equal(first[key], second[key]), f"{name}: {key} differs"
+
+
+def test_lsuv_centered_keeps_lsuvs_weights_and_centers_every_biased_layers_output_on_the_batch():
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1)) + 0.5
+    y = torch.randint(0, 10, (32,), generator=torch.Generator().manual_seed(2))
+    lsuv = initialize("lsuv", nas.build_model(EXAMPLE_MLP, seed=0), x, y, seed=0)
+    centered = initialize("lsuv_centered", nas.build_model(EXAMPLE_MLP, seed=0), x, y, seed=0)
+    for (name, a), (_, b) in zip(lsuv.named_parameters(), centered.named_parameters(), strict=True):
+        if name.endswith("weight"):
+            assert torch.equal(a, b), name
+    means: dict[str, torch.Tensor] = {}
+
+    def record(name: str):  # a hook that returns None leaves the output as it is
+        def hook(_module: torch.nn.Module, _inputs: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+            means[name] = out.mean(dim=0)
+
+        return hook
+
+    hooks = [
+        module.register_forward_hook(record(name))
+        for name, module in centered.named_modules()
+        if isinstance(module, torch.nn.Linear) and module.bias is not None
+    ]
+    with torch.no_grad():
+        centered.train()(x)  # as the centering measured it: BatchNorm on the batch's statistics
+    for hook in hooks:
+        hook.remove()
+    assert len(means) >= 2
+    for name, mean in means.items():
+        assert mean.abs().max() < 1e-4, f"{name}: output mean {mean.abs().max():.2e}"
+    with torch.no_grad():
+        assert lsuv.train()(x).mean(dim=0).abs().max() > 1e-2  # LSUV alone leaves a mean to remove
