@@ -157,8 +157,8 @@ def label_balance(labels: list[int], classes: int) -> float:
     never occur count). The trainability probe divides its loss by ``ln C``, the uniform
     prediction's, so on a batch far from 1 a network that learns only the class frequencies
     reads as trainable (docs/conditioning.md, section 7)."""
-    counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=classes)
-    shares = counts[counts > 0] / len(labels)
+    _, counts = np.unique(np.asarray(labels, dtype=np.int64), return_counts=True)  # not bincount: a label may be huge
+    shares = counts / len(labels)
     return round(float(-(shares * np.log(shares)).sum() / math.log(classes)), 4)
 
 
