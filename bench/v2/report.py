@@ -378,8 +378,12 @@ def _protocol_lines(seeds: int, scale: float) -> list[str]:
         "probe baselines, LSUV at its worst case of 10 forwards per layer, the first epoch at three rates), timed "
         "for the zero-cost proxies (their seconds over one timed training step).",
         "- **Preflight**: the engine's defaults: an orthogonal draw, the closed-form balancing, AutoInit with one "
-        "Hutchinson vector, then the probe (5 steps at 0.1 and 0.03), all within a budget of 20 counted training "
-        "steps; the diagnostics off (docs/conditioning.md, section 8).",
+        "Hutchinson vector, the head's std by BatchNorm, every biased layer's output centered on the batch, then "
+        "the probe (5 steps at 0.1 and 0.03), all within a budget of 20 counted training steps; the diagnostics "
+        "off (docs/conditioning.md, section 8).",
+        "- **Init peers** (`bench/pipeline/inits.py`, on the same 64-sample batch): PyTorch's default, Kaiming, "
+        "Xavier, orthogonal, LSUV, GradInit, and `lsuv_centered`: LSUV, then the engine's centering, the peer "
+        "that tells the tuning's share of the tuned init's gain from the centering's.",
         "- **Baselines**: `probe_full` = the probe's loop (SGD, momentum 0.9, the 64-sample batch) at the three "
         "rates of protocol S, 0.1 / 0.03 / 0.01 (the engine's probe was that loop at 15 steps until benchmark v2), "
         "from the spec's init, with its steps set so its counted cost equals "
