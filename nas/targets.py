@@ -8,17 +8,34 @@ Float targets must hold as many values per sample as the network outputs (not a 
 targets ``[N]`` against an output ``[N, 1]`` are the same values). Class labels must be one
 integer per sample, the network must output ``[C >= 2]`` logits, and the labels must lie in
 ``[0, C - 1]``.
+
+Class labels far from balanced fit, but flatter the trainability probe: its loss is read against
+the uniform prediction's (``ln C``), which a network that learns only the class frequencies beats
+(``label_balance`` below ``IMBALANCED``; the service warns on upload, the engine notes it in the
+report).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
-__all__ = ["LabelKind", "target_error"]
+__all__ = ["IMBALANCED", "LabelKind", "label_balance", "target_error"]
 
 LabelKind = Literal["class", "float"]
+# below this balance the probe's figure flatters (docs/conditioning.md, section 7); the benchmark's
+# 64-sample batches are at 0.90 to 0.97
+IMBALANCED = 0.85
+
+
+def label_balance(labels: Sequence[int], classes: int) -> float:
+    """The class labels' entropy over ``ln classes``, rounded to 4 digits (1: every class equally
+    often; classes that never occur count). Counted from the labels present, so a huge label
+    costs nothing. ``classes`` >= 2."""
+    shares = [count / len(labels) for count in Counter(labels).values()]
+    return round(-sum(p * math.log(p) for p in shares) / math.log(classes), 4)
 
 
 def target_error(

@@ -98,7 +98,7 @@ ZEROED: dict[str, tuple[str, str]] = {
 
 
 # name -> the variant whose conditioning it starts from; the tuned network's outputs are then
-# centred (``worker.engine.centering``) after the engine's report, which the probe did not see: how
+# centered (``worker.engine.centering``) after the engine's report, which the probe did not see: how
 # the centering was measured before it became the engine's default (docs/conditioning.md section 8)
 CENTERED: dict[str, str] = {"default_centered": "no_centering"}
 VARIANTS["no_centering"] = {"center_outputs": False}  # the engine's defaults before the centering

@@ -26,20 +26,18 @@ from sqlalchemy.orm import Session
 
 from nas import ArchitectureSpec
 from nas.shapes import trace_shapes
-from nas.targets import target_error
+from nas.targets import label_balance, target_error
 from service.store.db import insert_ignoring_duplicates
 from service.store.errors import InvalidBatch
 from service.store.models import DataBatch, DataBatchOwner
 from service.store.owners import ANONYMOUS, ANONYMOUS_OWNER, Caller
 
 __all__ = [
-    "IMBALANCED",
     "MAX_ROWS",
     "MAX_VALUES",
     "BatchShape",
     "InvalidBatch",
     "check_fits",
-    "label_balance",
     "load",
     "parse",
     "shape_of",
@@ -51,12 +49,9 @@ MAX_VALUES = 2**20  # numbers in x: 4 MiB of float32, about what the body limit 
 MAX_RANK = 5  # [N, C, H, W] is 4; deeper nesting is refused before it is walked
 
 # {"x": [N, *input_shape], "labels": "class" | "float" | None, "y": [N, ...] when labelled,
-#  "classes": 1 + the largest class label, "balance": label_balance of class labels}; batches
+#  "classes": 1 + the largest class label, "balance": nas.targets.label_balance}; batches
 #  stored before "y", "classes" and "balance" lack them
 BatchShape = dict[str, Any]
-# below this balance the probe's figure flatters: its reference is ln C, and a network that learns
-# only the class frequencies gets well under it (the benchmark's batches are at 0.90 to 0.97)
-IMBALANCED = 0.85
 
 
 MAX_INTEGER = 2**53  # the largest integer a float32 / float64 batch can take without loss of meaning
@@ -150,16 +145,6 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
             labels = "float"
         return {"values": body["x"]}, {"values": y}, {"x": shape, "labels": labels} | meta
     return {"values": body["x"]}, None, {"x": shape, "labels": None}
-
-
-def label_balance(labels: list[int], classes: int) -> float:
-    """The class labels' entropy over ``ln classes`` (1: every class equally often; classes that
-    never occur count). The trainability probe divides its loss by ``ln C``, the uniform
-    prediction's, so on a batch far from 1 a network that learns only the class frequencies
-    reads as trainable (docs/conditioning.md, section 7)."""
-    _, counts = np.unique(np.asarray(labels, dtype=np.int64), return_counts=True)  # not bincount: a label may be huge
-    shares = counts / len(labels)
-    return round(float(-(shares * np.log(shares)).sum() / math.log(classes)), 4)
 
 
 def _flatten(value: Any) -> list[Any]:

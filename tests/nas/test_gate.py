@@ -186,7 +186,7 @@ def test_prescreening_submits_all_specs_at_once_and_returns_the_kept(client: Pre
         seed = screened.report.environment.seed
         draw = screened.report.environment.draw
         shifts = screened.report.bias_shifts
-        assert shifts  # the survivor's biases are centred: build_model must carry them
+        assert shifts  # the survivor's biases are centered: build_model must carry them
         reference = nas.build_model(screened.spec, scales=screened.scales, seed=seed, draw=draw, bias_shifts=shifts)
         for (name, p), (_, q) in zip(model.state_dict().items(), reference.state_dict().items(), strict=True):
             assert torch.equal(p, q), name

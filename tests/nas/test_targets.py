@@ -1,12 +1,13 @@
-"""nas.targets.target_error: the one rule for labels against a network's output."""
+"""nas.targets: the one rule for labels against a network's output, and how balanced class labels are."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
 
-from nas.targets import LabelKind, target_error
+from nas.targets import LabelKind, label_balance, target_error
 
 # labels, per-sample label shape, output shape, class range, what the message says (None: fits)
 CASES: list[tuple[LabelKind, list[int], list[int], tuple[int, int] | None, str | None]] = [
@@ -50,3 +51,11 @@ def test_the_rule(
 def test_the_subject_names_the_labels() -> None:
     message = target_error("class", [], [1], subject="the data batch")
     assert message is not None and message.startswith("the data batch holds class labels")
+
+
+def test_label_balance_counts_classes_that_never_occur() -> None:
+    assert label_balance([0, 1, 2, 0, 1, 2], 3) == pytest.approx(1.0)
+    assert label_balance([0] * 9 + [1], 2) == pytest.approx(0.469, abs=1e-3)
+    assert label_balance([0, 1, 0, 1], 4) == pytest.approx(0.5)  # two of four classes: ln 2 / ln 4
+    huge = 2**52  # counted from the labels present, never a table of 2^52 entries
+    assert label_balance([0, huge], huge + 1) == pytest.approx(math.log(2) / math.log(huge + 1), abs=1e-4)

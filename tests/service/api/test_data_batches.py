@@ -4,7 +4,6 @@ them in the worker (the trainability probe then fits the batch's own labels)."""
 
 from __future__ import annotations
 
-import math
 import re
 import warnings
 from collections.abc import Callable, Iterator
@@ -14,7 +13,6 @@ import httpx
 import pytest
 
 from service.settings import Settings
-from service.store.data_batches import label_balance
 from service.testing import live_server
 
 PROBLEM = "application/problem+json"
@@ -83,14 +81,6 @@ def test_the_client_raises_a_batch_warning_for_an_imbalanced_upload(
             warnings.simplefilter("error", BatchWarning)
             client.upload_batch(X, Y)
     assert len(batch) == 64
-
-
-def test_label_balance_counts_classes_that_never_occur() -> None:
-    assert label_balance([0, 1, 2, 0, 1, 2], 3) == pytest.approx(1.0)
-    assert label_balance([0] * 9 + [1], 2) == pytest.approx(0.469, abs=1e-3)
-    assert label_balance([0, 1, 0, 1], 4) == pytest.approx(0.5)  # two of four classes: ln 2 / ln 4
-    huge = 2**52  # counted from the labels present, never a table of 2^52 entries
-    assert label_balance([0, huge], huge + 1) == pytest.approx(math.log(2) / math.log(huge + 1), abs=1e-4)
 
 
 @pytest.mark.parametrize(

@@ -71,7 +71,7 @@ def test_the_shifts_put_every_biased_layers_output_at_zero_mean_per_channel_in_o
     assert float(after["blocks.1.0"].abs().max()) > 1e-2  # the conv without a bias keeps its offset
 
 
-def test_a_linear_layer_on_tokens_is_centred_per_feature_not_per_token() -> None:
+def test_a_linear_layer_on_tokens_is_centered_per_feature_not_per_token() -> None:
     """Tokens ``[N, T, D]`` keep their features last: dimension 1 is the token, not the channel."""
     model, x = build_model(EXAMPLE_VIT, seed=0), _x(list(EXAMPLE_VIT["input_shape"]))
     apply_bias_shifts_(model, centering_shifts(model, x))
@@ -86,7 +86,7 @@ def test_a_linear_layer_on_tokens_is_centred_per_feature_not_per_token() -> None
         assert float(mean.abs().max()) < 1e-4, name
 
 
-def test_the_report_rebuilds_the_centred_network_and_counts_its_pass() -> None:
+def test_the_report_rebuilds_the_centered_network_and_counts_its_pass() -> None:
     x, y = _x([2, 8, 8]), torch.arange(48) % 5
     options = {"seed": 0, "probe_steps": 0}
     report = condition(CNN, data={"x": x, "y": y}, options=options)
