@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from nas.options import ConditionOptions, auto_head_std
+from nas.options import HEAD_STD, HEAD_STD_NORMALIZED, ConditionOptions
 from nas.spec import (
     SPEC_FORMAT_VERSION,
     ArchitectureSpec,
@@ -122,13 +122,13 @@ def canonical_layer(layer: Layer, default_init: Init) -> dict[str, Any]:
 def key_options(spec: ArchitectureSpec, options: Mapping[str, Any]) -> dict[str, Any]:
     """The canonical tuning options written as what the engine computes, so that options that
     compute the same report are one job and one cache entry: ``output_std`` "auto" as the number
-    the engine applies to this network (``nas.options.auto_head_std`` of whether it has a BatchNorm
-    layer, as ``worker.engine.pipeline._head_std_resolved`` reads it), and ``synthetic_inputs``, which
+    the engine applies to this network (``HEAD_STD_NORMALIZED`` when it has a BatchNorm layer, else
+    ``HEAD_STD``: ``worker.engine.pipeline._head_std_resolved``), and ``synthetic_inputs``, which
     only a submission without data reads, at its default when data is given."""
     keyed = dict(options)
     if keyed.get("output_std") == "auto":
         normalized = any(_has_batchnorm(layer) for block in spec.blocks for layer in block.layers)
-        keyed["output_std"] = auto_head_std(normalized)
+        keyed["output_std"] = HEAD_STD_NORMALIZED if normalized else HEAD_STD
     if DATA_OPTION in keyed and "synthetic_inputs" in keyed:
         keyed["synthetic_inputs"] = ConditionOptions.model_fields["synthetic_inputs"].default
     return keyed

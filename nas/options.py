@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["HEAD_STD", "HEAD_STD_NORMALIZED", "ConditionOptions", "Thresholds", "auto_head_std"]
+__all__ = ["HEAD_STD", "HEAD_STD_NORMALIZED", "ConditionOptions", "Thresholds"]
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
@@ -15,12 +15,6 @@ Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 # benchmark v2's development set (docs/conditioning.md, section 8, "The head's std")
 HEAD_STD = 0.5
 HEAD_STD_NORMALIZED = 1.0
-
-
-def auto_head_std(has_batchnorm: bool) -> float:
-    """``output_std`` "auto" as a number: the one rule that the engine applies to the built network
-    and the service keys its cache by, from the spec (``nas.canonical.key_options``)."""
-    return HEAD_STD_NORMALIZED if has_batchnorm else HEAD_STD
 
 
 class Thresholds(BaseModel):
@@ -74,7 +68,7 @@ class ConditionOptions(BaseModel):
     synthetic_inputs: Literal["white", "pink"] = "white"
     tolerance: Positive = 0.1  # |log J - log rho| at which a unit counts as critical
     # the head's output std target (scaling paper, section 10); None: tune the head on J too.
-    # "auto": auto_head_std, HEAD_STD_NORMALIZED with a BatchNorm layer, else HEAD_STD (resolved per
+    # "auto": HEAD_STD_NORMALIZED for a network with a BatchNorm layer, else HEAD_STD (resolved per
     # network by worker.engine.condition; the report's options carry the number applied). Not the
     # paper's 0.05: the paper multiplies the logits by a fixed constant, while a multiplier on the
     # head's weights (all Preflight can return) also shrinks every gradient flowing into the body by

@@ -6,7 +6,7 @@ parameters ``w_hat = [b_i, w_i]``, the Hessian of the mean loss is ``H_hat^T S H
 
     P = U D,   U = [[1, -mu^T], [0, I]],   D = diag(1, sigma)^-1          (eq. 12)
 
-(``mu``, ``sigma^2`` the per-feature batch mean and variance, eq. 13), which centers and scales
+(``mu``, ``sigma^2`` the per-feature batch mean and variance, eq. 13), which centres and scales
 the columns of ``H_hat``: ``kappa(H_hat U D)`` can be smaller than ``kappa(H_hat)`` by up to
 ``kappa(D)``, and the Hessian's condition number by up to ``kappa(D)^2`` (Theorem 4, section 5.1).
 For convolutions the statistics are per input channel over batch and positions (eq. 21-22),

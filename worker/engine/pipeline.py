@@ -7,7 +7,7 @@ and score it. The order (``docs/conditioning.md``):
    std): an analytical prior that equalises gamma_l across layers;
 3. AutoInit from there: the multipliers that make every block critical (Jacobian tuning);
 4. final scales = balancing x AutoInit, per parameter name; then, in one forward pass, every
-   biased layer's output centered per channel on the batch (``centering``; ``report.bias_shifts``);
+   biased layer's output centred per channel on the batch (``centering``; ``report.bias_shifts``);
    diagnostics on the result (gamma_l and nu_l, kappa(D), Hessian blocks);
 5. the trainability probe (``worker.engine.probe``): a few SGD steps from the tuned weights, counted
    in the budget (its cost is reserved before AutoInit runs); score (with the probe's calibration,
@@ -40,9 +40,8 @@ from torch import Tensor
 
 from nas import ArchitectureSpec, build_model
 from nas.build import PreflightNet, apply_bias_shifts_, apply_scales_
-from nas.options import ConditionOptions, auto_head_std
+from nas.options import HEAD_STD, HEAD_STD_NORMALIZED, ConditionOptions
 from nas.report import ConditioningReport
-from nas.targets import IMBALANCED, label_balance
 from worker.engine import seeds
 from worker.engine._moments import preserved_buffers
 from worker.engine.assemble import report
@@ -179,7 +178,7 @@ def condition(
     comps = components(tuned, diagnostics, opts, probe.loss)
     result = score(comps, opts.thresholds)
     why = reasons(tuned, result, diagnostics, opts, parsed, probe)
-    notes = balancing_note + diagnostics.notes + ([probe.note] if probe.note else []) + _imbalance_note(y, model, opts)
+    notes = balancing_note + diagnostics.notes + ([probe.note] if probe.note else [])
     return report(
         spec=parsed,
         opts=opts,
@@ -205,31 +204,14 @@ def condition(
     )
 
 
-def _imbalance_note(y: Tensor | None, model: PreflightNet, opts: ConditionOptions) -> list[str]:
-    """A note when the probe fits given class labels far from balanced (``nas.targets``): its loss
-    is read against the uniform prediction's, which a network that learns only the class
-    frequencies beats, so the score and the verdict read better than the network is."""
-    if y is None or y.is_floating_point() or not opts.probe_steps:
-        return []
-    classes = math.prod(model.trace.boundaries[-1])
-    balance = label_balance(y.tolist(), classes)
-    if balance >= IMBALANCED:
-        return []
-    return [
-        f"data 'y': the class labels are imbalanced (their entropy is {balance:.2f} of ln {classes}): the "
-        "probe's loss is read against the uniform prediction's, so a network that learns only the class "
-        "frequencies reads as trainable; condition on about as many samples of each class"
-    ]
-
-
 def _head_std_resolved(opts: ConditionOptions, model: PreflightNet) -> ConditionOptions:
-    """``output_std`` "auto" as this network's number (``nas.options.auto_head_std``: 1.0 with a BatchNorm
-    layer, 0.5 without; what trained better on benchmark v2's development set, docs/conditioning.md
+    """``output_std`` "auto" as this network's number: ``HEAD_STD_NORMALIZED`` when it has a BatchNorm
+    layer, else ``HEAD_STD`` (what trained better on benchmark v2's development set, docs/conditioning.md
     section 8); the report's options carry it."""
     if opts.output_std != "auto":
         return opts
     normalized = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
-    return opts.model_copy(update={"output_std": auto_head_std(normalized)})
+    return opts.model_copy(update={"output_std": HEAD_STD_NORMALIZED if normalized else HEAD_STD})
 
 
 def _expressivity(model: PreflightNet, x: Tensor, opts: ConditionOptions, ledger: Ledger) -> Expressivity | None:

@@ -154,23 +154,3 @@ def test_turning_the_probe_off_scores_with_the_calibration_fitted_without_it() -
     assert FIT_WEIGHTS["without_probe"] != FIT_WEIGHTS["with_probe"]
     assert off.tuning.budget["probe_counted_steps"] == 0.0
     assert on.scales == off.scales  # the probe measures; it never changes the initialization
-
-
-def test_the_report_notes_class_labels_too_imbalanced_for_the_probe_to_read_fairly() -> None:
-    """The probe's reference is ln C: on labels far from balanced the class prior alone beats it,
-    so the report says so, and only when the probe fits those labels."""
-    x, balanced = _separable()
-    skewed = torch.zeros_like(balanced)
-    skewed[:4] = 1  # 60 of one class, 4 of another: entropy 0.17 of ln 4
-
-    def noted(y: torch.Tensor, **options: Any) -> list[str]:
-        report = worker.engine.condition(_mlp(), data={"x": x, "y": y}, options=options)
-        return [n for n in report.notes if "imbalanced" in n]
-
-    assert noted(skewed) == [
-        "data 'y': the class labels are imbalanced (their entropy is 0.17 of ln 4): the probe's loss is read against "
-        "the uniform prediction's, so a network that learns only the class frequencies reads as trainable; condition "
-        "on about as many samples of each class"
-    ]
-    assert noted(balanced) == []
-    assert noted(skewed, probe_steps=0) == []  # no probe, nothing it could misread
