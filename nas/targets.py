@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
-__all__ = ["IMBALANCED", "LabelKind", "label_balance", "target_error"]
+__all__ = ["IMBALANCED", "LabelKind", "imbalance_warning", "label_balance", "target_error"]
 
 LabelKind = Literal["class", "float"]
 # below this balance the probe's figure flatters (docs/conditioning.md, section 7); the benchmark's
@@ -36,6 +36,18 @@ def label_balance(labels: Sequence[int], classes: int) -> float:
     costs nothing. ``classes`` >= 2."""
     shares = [count / len(labels) for count in Counter(labels).values()]
     return round(-sum(p * math.log(p) for p in shares) / math.log(classes), 4)
+
+
+def imbalance_warning(balance: float, classes: int, *, subject: str = "y") -> str | None:
+    """The warning for class labels of this ``label_balance`` (None at or above ``IMBALANCED``):
+    what they make the report read wrong, and what to do."""
+    if balance >= IMBALANCED:
+        return None
+    return (
+        f"{subject}: the class labels are imbalanced (their entropy is {balance:.2f} of ln {classes}): a network "
+        "that learns only the class frequencies lowers the trainability probe's loss, so its score and verdict "
+        "read better than the network is; condition on about as many samples of each class"
+    )
 
 
 def target_error(

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from nas.targets import IMBALANCED
+from nas.targets import imbalance_warning
 from service.api.deps import AuthDep, CallerDep, EngineDep, SessionsDep
 from service.api.problems import Problem, ProblemError
 from service.store import data_batches
@@ -35,13 +35,8 @@ class DataBatchPublic(BaseModel):
 
 def _public(shape: data_batches.BatchShape, key: str) -> DataBatchPublic:
     balance = shape.get("balance")
-    warnings = []
-    if balance is not None and balance < IMBALANCED:
-        warnings.append(
-            f"y: the class labels are imbalanced (their entropy is {balance:.2f} of ln {shape['classes']}): "
-            "a network that learns only the class frequencies lowers the trainability probe's loss, so its "
-            "score and verdict read better than the network is; upload about as many samples of each class"
-        )
+    warning = None if balance is None else imbalance_warning(balance, shape["classes"])
+    warnings = [] if warning is None else [warning]
     return DataBatchPublic(id=key, shape=list(shape["x"]), labels=shape["labels"], balance=balance, warnings=warnings)
 
 
