@@ -11,8 +11,8 @@ integer per sample, the network must output ``[C >= 2]`` logits, and the labels 
 
 Class labels far from balanced fit, but flatter the trainability probe: its loss is read against
 the uniform prediction's (``ln C``), which a network that learns only the class frequencies beats
-(``label_balance`` below ``IMBALANCED``; the service warns on upload, the engine notes it in the
-report).
+(``label_balance`` below ``IMBALANCED``; the service warns on upload and ``preflight condition
+--data`` on stderr, with ``imbalance_warning``'s words; the engine itself does not check).
 """
 
 from __future__ import annotations

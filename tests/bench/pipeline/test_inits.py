@@ -9,6 +9,7 @@ import torch
 import nas
 from bench.pipeline.inits import ALL_PEERS, initialize
 from nas.examples import EXAMPLE_MLP
+from worker.engine._moments import forward_hooks
 
 
 @pytest.mark.parametrize("name", sorted(ALL_PEERS))
@@ -47,14 +48,12 @@ def test_lsuv_centered_keeps_lsuvs_weights_and_centers_every_biased_layers_outpu
         return hook
 
     hooks = [
-        module.register_forward_hook(record(name))
+        (module, record(name))
         for name, module in centered.named_modules()
         if isinstance(module, torch.nn.Linear) and module.bias is not None
     ]
-    with torch.no_grad():
+    with forward_hooks(hooks), torch.no_grad():
         centered.train()(x)  # as the centering measured it: BatchNorm on the batch's statistics
-    for hook in hooks:
-        hook.remove()
     assert len(means) >= 2
     for name, mean in means.items():
         assert mean.abs().max() < 1e-4, f"{name}: output mean {mean.abs().max():.2e}"
