@@ -2,9 +2,10 @@
 
 A stage's key names what it computes and for which seed, e.g. ``preflight/s0``,
 ``train/sgd/tuned/s1``. Each result carries a fingerprint of its inputs (spec, dataset,
-protocol, epochs, stage version; the engine's source for Preflight; the tuned scales for the
-tuned runs), so a rerun computes only what is missing or changed, and a run killed at any point
-resumes where it stopped.
+protocol, epochs, stage version; the engine's source for Preflight), and what it took from
+Preflight's report (the tuned network, or the counted cost) compared within a relative 1e-6, so a
+rerun computes only what is missing or changed, an engine change that keeps Preflight's numbers
+retrains nothing, and a run killed at any point resumes where it stopped.
 
 - ``preflight/s{k}``: ``worker.engine.condition`` with seed k on the first 64 training samples
   (the batch every peer also sees): score, verdict, scales, components, counted cost;
@@ -99,27 +100,78 @@ def _preflight_report(out: Path, candidate: Candidate, seed: int) -> dict[str, A
 def _fingerprint(
     stage: Stage,
     candidate: Candidate,
-    out: Path,
     scale: float,
     engine: str | None = None,
     proxy_revisions: dict[str, int] | None = None,
 ) -> str:
-    """What a stage was computed from; Preflight's stage includes the engine's source hash
-    (``engine``: another engine's, default this checkout's), the proxies' stage the revised
-    proxies' versions (``proxy_revisions``: those a stored result names, default this checkout's)."""
-    extra: Any = ""
-    if stage.kind == "preflight":
-        extra = engine or engine_version()
-    elif stage.needs_preflight():
-        report = _preflight_report(out, candidate, 0 if stage.kind != "train" else stage.seed)
-        extra = [report.get("scales"), report.get("error"), report.get("counted_cost"), report.get("draw")]
-        extra += [report["bias_shifts"]] if report.get("bias_shifts") else []  # older caches keep their keys
+    """What a stage was computed from, but for what it takes from Preflight's report (kept apart, in
+    ``_preflight_inputs``); Preflight's stage includes the engine's source hash (``engine``: another
+    engine's, default this checkout's), the proxies' stage the revised proxies' versions
+    (``proxy_revisions``: those a stored result names, default this checkout's)."""
+    extra = (engine or engine_version()) if stage.kind == "preflight" else ""
     protocol = PROTOCOLS[stage.protocol].to_json() if stage.protocol else None
     parts = [stage.key, VERSION[stage.kind], candidate.spec, candidate.dataset, protocol, scale, extra]
     if stage.kind == "proxies":
         parts += fingerprint_parts(proxy_revisions)
     blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _preflight_inputs(out: Path, stage: Stage, candidate: Candidate) -> dict[str, Any] | None:
+    """What a stage takes from Preflight's report (None for a stage that takes nothing): the
+    baselines its counted cost, the tuned runs and the proxies the network it tuned (each bias
+    shift vector as ``_sketch``), or its error. Stored beside the result and compared within a
+    tolerance (``_same_inputs``), so that an engine change that leaves the numbers as they were,
+    but for the last digits a rerun moves on any machine, retrains nothing."""
+    if not stage.needs_preflight():
+        return None
+    report = _preflight_report(out, candidate, stage.seed if stage.kind == "train" else 0)
+    if stage.kind == "baselines":
+        return {"counted_cost": report.get("counted_cost")}
+    shifts = report.get("bias_shifts")
+    return {
+        "scales": report.get("scales"),
+        "draw": report.get("draw"),
+        "bias_shifts": _sketch(shifts) if shifts else shifts,
+        "error": report.get("error"),
+    }
+
+
+_SKETCH_DIRECTIONS = 4
+
+
+def _sketch(shifts: dict[str, list[float]]) -> dict[str, Any]:
+    """Bias shifts in a few numbers: each layer's length, and the norm of all of them and their
+    projections on fixed random sign vectors over that norm. Two sets of shifts whose sketches
+    agree within 1e-6 differ by about 1e-6 of their norm at most, unless the difference is
+    orthogonal to every direction (probability near zero)."""
+    names = sorted(shifts)
+    v = torch.tensor([x for name in names for x in shifts[name]], dtype=torch.float64)
+    norm = float(v.norm())
+    signs = torch.randint(0, 2, (_SKETCH_DIRECTIONS, len(v)), generator=torch.Generator().manual_seed(0))
+    projections = (2.0 * signs.double() - 1.0) @ v / (norm or 1.0)
+    return {"lengths": {name: len(shifts[name]) for name in names}, "norm": norm, "directions": projections.tolist()}
+
+
+_TOLERANCE = 1e-6
+
+
+def _same_inputs(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` equal but for numbers within 1e-6, relative or absolute (NaN equals NaN)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_inputs(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(_same_inputs, a, b))
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        both_nan = math.isnan(a) and math.isnan(b)
+        return both_nan or math.isclose(a, b, rel_tol=_TOLERANCE, abs_tol=_TOLERANCE)
+    return bool(a == b)
+
+
+def _matches(stored: dict[str, Any], out: Path, stage: Stage, candidate: Candidate, scale: float, **fp: Any) -> bool:
+    """A stored result is of these inputs: its fingerprint, and what it took from Preflight's report."""
+    same = stored.get("fingerprint") == _fingerprint(stage, candidate, scale, **fp)
+    return same and _same_inputs(stored.get("preflight_inputs"), _preflight_inputs(out, stage, candidate))
 
 
 def _kept_proxies(out: Path, stage: Stage, candidate: Candidate, scale: float) -> dict[str, Any]:
@@ -129,9 +181,7 @@ def _kept_proxies(out: Path, stage: Stage, candidate: Candidate, scale: float) -
     if not path.exists():
         return {}
     stored = read_json(path)
-    same = stored.get("fingerprint") == _fingerprint(
-        stage, candidate, out, scale, proxy_revisions=stored.get("proxy_revisions", {})
-    )
+    same = _matches(stored, out, stage, candidate, scale, proxy_revisions=stored.get("proxy_revisions", {}))
     return stored if same else {}
 
 
@@ -143,7 +193,7 @@ def cached(out: Path, stage: Stage, candidate: Candidate, scale: float = 1.0, an
         return False
     stored = read_json(path)
     engine = stored.get("engine_version") if any_engine and stage.kind == "preflight" else None
-    return bool(stored.get("fingerprint") == _fingerprint(stage, candidate, out, scale, engine))
+    return _matches(stored, out, stage, candidate, scale, engine=engine)
 
 
 def _model(
@@ -292,7 +342,9 @@ def run_task(args: tuple[str, dict[str, Any], str, float]) -> str:
         return f"{key} {candidate.id} (cached)"
     start = time.perf_counter()
     result = _STAGES[stage.kind](candidate, stage, out, scale)
-    result["fingerprint"] = _fingerprint(stage, candidate, out, scale)
+    result["fingerprint"] = _fingerprint(stage, candidate, scale)
+    if (inputs := _preflight_inputs(out, stage, candidate)) is not None:
+        result["preflight_inputs"] = inputs
     result["wall_seconds"] = time.perf_counter() - start + float(result.pop("earlier_seconds", 0.0))
     if stage.kind == "preflight":
         result["engine_version"] = engine_version()
