@@ -36,6 +36,7 @@ from nas.spec import (
 __all__ = [
     "DATA_OPTION",
     "NOT_IN_KEY",
+    "applied_output_std",
     "cache_key",
     "canonical_dict",
     "canonical_json",
@@ -122,16 +123,25 @@ def canonical_layer(layer: Layer, default_init: Init) -> dict[str, Any]:
 def key_options(spec: ArchitectureSpec, options: Mapping[str, Any]) -> dict[str, Any]:
     """The canonical tuning options written as what the engine computes, so that options that
     compute the same report are one job and one cache entry: ``output_std`` "auto" as the number
-    the engine applies to this network (``HEAD_STD_NORMALIZED`` when it has a BatchNorm layer, else
-    ``HEAD_STD``: ``worker.engine.pipeline._head_std_resolved``), and ``synthetic_inputs``, which
+    the engine applies to this network (``applied_output_std``), and ``synthetic_inputs``, which
     only a submission without data reads, at its default when data is given."""
     keyed = dict(options)
-    if keyed.get("output_std") == "auto":
-        normalized = any(_has_batchnorm(layer) for block in spec.blocks for layer in block.layers)
-        keyed["output_std"] = HEAD_STD_NORMALIZED if normalized else HEAD_STD
+    if "output_std" in keyed:
+        keyed["output_std"] = applied_output_std(spec, keyed["output_std"])
     if DATA_OPTION in keyed and "synthetic_inputs" in keyed:
         keyed["synthetic_inputs"] = ConditionOptions.model_fields["synthetic_inputs"].default
     return keyed
+
+
+def applied_output_std(spec: ArchitectureSpec, output_std: float | str | None) -> float | str | None:
+    """``output_std`` as the engine applies it to this network: "auto" is ``HEAD_STD_NORMALIZED``
+    when a BatchNorm layer is anywhere in it (residual bodies and cell edges included), else
+    ``HEAD_STD`` (what trained better on benchmark v2's development set, docs/conditioning.md
+    section 8); a number or None as it is. The one rule for the engine and the job's key."""
+    if output_std != "auto":
+        return output_std
+    normalized = any(_has_batchnorm(layer) for block in spec.blocks for layer in block.layers)
+    return HEAD_STD_NORMALIZED if normalized else HEAD_STD
 
 
 def _has_batchnorm(layer: Layer) -> bool:

@@ -11,8 +11,9 @@ integer per sample, the network must output ``[C >= 2]`` logits, and the labels 
 
 Class labels far from balanced fit, but flatter the trainability probe: its loss is read against
 the uniform prediction's (``ln C``), which a network that learns only the class frequencies beats
-(``label_balance`` below ``IMBALANCED``; the service warns on upload and ``preflight condition
---data`` on stderr, with ``imbalance_warning``'s words; the engine itself does not check).
+(``label_balance`` below ``IMBALANCED``; the service warns on upload, over the largest label
+plus one classes, and the engine notes it in the report, over the network's output width, both
+with ``imbalance_warning``'s words).
 """
 
 from __future__ import annotations

@@ -43,20 +43,7 @@ def _load_data(path: str) -> dict[str, Any]:
         data = {"x": archive[x_name]}
         if "y" in names:
             data["y"] = archive["y"]
-    _warn_if_imbalanced(data.get("y"))
     return data
-
-
-def _warn_if_imbalanced(y: Any) -> None:
-    """On stderr, when integer class labels are far from balanced (``nas.targets``): the engine
-    reads them without a word, and the probe's figure then flatters the network."""
-    from nas.targets import imbalance_warning, label_balance
-
-    if y is None or y.ndim != 1 or y.dtype.kind not in "iu" or len(y) == 0 or int(y.min()) < 0:
-        return
-    classes = int(y.max()) + 1
-    if classes >= 2 and (warning := imbalance_warning(label_balance(y.tolist(), classes), classes, subject="data 'y'")):
-        print(f"preflight condition: warning: {warning}", file=sys.stderr)
 
 
 def _condition(args: argparse.Namespace) -> int:
@@ -95,6 +82,8 @@ def _condition(args: argparse.Namespace) -> int:
         print(f"preflight condition: {exc}", file=sys.stderr)
         return 2
     display.done()
+    for note in report.notes:  # what the report says a reader should know (imbalanced labels, a budget overrun)
+        print(f"preflight condition: note: {note}", file=sys.stderr)
     print(report.model_dump_json(indent=2))
     return 0
 

@@ -38,17 +38,18 @@ def test_condition_prints_the_report_as_json(
     assert report["tuning"]["steps"] <= 2
 
 
-def test_condition_warns_on_stderr_when_the_class_labels_are_imbalanced(
+def test_condition_repeats_the_reports_imbalance_note_on_stderr(
     spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     x = np.random.default_rng(0).standard_normal((20, 64)).astype(np.float32)
     options = ["--steps", "1", "--device", "cpu", "--options", '{"diagnostics": false, "probe_steps": 1}']
     skewed, balanced = tmp_path / "skewed.npz", tmp_path / "balanced.npz"
-    np.savez(skewed, x=x, y=np.array([0] * 18 + [1] * 2))  # entropy 0.47 of ln 2
-    np.savez(balanced, x=x, y=np.arange(20) % 2)
+    np.savez(skewed, x=x, y=np.array([0] * 18 + [1] * 2))  # 2 of the network's 10 classes, 90/10
+    np.savez(balanced, x=x, y=np.arange(20) % 10)
     assert main(["condition", str(spec_file), "--data", str(skewed), *options]) == 0
-    err = capsys.readouterr().err
-    assert "warning: data 'y': the class labels are imbalanced (their entropy is 0.47 of ln 2)" in err
+    captured = capsys.readouterr()
+    assert "note: data 'y': the class labels are imbalanced (their entropy is 0.14 of ln 10)" in captured.err
+    assert any("imbalanced" in note for note in json.loads(captured.out)["notes"])
     assert main(["condition", str(spec_file), "--data", str(balanced), *options]) == 0
     assert "imbalanced" not in capsys.readouterr().err
 

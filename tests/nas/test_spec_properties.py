@@ -14,9 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nas import build_model, parse_spec, spec_hash
-from nas.canonical import key_options
-from nas.options import ConditionOptions
-from worker.engine.pipeline import _head_std_resolved
+from nas.canonical import applied_output_std, key_options
+from nas.options import HEAD_STD, HEAD_STD_NORMALIZED
 
 ACTIVATIONS = ["relu", "gelu", "silu", "tanh", "sigmoid", "identity", "leaky_relu"]
 INITS = [{"scheme": s} for s in ("fan_in", "fan_out", "arithmetic", "geometric", "torch_default")] + [
@@ -173,13 +172,16 @@ def test_random_valid_specs_validate_build_run_and_hash_stably(spec: dict[str, A
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(valid_specs())
-def test_the_cache_key_reads_auto_head_std_as_the_engine_applies_it(spec: dict[str, Any]) -> None:
-    """The service keys ``output_std`` "auto" by the spec; the engine resolves it on the built
-    network: the two must agree on every network, or one job would be computed twice (or two
-    different jobs shared)."""
+def test_auto_head_std_reads_batchnorm_in_the_spec_wherever_the_built_network_has_it(spec: dict[str, Any]) -> None:
+    """The engine and the job's key resolve ``output_std`` "auto" from the spec
+    (``applied_output_std``); the rule is about the network's BatchNorm layers, so the spec's
+    reading must find one exactly where the built network holds one, or the head would get the
+    other number."""
     parsed = parse_spec(spec)
-    engine = _head_std_resolved(ConditionOptions(), build_model(parsed, seed=0)).output_std
-    assert key_options(parsed, {"output_std": "auto", "steps": 3}) == {"output_std": engine, "steps": 3}
+    batchnorm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in build_model(parsed, seed=0).modules())
+    expected = HEAD_STD_NORMALIZED if batchnorm else HEAD_STD
+    assert applied_output_std(parsed, "auto") == expected
+    assert key_options(parsed, {"output_std": "auto", "steps": 3}) == {"output_std": expected, "steps": 3}
 
 
 _CONV = {"type": "conv2d", "out": 2, "kernel": 3, "padding": "same"}
@@ -211,7 +213,7 @@ def test_the_cache_key_finds_batchnorm_at_any_depth_and_leaves_numbers_alone(
 ) -> None:
     spec = {"format": "1.1", "input_shape": [2, 5, 5], "blocks": [{"layers": [layer, {"type": "flatten"}]}]}
     parsed = parse_spec(spec)
-    assert _head_std_resolved(ConditionOptions(), build_model(parsed, seed=0)).output_std == expected
+    assert applied_output_std(parsed, "auto") == expected
     assert key_options(parsed, {"output_std": "auto"}) == {"output_std": expected}
     assert key_options(parsed, {"output_std": 0.7}) == {"output_std": 0.7}
     assert key_options(parsed, {"output_std": None}) == {"output_std": None}

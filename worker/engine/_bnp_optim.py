@@ -24,7 +24,7 @@ With a bias (the paper's case), per output unit ``i`` (dense) or channel ``d`` (
     G_b <- G_b / q^2 - sum_j G_w mu
 
 i.e. ``[G_b; G_w] <- (1/q^2) P P^T [G_b; G_w]`` with ``P = U diag(1, 1/sigma~)`` (eq. 15, 23). Without
-a bias the centring has no parameter to act on; the extension used here scales by the uncentred
+a bias the centering has no parameter to act on; the extension used here scales by the uncentered
 second moment instead, ``G_w <- G_w / (q^2 (E[h^2] + ...))`` (the column norms of ``H``).
 Inputs of a batch of one use ``(h - mu)^2`` with the running mean as the variance (section 3.3).
 """
@@ -54,7 +54,7 @@ def bnp_transform_(
     """Steps 3-5 of Algorithms 2 / 3 on one layer's gradients, in place.
 
     ``mu``, ``var``: per input feature / channel (running) statistics; for a layer without bias,
-    ``var`` should be the uncentred second moment and ``mu`` is ignored.
+    ``var`` should be the uncentered second moment and ``mu`` is ignored.
     """
     var_t = var + epsilon_1 * var.max() + epsilon_2
     mu_w, var_w = _per_weight(mu, weight_grad, groups), _per_weight(var_t, weight_grad, groups)
@@ -122,7 +122,7 @@ class BNP:
                 self._layers[name] = (module, stats)
                 self._handles.append(module.register_forward_pre_hook(self._make_hook(stats, module.bias is not None)))
 
-    def _make_hook(self, stats: _LayerStats, centred: bool):  # type: ignore[no-untyped-def]
+    def _make_hook(self, stats: _LayerStats, centered: bool):  # type: ignore[no-untyped-def]
         def hook(module: nn.Module, args: tuple[Tensor, ...]) -> None:
             if not (module.training and torch.is_grad_enabled()):
                 return
@@ -131,7 +131,7 @@ class BNP:
             with torch.no_grad():
                 mean = h.mean(dim=dims).to(stats.mu.dtype)
                 shape = (1, -1, *([1] * (h.dim() - 2)))
-                if not centred:
+                if not centered:
                     var = h.pow(2).mean(dim=dims)
                 elif h.shape[0] == 1 and h.dim() == 2:
                     var = (h - stats.mu.reshape(shape)).pow(2).mean(dim=dims)

@@ -1,6 +1,7 @@
 """The batch ``condition`` works on: the caller's data coerced to tensors on the device (or a
 synthetic Gaussian batch of the input shape), and the check that its targets fit the network's
-output (the rule itself is ``nas.targets.target_error``, shared with the service)."""
+output (the rule itself is ``nas.targets.target_error``, shared with the service), and the note
+for class labels too imbalanced for the probe's reference (``nas.targets.imbalance_warning``)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from torch import Tensor
 
 from nas import ArchitectureSpec
 from nas.options import ConditionOptions
-from nas.targets import target_error
+from nas.targets import imbalance_warning, label_balance, target_error
 from worker.engine import seeds
 
-__all__ = ["batch", "check_targets", "pink_noise"]
+__all__ = ["batch", "check_targets", "label_note", "pink_noise"]
 
 
 def batch(
@@ -70,6 +71,17 @@ def check_targets(y: Tensor | None, output_shape: list[int]) -> None:
         error = target_error("class", per_sample, output_shape, None if per_sample else (int(y.min()), int(y.max())))
     if error is not None:
         raise ValueError(error)
+
+
+def label_note(y: Tensor | None, output_shape: list[int]) -> str | None:
+    """The report's note for one class label per sample whose ``label_balance`` over the network's
+    classes (its output width: classes the batch lacks count) is below ``IMBALANCED``: the probe's
+    loss is read against ln C, so a network that learns only the labels' frequencies reads as
+    trainable. None for float targets, no targets or balanced labels."""
+    if y is None or y.is_floating_point() or y.dim() != 1 or len(output_shape) != 1 or output_shape[0] < 2:
+        return None
+    classes = output_shape[0]
+    return imbalance_warning(label_balance(y.tolist(), classes), classes, subject="data 'y'")
 
 
 def pink_noise(white: Tensor) -> Tensor:

@@ -7,7 +7,7 @@ and score it. The order (``docs/conditioning.md``):
    std): an analytical prior that equalises gamma_l across layers;
 3. AutoInit from there: the multipliers that make every block critical (Jacobian tuning);
 4. final scales = balancing x AutoInit, per parameter name; then, in one forward pass, every
-   biased layer's output centred per channel on the batch (``centering``; ``report.bias_shifts``);
+   biased layer's output centered per channel on the batch (``centering``; ``report.bias_shifts``);
    diagnostics on the result (gamma_l and nu_l, kappa(D), Hessian blocks);
 5. the trainability probe (``worker.engine.probe``): a few SGD steps from the tuned weights, counted
    in the budget (its cost is reserved before AutoInit runs); score (with the probe's calibration,
@@ -40,7 +40,8 @@ from torch import Tensor
 
 from nas import ArchitectureSpec, build_model
 from nas.build import PreflightNet, apply_bias_shifts_, apply_scales_
-from nas.options import HEAD_STD, HEAD_STD_NORMALIZED, ConditionOptions
+from nas.canonical import applied_output_std
+from nas.options import ConditionOptions
 from nas.report import ConditioningReport
 from worker.engine import seeds
 from worker.engine._moments import preserved_buffers
@@ -54,7 +55,7 @@ from worker.engine.device import resolve_device
 from worker.engine.diagnostics import Diagnostics, run_diagnostics
 from worker.engine.expressivity import Expressivity, measure_expressivity
 from worker.engine.forward_variance import unit_forward_variance_scales
-from worker.engine.inputs import batch, check_targets
+from worker.engine.inputs import batch, check_targets, label_note
 from worker.engine.jacobian import block_jacobians
 from worker.engine.norm_inputs import unit_variance_scales
 from worker.engine.probe import ProbeResult, probe_cost, run_probe
@@ -100,11 +101,13 @@ def condition(
     # the one parse of the spec (nas.parse_spec inside build_model); model.trace has its shapes
     model = build_model(spec, seed=opts.seed + seeds.WEIGHTS, draw=opts.draw)  # type: ignore[arg-type]  # a non-dict Mapping: SpecError
     parsed = model.spec
-    opts = _head_std_resolved(opts, model)
+    opts = opts.model_copy(update={"output_std": applied_output_std(parsed, opts.output_std)})  # "auto" resolved
     device = resolve_device(opts.device)
     x, y, source = batch(parsed, data, opts, device)
     model = model.to(device)
-    check_targets(y, list(model.trace.boundaries[-1]))
+    output_shape = list(model.trace.boundaries[-1])
+    check_targets(y, output_shape)
+    labels_note = label_note(y, output_shape)
     rho = block_log_rho(model)
 
     started = time.perf_counter()
@@ -178,7 +181,8 @@ def condition(
     comps = components(tuned, diagnostics, opts, probe.loss)
     result = score(comps, opts.thresholds)
     why = reasons(tuned, result, diagnostics, opts, parsed, probe)
-    notes = balancing_note + diagnostics.notes + ([probe.note] if probe.note else [])
+    notes = ([labels_note] if labels_note else []) + balancing_note + diagnostics.notes
+    notes += [probe.note] if probe.note else []
     return report(
         spec=parsed,
         opts=opts,
@@ -202,16 +206,6 @@ def condition(
         budget=budget,
         expressivity=expressivity,
     )
-
-
-def _head_std_resolved(opts: ConditionOptions, model: PreflightNet) -> ConditionOptions:
-    """``output_std`` "auto" as this network's number: ``HEAD_STD_NORMALIZED`` when it has a BatchNorm
-    layer, else ``HEAD_STD`` (what trained better on benchmark v2's development set, docs/conditioning.md
-    section 8); the report's options carry it."""
-    if opts.output_std != "auto":
-        return opts
-    normalized = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
-    return opts.model_copy(update={"output_std": HEAD_STD_NORMALIZED if normalized else HEAD_STD})
 
 
 def _expressivity(model: PreflightNet, x: Tensor, opts: ConditionOptions, ledger: Ledger) -> Expressivity | None:

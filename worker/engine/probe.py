@@ -67,8 +67,8 @@ def reference_loss(targets: Tensor, outputs: int) -> float:
     ``outputs`` logits; the mean one, ``0.5 * mean ||t - mean t||^2``, for float targets."""
     if not targets.is_floating_point():
         return math.log(outputs)
-    centred = targets - targets.mean(dim=0, keepdim=True)
-    return float(0.5 * centred.pow(2).reshape(targets.shape[0], -1).sum(dim=1).mean())
+    centered = targets - targets.mean(dim=0, keepdim=True)
+    return float(0.5 * centered.pow(2).reshape(targets.shape[0], -1).sum(dim=1).mean())
 
 
 def run_probe(

@@ -13,7 +13,7 @@ from nas import parse_spec
 from nas.examples import EXAMPLE_MLP
 from nas.options import ConditionOptions
 from worker.engine import condition
-from worker.engine.inputs import batch, check_targets, pink_noise
+from worker.engine.inputs import batch, check_targets, label_note, pink_noise
 
 LEAN = {"hessian_iterations": 3, "batch_size": 32, "diagnostics": False}
 
@@ -100,3 +100,21 @@ def test_check_targets_accepts_fitting_labels() -> None:
     check_targets(torch.tensor([0, 9, 3]), [10])
     check_targets(torch.zeros(3), [1])
     check_targets(torch.zeros(3, 2, 2), [4])
+
+
+def test_label_note_reads_the_balance_over_the_networks_classes_not_the_labels_present() -> None:
+    assert label_note(torch.tensor([0, 1] * 32), [2]) is None  # balanced over 2 outputs
+    note = label_note(torch.tensor([0, 1] * 32), [10])  # 2 of 10 classes: a prior at 0.30 of ln 10
+    assert note is not None and note.startswith("data 'y': the class labels are imbalanced (their entropy is 0.30")
+    assert label_note(torch.tensor([0] * 58 + [1] * 6), [2]) is not None  # 90/10: 0.47 of ln 2
+    assert label_note(torch.arange(64) % 10, [10]) is None
+    assert label_note(torch.zeros(64), [1]) is None  # float targets
+    assert label_note(None, [10]) is None
+
+
+def test_the_report_notes_imbalanced_labels_and_not_balanced_ones() -> None:
+    x = torch.randn(64, 64)
+    skewed = condition(EXAMPLE_MLP, data={"x": x, "y": torch.tensor([0] * 58 + [1] * 6)}, options={"steps": 1})
+    assert any(n.startswith("data 'y': the class labels are imbalanced") for n in skewed.notes)
+    balanced = condition(EXAMPLE_MLP, data={"x": x, "y": torch.arange(64) % 10}, options={"steps": 1})
+    assert not any("imbalanced" in n for n in balanced.notes)
