@@ -7,7 +7,7 @@ loss (a diverged seed counts as ``inf``); *untrainable* = untrainable on at leas
 
 Every predictor follows higher = better and carries its cost in training steps of the candidate
 at batch 64: *counted* for Preflight and the short-training baselines (the passes they make),
-*timed* (seconds / one timed training step) for the zero-cost proxies. Rankings are computed
+*timed* (seconds / one training step timed in the same process) for the zero-cost proxies. Rankings are computed
 within a dataset only (accuracies of different datasets are not comparable).
 """
 
@@ -128,7 +128,6 @@ def predictors(row: Row, truth_name: str) -> dict[str, tuple[float, float]]:
     (proxies on the spec's init) or B (on the tuned init)."""
     out: dict[str, tuple[float, float]] = {}
     pre = row.preflight or {}
-    step = float((pre.get("timings") or {}).get("step") or math.nan)
     if pre:
         score = pre.get("score")
         out["preflight"] = (math.nan if score is None else float(score), float(pre.get("counted_cost") or math.nan))
@@ -144,6 +143,7 @@ def predictors(row: Row, truth_name: str) -> dict[str, tuple[float, float]]:
         value = min(float(np.mean(c[:per_epoch])) for c in run["curves"])
         out["first_epoch"] = (-value if math.isfinite(value) else -math.inf, run["steps_per_rate"] / epochs * 3)
     side = "spec" if truth_name == "A" else "tuned"
+    step = float((row.proxies or {}).get("step_seconds") or math.nan)  # timed beside the proxies
     for name, value in ((row.proxies or {}).get(side) or {}).items():
         out[f"proxy:{name}"] = (float(value["score"]), float(value["seconds"]) / step if step > 0 else math.nan)
     return out

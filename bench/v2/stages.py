@@ -9,7 +9,8 @@ retrains nothing, and a run killed at any point resumes where it stopped.
 
 - ``preflight/s{k}``: ``worker.engine.condition`` with seed k on the first 64 training samples
   (the batch every peer also sees): score, verdict, scales, components, counted cost;
-- ``proxies``: every zero-cost proxy on the spec's init and on the tuned init (seed 0);
+- ``proxies``: every zero-cost proxy on the spec's init and on the tuned init (seed 0), and one
+  timed training step of the candidate, the unit of their cost;
 - ``baselines``: short-training peers at counted cost (seed 0): the probe's own loop from the spec
   init at Preflight's counted cost and at a quarter of it; LSUV then that probe;
 - ``train/{protocol}/{init}/s{k}``: the protocol from an initialization (``spec``, ``tuned``
@@ -45,7 +46,8 @@ INIT_PEERS = ("lsuv", "gradinit", "kaiming", "torch_default", "xavier", "orthogo
 PROBE_LRS = (0.1, 0.03, 0.01)  # protocol S's rates (the engine's probe rates until benchmark v2)
 PROBE_MOMENTUM = 0.9
 PROBE_STEPS = 15
-VERSION = {"preflight": 1, "proxies": 1, "baselines": 1, "train": 1}
+# proxies 2: the stage times a training step of its own, the unit of the proxies' cost
+VERSION = {"preflight": 1, "proxies": 2, "baselines": 1, "train": 1}
 
 
 SMOKE_SCALE = 0.5  # the smoke run: half the epochs, and a small Fashion-MNIST subset
@@ -243,12 +245,18 @@ def _preflight(candidate: Candidate, stage: Stage, out: Path, scale: float) -> d
 
 
 def _proxies(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dict[str, Any]:
+    from worker.engine.pipeline import time_training_step
+
     data = dataset(candidate.dataset)
     x, y = data.batch(BATCH)
     report = _preflight_report(out, candidate, 0)
     summary = nas.summarize(candidate.spec)
     kept = _kept_proxies(out, stage, candidate, scale)
     result: dict[str, Any] = {"parameters": summary.parameters, "macs": summary.macs}
+    # the proxies' seconds are read in training steps of the candidate timed in this same process,
+    # as the engine times its own unit (one forward + backward of a fresh network), not against a
+    # step that another run timed under another load
+    result["step_seconds"] = time_training_step(_model(candidate, 0), x)
     result["spec"] = compute_proxies(_model(candidate, 0), x, y, kept=kept.get("spec"))
     if report.get("scales") is not None:
         result["tuned"] = compute_proxies(tuned_model(candidate, 0, report), x, y, kept=kept.get("tuned"))

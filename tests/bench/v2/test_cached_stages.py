@@ -51,6 +51,7 @@ def test_a_revised_proxy_reruns_alone_on_a_proxies_stage_stored_before_the_revis
     assert cached(tmp_path, stage, candidate)
     spec = read_json(path)["spec"]
     assert {name for name, r in spec.items() if r["score"] != -123.0} == set(revisions())
+    assert read_json(path)["step_seconds"] > 0  # the unit of the proxies' cost, timed in the same run
     # a stored stage whose other inputs differ (here: another candidate's) is computed afresh
     other = next(c for c in dev_set() if c.dataset == "digits" and c.id != candidate.id)
     write_json(tmp_path / stage.key / f"{other.id}.json", read_json(path) | {"fingerprint": "another"})
@@ -91,3 +92,12 @@ def test_a_tuned_run_survives_an_engine_rerun_that_moves_the_last_digits_and_no_
     assert not cached(tmp_path, tuned, candidate)
     write_json(pre, _report(scales, shifts, 17.0))
     assert cached(tmp_path, tuned, candidate)
+
+
+def test_a_proxys_cost_is_its_seconds_over_the_step_timed_beside_it_not_preflights() -> None:
+    from bench.v2.analysis import Row, predictors
+
+    row = Row(dev_set()[0], "dev")
+    row.preflight = {"score": 0.1, "counted_cost": 17.0, "timings": {"step": 0.01}}  # another run, another load
+    row.proxies = {"step_seconds": 0.5, "spec": {"snip": {"score": 3.0, "seconds": 2.0}}}
+    assert predictors(row, "A")["proxy:snip"] == (3.0, 4.0)
