@@ -376,7 +376,8 @@ def _protocol_lines(seeds: int, scale: float) -> list[str]:
         "on at least half the seeds.",
         "- **Costs** in training steps of the candidate at batch 64: counted (Preflight's budget and probe, the "
         "probe baselines, LSUV at its worst case of 10 forwards per layer, the first epoch at three rates), timed "
-        "for the zero-cost proxies (their seconds over one timed training step).",
+        "for the zero-cost proxies (their seconds over one training step of the candidate timed in the same "
+        "process, before them).",
         "- **Preflight**: the engine's defaults: an orthogonal draw, the closed-form balancing, AutoInit with one "
         "Hutchinson vector, the head's std by BatchNorm, every biased layer's output centered on the batch, then "
         "the probe (5 steps at 0.1 and 0.03), all within a budget of 20 counted training steps; the diagnostics "
