@@ -7,8 +7,8 @@ loss (a diverged seed counts as ``inf``); *untrainable* = untrainable on at leas
 
 Every predictor follows higher = better and carries its cost in training steps of the candidate
 at batch 64: *counted* for Preflight and the short-training baselines (the passes they make),
-*timed* (seconds / one training step timed in the same process) for the zero-cost proxies. Rankings are computed
-within a dataset only (accuracies of different datasets are not comparable).
+*timed* (seconds / one training step timed in the same process) for the zero-cost proxies.
+Rankings are computed within a dataset only (accuracies of different datasets are not comparable).
 """
 
 from __future__ import annotations

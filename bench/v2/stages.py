@@ -121,8 +121,8 @@ def _fingerprint(
 
 def _preflight_inputs(out: Path, stage: Stage, candidate: Candidate) -> dict[str, Any] | None:
     """What a stage takes from Preflight's report (None for a stage that takes nothing): the
-    baselines its counted cost, the tuned runs and the proxies the network it tuned (each bias
-    shift vector as ``_sketch``), or its error. Stored beside the result and compared within a
+    baselines its counted cost, the tuned runs and the proxies the network it tuned (its bias
+    shifts as ``_sketch``), or its error. Stored beside the result and compared within a
     tolerance (``_same_inputs``), so that an engine change that leaves the numbers as they were,
     but for the last digits a rerun moves on any machine, retrains nothing."""
     if not stage.needs_preflight():
@@ -144,15 +144,31 @@ _SKETCH_DIRECTIONS = 4
 
 def _sketch(shifts: dict[str, list[float]]) -> dict[str, Any]:
     """Bias shifts in a few numbers: each layer's length, and the norm of all of them and their
-    projections on fixed random sign vectors over that norm. Two sets of shifts whose sketches
-    agree within 1e-6 differ by about 1e-6 of their norm at most, unless the difference is
-    orthogonal to every direction (probability near zero)."""
+    projections on fixed pseudo-random sign vectors over that norm. Two sets of shifts whose
+    sketches agree within 1e-6 differ by about 1e-6 of their norm at most, unless the difference is
+    orthogonal to every direction (probability near zero). The signs are an integer hash of the
+    position, so no library's random stream can change them."""
     names = sorted(shifts)
     v = torch.tensor([x for name in names for x in shifts[name]], dtype=torch.float64)
     norm = float(v.norm())
-    signs = torch.randint(0, 2, (_SKETCH_DIRECTIONS, len(v)), generator=torch.Generator().manual_seed(0))
-    projections = (2.0 * signs.double() - 1.0) @ v / (norm or 1.0)
-    return {"lengths": {name: len(shifts[name]) for name in names}, "norm": norm, "directions": projections.tolist()}
+    signs = torch.stack([_hashed_signs(len(v), k) for k in range(_SKETCH_DIRECTIONS)])
+    return {
+        "lengths": {name: len(shifts[name]) for name in names},
+        "norm": norm,
+        "directions": (signs @ v / (norm or 1.0)).tolist(),
+    }
+
+
+def _hashed_signs(length: int, direction: int) -> torch.Tensor:
+    """+-1 per position: the low bit of MurmurHash3's 32-bit finalizer of (position, direction)."""
+    mask = 2**32 - 1
+    x = (torch.arange(length, dtype=torch.int64) + 0x9E3779B9 * (direction + 1)) & mask
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) & mask
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) & mask
+    x ^= x >> 16
+    return 2.0 * (x & 1).double() - 1.0
 
 
 _TOLERANCE = 1e-6
