@@ -38,7 +38,7 @@ from bench.pipeline.proxies import compute_proxies, fingerprint_parts, revisions
 from bench.pipeline.run import engine_version, read_json, write_json
 from bench.v2.protocols import PROTOCOLS, epochs_for, train
 
-__all__ = ["BATCH", "INIT_PEERS", "Stage", "dataset", "plan", "run_task", "tuned_model"]
+__all__ = ["BATCH", "INIT_PEERS", "Stage", "dataset", "plan", "run_task", "same_inputs", "tuned_model"]
 
 BATCH = 64
 # in the order the peers are trained: the strongest peers of v1 (LSUV, GradInit) first
@@ -123,7 +123,7 @@ def _preflight_inputs(out: Path, stage: Stage, candidate: Candidate) -> dict[str
     """What a stage takes from Preflight's report (None for a stage that takes nothing): the
     baselines its counted cost, the tuned runs and the proxies the network it tuned (its bias
     shifts as ``_sketch``), or its error. Stored beside the result and compared within a
-    tolerance (``_same_inputs``), so that an engine change that leaves the numbers as they were,
+    tolerance (``same_inputs``), so that an engine change that leaves the numbers as they were,
     but for the last digits a rerun moves on any machine, retrains nothing."""
     if not stage.needs_preflight():
         return None
@@ -174,12 +174,12 @@ def _hashed_signs(length: int, direction: int) -> torch.Tensor:
 _TOLERANCE = 1e-6
 
 
-def _same_inputs(a: Any, b: Any) -> bool:
+def same_inputs(a: Any, b: Any) -> bool:
     """``a`` and ``b`` equal but for numbers within 1e-6, relative or absolute (NaN equals NaN)."""
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same_inputs(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(same_inputs(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(map(_same_inputs, a, b))
+        return len(a) == len(b) and all(map(same_inputs, a, b))
     if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
         both_nan = math.isnan(a) and math.isnan(b)
         return both_nan or math.isclose(a, b, rel_tol=_TOLERANCE, abs_tol=_TOLERANCE)
@@ -189,7 +189,7 @@ def _same_inputs(a: Any, b: Any) -> bool:
 def _matches(stored: dict[str, Any], out: Path, stage: Stage, candidate: Candidate, scale: float, **fp: Any) -> bool:
     """A stored result is of these inputs: its fingerprint, and what it took from Preflight's report."""
     same = stored.get("fingerprint") == _fingerprint(stage, candidate, scale, **fp)
-    return same and _same_inputs(stored.get("preflight_inputs"), _preflight_inputs(out, stage, candidate))
+    return same and same_inputs(stored.get("preflight_inputs"), _preflight_inputs(out, stage, candidate))
 
 
 def _kept_proxies(out: Path, stage: Stage, candidate: Candidate, scale: float) -> dict[str, Any]:
