@@ -23,6 +23,13 @@ for many trials at once (ask, submit all specs in one request, tell the pruned o
 
 With ``prune=False`` the gate only records, and the decision is left to the study's pruner
 (:class:`nas.pruners.ConditioningPruner`) through ``trial.should_prune()``.
+
+The verdict skips candidates that cannot train. With ``rank_after=N`` the gate also skips ones
+that would train but are predicted to do worse than most of what the search has trained: once N
+trials have completed, it fits :class:`nas.ranking.Ranker` on their recorded features
+(``preflight_features``: the report's components, its expressivity terms when
+``options.expressivity`` is on, and the size) and objective values, and prunes a candidate
+predicted below the ``rank_below`` quantile of theirs (recorded as ``preflight_rank``).
 """
 
 from __future__ import annotations
@@ -39,10 +46,14 @@ from nas.build import PreflightNet
 from nas.client import Candidate, PreflightClient, SpecLike, spec_payload
 from nas.decision import conditioning_margin, keeps, report_threshold
 from nas.errors import CandidateFailed
+from nas.ranking import RankDecision, rank_among_trained, ranking_features
 from nas.report import ConditioningReport, float_or_nan
+from nas.summary import summarize
 
 __all__ = [
     "ATTR_CANDIDATE_ID",
+    "ATTR_FEATURES",
+    "ATTR_RANK",
     "ATTR_REASONS",
     "ATTR_SCORE",
     "ATTR_VERDICT",
@@ -58,6 +69,8 @@ ATTR_CANDIDATE_ID = "preflight_candidate_id"
 ATTR_SCORE = "preflight_score"
 ATTR_VERDICT = "preflight_verdict"
 ATTR_REASONS = "preflight_reasons"
+ATTR_FEATURES = "preflight_features"  # what nas.ranking reads: components, expressivity, size
+ATTR_RANK = "preflight_rank"  # the prediction's quantile among the completed trials' (rank_after)
 CONSTRAINT_KEY = "preflight_conditioning"
 
 OnFailure = Literal["raise", "prune", "keep"]
@@ -107,6 +120,11 @@ class ConditioningGate:
         on_failure: when the service cannot condition a candidate: ``"raise"``
             (:class:`~nas.errors.CandidateFailed`), ``"prune"`` or ``"keep"`` (train it
             from its plain initialization).
+        rank_after: once this many trials have completed, also prune a kept candidate whose
+            predicted objective (:func:`nas.ranking.rank_among_trained`, fitted on them) falls
+            below the ``rank_below`` quantile of theirs; None (the default): never. Needs a
+            single-objective study; at least 3.
+        rank_below: that quantile, in (0, 1).
     """
 
     def __init__(
@@ -119,6 +137,8 @@ class ConditioningGate:
         prune: bool = True,
         constraint: bool = True,
         on_failure: OnFailure = "raise",
+        rank_after: int | None = None,
+        rank_below: float = 0.5,
     ) -> None:
         if timeout is not None and not (timeout > 0):
             raise ValueError(f"timeout must be positive seconds or None, but got {timeout=}.")
@@ -126,6 +146,10 @@ class ConditioningGate:
             raise ValueError(f"threshold must be a finite number or None, but got {threshold=}.")
         if on_failure not in ("raise", "prune", "keep"):
             raise ValueError(f'on_failure must be "raise", "prune" or "keep", but got {on_failure=}.')
+        if rank_after is not None and not (isinstance(rank_after, int) and rank_after >= 3):
+            raise ValueError(f"rank_after must be an integer of at least 3 or None, but got {rank_after=}.")
+        if not 0.0 < rank_below < 1.0:
+            raise ValueError(f"rank_below must be a quantile in (0, 1), but got {rank_below=}.")
         self.client = client if client is not None else PreflightClient()
         self.options = dict(options or {})
         self.timeout = timeout
@@ -133,6 +157,8 @@ class ConditioningGate:
         self.prune = prune
         self.constraint = constraint
         self.on_failure = on_failure
+        self.rank_after = rank_after
+        self.rank_below = rank_below
 
     def job_options(self, study_name: str | None, trial_number: int | None = None) -> dict[str, Any]:
         """The options sent with a spec: the gate's, with the study and trial filled in."""
@@ -155,17 +181,21 @@ class ConditioningGate:
         """Condition the spec, record the report in the trial, and raise
         ``optuna.TrialPruned`` if it should be pruned; returns the report (with
         ``scales``), or None when conditioning failed and ``on_failure="keep"``."""
+        self._check_rank_study(trial.study)
         candidate = self.client.condition(spec, self.job_options(trial.study.study_name, trial.number), self.timeout)
-        keep = self.record(trial, candidate)
+        keep = self.record(trial, candidate, spec)
         if self.prune and not keep:
             raise optuna.TrialPruned(self._prune_message(candidate))
+        if self.prune and (ranked := self.rank(trial)) is not None and not ranked.keep:
+            raise optuna.TrialPruned(self._rank_message(candidate, ranked))
         return candidate.report
 
     def __call__(self, trial: optuna.Trial, spec: SpecLike) -> ConditioningReport | None:
         return self.check(trial, spec)
 
-    def record(self, trial: optuna.Trial, candidate: Candidate) -> bool:
-        """Write the candidate's report into the trial; returns whether to keep it."""
+    def record(self, trial: optuna.Trial, candidate: Candidate, spec: SpecLike | None = None) -> bool:
+        """Write the candidate's report into the trial (with ``spec``, the size among its ranking
+        features); returns whether the verdict keeps it."""
         trial.set_user_attr(ATTR_CANDIDATE_ID, candidate.id)
         if candidate.status != "done" or candidate.report is None:
             if self.on_failure == "raise":
@@ -176,6 +206,8 @@ class ConditioningGate:
         trial.set_user_attr(ATTR_SCORE, report.score)
         trial.set_user_attr(ATTR_VERDICT, report.verdict)
         trial.set_user_attr(ATTR_REASONS, report.reasons[:10])
+        parameters = summarize(spec_payload(spec)).parameters if spec is not None else None
+        trial.set_user_attr(ATTR_FEATURES, ranking_features(report, parameters))
         if self.constraint:
             self._set_margin(trial, conditioning_margin(report, self.threshold))
         return keeps(report, self.threshold)
@@ -194,13 +226,16 @@ class ConditioningGate:
         """
         if n_trials < 1:
             raise ValueError(f"n_trials must be at least 1, but got {n_trials=}.")
+        self._check_rank_study(study)
         trials = [study.ask() for _ in range(n_trials)]
         specs = [spec_payload(space(trial)) for trial in trials]
         candidates = self.client.condition_many(specs, self.job_options(study.study_name), self.timeout)
         kept, failure = [], None
         for trial, spec, candidate in zip(trials, specs, candidates, strict=True):
             try:
-                keep = self.record(trial, candidate)
+                keep = self.record(trial, candidate, spec)
+                if keep and self.prune and (ranked := self.rank(trial)) is not None:
+                    keep = ranked.keep
             except CandidateFailed as exc:  # tell every trial before raising the first failure
                 failure = failure or exc
                 study.tell(trial, state=TrialState.FAIL)
@@ -214,6 +249,43 @@ class ConditioningGate:
                 study.tell(screened.trial, state=TrialState.FAIL)
             raise failure
         return kept
+
+    def rank(self, trial: optuna.Trial) -> RankDecision | None:
+        """Where the trial's recorded features rank among the completed trials' (recorded as
+        ``preflight_rank``); None when ranking is off, the trial has no features, or fewer than
+        ``rank_after`` trials have completed with theirs."""
+        mine = trial.user_attrs.get(ATTR_FEATURES)
+        if self.rank_after is None or mine is None:
+            return None
+        trained = [
+            t
+            for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if ATTR_FEATURES in t.user_attrs and t.value is not None and math.isfinite(t.value)
+        ]
+        if len(trained) < self.rank_after:
+            return None
+        decision = rank_among_trained(
+            [t.user_attrs[ATTR_FEATURES] for t in trained],
+            [float(t.value) for t in trained if t.value is not None],
+            mine,
+            below=self.rank_below,
+            higher_is_better=trial.study.direction == optuna.study.StudyDirection.MAXIMIZE,
+        )
+        trial.set_user_attr(ATTR_RANK, decision.quantile)
+        return decision
+
+    def _check_rank_study(self, study: optuna.Study) -> None:
+        if self.rank_after is not None and len(study.directions) != 1:
+            raise ValueError(
+                f"rank_after ranks by one objective, but study {study.study_name!r} has {len(study.directions)}."
+            )
+
+    def _rank_message(self, candidate: Candidate, ranked: RankDecision) -> str:
+        return (
+            f"pruned before training by rank: candidate {candidate.id} is predicted to do better than "
+            f"{ranked.quantile:.2f} of the completed trials, below rank_below {self.rank_below} "
+            f"(fitted on them: {ranked.ranker.describe()})"
+        )
 
     def _set_margin(self, trial: optuna.Trial, margin: float) -> None:
         set_constraint = getattr(trial, "set_constraint", None)

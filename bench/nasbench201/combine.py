@@ -66,8 +66,7 @@ def _value(result: dict[str, Any], name: str) -> float:
         measured = (result.get("expressivity") or {}).get(name)
         return sign * float(measured) if measured is not None else math.nan
     if where == "size":
-        params = float(result["proxies"]["params"]["score"])
-        return math.log10(params) if params > 0 else math.nan
+        return float(result["proxies"]["params"]["score"]) / math.log(10)  # the proxy is the count's ln
     value = (result["preflight"].get("components") or {}).get(name)
     return sign * float(value) if value is not None and math.isfinite(float(value)) else math.nan
 

@@ -450,6 +450,11 @@ def report(
         proxies = {name: spearman(scores, accuracy) for name, scores in columns.items() if name != "preflight"}
         best = max(proxies, key=lambda name: proxies[name] if math.isfinite(proxies[name]) else -math.inf)
         lines += report_lines(dev, results, best.removeprefix("proxy:"))
+    from bench.nasbench201 import search
+
+    lines += search.report_lines(results)
+    if dev:
+        lines += search.learning_curve_lines(dev)
     costs = [r["preflight"]["counted_cost"] for r in results]
     lines += ["", f"Preflight's counted cost per cell: median {float(np.median(costs)):.1f} training steps.", ""]
     if figure:

@@ -15,6 +15,8 @@ import nas
 from nas.client import PreflightClient
 from nas.gate import (
     ATTR_CANDIDATE_ID,
+    ATTR_FEATURES,
+    ATTR_RANK,
     ATTR_SCORE,
     ATTR_VERDICT,
     CONSTRAINT_KEY,
@@ -22,7 +24,7 @@ from nas.gate import (
 )
 from nas.pruners import ConditioningPruner
 from nas.testing import FAST_OPTIONS as TINY_OPTIONS
-from nas.testing import ill_conditioned_mlp, well_conditioned_mlp
+from nas.testing import ill_conditioned_mlp, mlp, well_conditioned_mlp
 from nas.training import Trainer, load_digits
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -33,7 +35,13 @@ SPECS = {"well": WELL, "ill": ILL}
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"timeout": 0}, "timeout"), ({"threshold": math.nan}, "threshold"), ({"on_failure": "skip"}, "on_failure")],
+    [
+        ({"timeout": 0}, "timeout"),
+        ({"threshold": math.nan}, "threshold"),
+        ({"on_failure": "skip"}, "on_failure"),
+        ({"rank_after": 2}, "rank_after"),
+        ({"rank_below": 1.0}, "rank_below"),
+    ],
 )
 def test_bad_gate_arguments_are_refused_and_quoted(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -194,3 +202,40 @@ def test_prescreening_submits_all_specs_at_once_and_returns_the_kept(client: Pre
         study.tell(screened.trial, 1.0)
     assert [t.state for t in study.trials] == [COMPLETE, PRUNED, PRUNED, COMPLETE]
     assert all(t.user_attrs[ATTR_VERDICT] == "prune" for t in study.trials if t.state == PRUNED)
+
+
+def test_rank_after_prunes_a_trainable_candidate_predicted_below_the_trained_ones(client: PreflightClient) -> None:
+    """The objective here is the network's size, which the ranking's features include: once six
+    trials have completed, a narrower network than any of them is predicted worst and pruned
+    before training, though its verdict keeps it, and a wider one is kept."""
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300, rank_after=6, rank_below=0.5)
+    widths = [12, 16, 32, 64, 128, 256, 8, 512]
+
+    def objective(trial: optuna.Trial) -> float:
+        spec = mlp(2, "relu", trial.suggest_categorical("width", widths))
+        gate.check(trial, spec)
+        return math.log10(nas.summarize(spec).parameters)
+
+    study = optuna.create_study(direction="maximize")
+    for width in widths:
+        study.enqueue_trial({"width": width})
+    study.optimize(objective, n_trials=len(widths))
+    *trained, narrow, wide = study.trials
+    assert all(t.state == COMPLETE and ATTR_RANK not in t.user_attrs for t in trained)
+    assert trained[2].user_attrs[ATTR_FEATURES]["log_params"] == pytest.approx(trained[2].value)
+    assert narrow.state == PRUNED and narrow.user_attrs[ATTR_VERDICT] == "keep"
+    assert narrow.user_attrs[ATTR_RANK] < 0.5
+    assert wide.state == COMPLETE and wide.user_attrs[ATTR_RANK] >= 0.5
+    # pre-screening ranks against the same completed trials
+    for size in (10, 1024):
+        study.enqueue_trial({"size": size})
+    kept = gate.prescreen(study, lambda trial: mlp(2, "relu", trial.suggest_int("size", 1, 2048)), n_trials=2)
+    assert [s.spec["blocks"][0]["layers"][0]["out"] for s in kept] == [1024]
+    assert study.trials[-2].state == PRUNED and study.trials[-2].user_attrs[ATTR_VERDICT] == "keep"
+
+
+def test_rank_after_refuses_a_multi_objective_study(client: PreflightClient) -> None:
+    gate = ConditioningGate(client, options=TINY_OPTIONS, rank_after=3)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    with pytest.raises(ValueError, match="one objective"):
+        gate.check(study.ask(), WELL)

@@ -17,7 +17,7 @@ def _cells(n: int, seed: int) -> list[dict]:
     return [
         {
             "accuracy": float(a),
-            "proxies": {"params": {"score": float(10 ** (5 + s))}},
+            "proxies": {"params": {"score": float((5 + s) * np.log(10))}},  # the proxy: ln of the count
             "preflight": {"components": {"probe_loss": float(p), "kernel_log_range": float(z), "jacobian_log": 0.0}},
         }
         for a, s, p, z in zip(accuracy, size, probe, noise, strict=True)
@@ -41,7 +41,7 @@ def test_a_component_the_engine_could_not_measure_counts_as_the_worst_developmen
     dev = _cells(100, 0)
     combination = fit(dev, ["probe_loss"])
     worst = max(c["preflight"]["components"]["probe_loss"] for c in dev)
-    missing = {"accuracy": 0.0, "proxies": {"params": {"score": 1.0}}, "preflight": {"components": {}}}
+    missing = {"accuracy": 0.0, "proxies": {"params": {"score": 2.0}}, "preflight": {"components": {}}}
     at_worst = {**missing, "preflight": {"components": {"probe_loss": worst}}}
     assert combination.score([missing])[0] == combination.score([at_worst])[0] == combination.score(dev).min()
 
@@ -65,7 +65,7 @@ def _expressive_cells(n: int, seed: int) -> list[dict]:
             "accuracy": float(a),
             "expressivity": {"meco": float(m), "naswot": float(w)},
             "proxies": {
-                "params": {"score": 1e5},
+                "params": {"score": 11.5},
                 "meco": {"score": float(m + e)},
                 "naswot": {"score": -np.inf if i % 7 == 0 else float(w)},
             },

@@ -1,0 +1,182 @@
+"""Rank candidates that all train, by a fit on the candidates a search has already trained.
+
+The score and the verdict say whether a network can train; among networks that all train they rank
+little (docs/nasbench201.md: 0.29 to 0.38 on NAS-Bench-201). What ranks trainable networks depends
+on the space and on the training budget: the network's size ranks NAS-Bench-201's 200-epoch
+accuracies well and benchmark v2's two-epoch losses backwards. So no weights are shipped: a search
+fits them on the candidates it has trained, from what their reports measured (``FEATURES``), and
+ranks the next ones by the fit (:class:`Ranker`; :class:`nas.gate.ConditioningGate`'s ``rank``).
+
+The fit is a ridge regression of the objective's normal scores (its ranks mapped through the
+normal quantile) on the standardized features, each oriented so that higher predicts better; a
+value the report lacks gets the trained candidates' worst. The ridge penalty is the one of a small
+grid with the lowest leave-one-out error (closed form), so that a fit on 20 candidates shrinks
+towards equal weights and one on 200 does not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from nas.report import ConditioningReport
+
+__all__ = ["FEATURES", "RIDGES", "RankDecision", "Ranker", "rank_among_trained", "ranking_features"]
+
+# name -> +1 when higher predicts a better network, -1 when lower does. The score's components are
+# penalties (higher is worse); the expressivity terms are measured with options.expressivity; the
+# size is the spec's parameter count (nas.summarize).
+FEATURES: dict[str, float] = {
+    "probe_loss": -1.0,
+    "kernel_log_range": -1.0,
+    "jacobian_log": -1.0,
+    "non_finite": -1.0,
+    "output_log_ratio": -1.0,
+    "naswot": 1.0,
+    "meco": 1.0,
+    "log_params": 1.0,
+}
+RIDGES = (1e-2, 1e-1, 1.0, 10.0)  # the penalties leave-one-out chooses among
+
+
+def ranking_features(report: ConditioningReport, parameters: int | None = None) -> dict[str, float | None]:
+    """What ``report`` measured that :class:`Ranker` reads (None where it did not measure it):
+    its components, its expressivity terms, and ``log10`` of ``parameters`` (the spec's count,
+    ``nas.summarize(spec).parameters``) when given."""
+    out: dict[str, float | None] = {name: _finite(report.components.get(name)) for name in FEATURES}
+    expressivity = report.expressivity
+    out["naswot"] = _finite(expressivity.naswot) if expressivity else None
+    out["meco"] = _finite(expressivity.meco) if expressivity else None
+    out["log_params"] = math.log10(parameters) if parameters else None
+    return out
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if value is not None and math.isfinite(float(value)) else None
+
+
+@dataclass(frozen=True)
+class Ranker:
+    """A fitted ranking: :meth:`predict` is higher for the candidates predicted to do better."""
+
+    names: tuple[str, ...]
+    worst: np.ndarray  # per feature, the fill for a missing value (oriented: higher is better)
+    mean: np.ndarray
+    std: np.ndarray
+    weights: np.ndarray
+    ridge: float
+
+    @classmethod
+    def fit(
+        cls,
+        rows: Sequence[Mapping[str, float | None]],
+        values: Sequence[float],
+        *,
+        higher_is_better: bool = True,
+        ridge: float | None = None,
+    ) -> Ranker:
+        """Fit on trained candidates: ``rows`` their :func:`ranking_features`, ``values`` their
+        objective (``higher_is_better``: its direction). ``ridge`` None chooses the penalty among
+        ``RIDGES`` by leave-one-out error. A feature measured on fewer than two of the rows, or
+        constant over them, is left out."""
+        if len(rows) != len(values):
+            raise ValueError(f"rows and values differ in length: {len(rows)} and {len(values)}.")
+        y = np.asarray(values, dtype=np.float64)
+        if len(y) < 3 or not np.isfinite(y).all():
+            raise ValueError(f"a ranking needs at least 3 trained candidates with finite values, got {len(y)}.")
+        x = _oriented(rows, tuple(FEATURES))
+        kept = [j for j in range(x.shape[1]) if np.isfinite(x[:, j]).sum() >= 2]
+        x = x[:, kept]
+        names = tuple(np.array(list(FEATURES))[kept])
+        worst = np.array([np.nanmin(col) for col in x.T])
+        filled = np.where(np.isnan(x), worst, x)
+        mean, std = filled.mean(axis=0), filled.std(axis=0)
+        varies = std > 0
+        names, worst, mean, std = tuple(np.array(names)[varies]), worst[varies], mean[varies], std[varies]
+        z = (filled[:, varies] - mean) / std
+        target = _normal_scores(y if higher_is_better else -y)
+        penalty = ridge if ridge is not None else min(RIDGES, key=lambda r: _loo_error(z, target, r))
+        weights = _solve(z, target, penalty)
+        return cls(names, worst, mean, std, weights, penalty)
+
+    def predict(self, rows: Sequence[Mapping[str, float | None]]) -> np.ndarray:
+        """Higher predicts a better candidate (a normal score of the objective's rank)."""
+        x = _oriented(rows, self.names)
+        z = (np.where(np.isnan(x), self.worst, x) - self.mean) / self.std
+        return np.asarray(z @ self.weights, dtype=np.float64)
+
+    def describe(self) -> str:
+        terms = ", ".join(f"{n} {w:+.2f}" for n, w in zip(self.names, self.weights, strict=True))
+        return f"{terms} (ridge {self.ridge:g})"
+
+
+def _oriented(rows: Sequence[Mapping[str, float | None]], names: Sequence[str]) -> np.ndarray:
+    """``[rows, names]``, each oriented higher-is-better; nan where a row lacks the value."""
+    out = np.full((len(rows), len(names)), np.nan)
+    for i, row in enumerate(rows):
+        for j, name in enumerate(names):
+            value = row.get(name)
+            if value is not None and math.isfinite(value):
+                out[i, j] = FEATURES[name] * value
+    return out
+
+
+def _normal_scores(y: np.ndarray) -> np.ndarray:
+    """The ranks of ``y`` (ties averaged) mapped through the normal quantile: a target that no
+    outlier dominates."""
+    order = np.argsort(y, kind="stable")
+    ranks = np.empty(len(y))
+    ranks[order] = np.arange(1, len(y) + 1)
+    for value in np.unique(y):  # ties share their mean rank
+        tied = y == value
+        ranks[tied] = ranks[tied].mean()
+    quantile = NormalDist().inv_cdf
+    return np.array([quantile((r - 0.5) / len(y)) for r in ranks])
+
+
+def _solve(z: np.ndarray, target: np.ndarray, ridge: float) -> np.ndarray:
+    n = len(z)
+    return np.linalg.solve(z.T @ z / n + ridge * np.eye(z.shape[1]), z.T @ target / n)
+
+
+def _loo_error(z: np.ndarray, target: np.ndarray, ridge: float) -> float:
+    """Mean squared leave-one-out error of the ridge fit, from its hat matrix (no refits)."""
+    n = len(z)
+    hat = z @ np.linalg.solve(z.T @ z + n * ridge * np.eye(z.shape[1]), z.T)
+    residual = (target - hat @ target) / np.maximum(1.0 - np.diag(hat), 1e-12)
+    return float(np.mean(residual**2))
+
+
+@dataclass(frozen=True)
+class RankDecision:
+    """Where a candidate's prediction falls among the trained candidates' (in-sample) ones."""
+
+    quantile: float  # the share of trained candidates predicted below it (ties half)
+    keep: bool
+    ranker: Ranker
+
+
+def rank_among_trained(
+    trained: Sequence[Mapping[str, float | None]],
+    values: Sequence[float],
+    candidate: Mapping[str, float | None],
+    *,
+    below: float,
+    higher_is_better: bool = True,
+) -> RankDecision:
+    """Fit a :class:`Ranker` on the trained candidates (``trained`` their features, ``values``
+    their objective) and keep ``candidate`` unless its prediction falls below the ``below``
+    quantile of theirs: ``below`` 0.5 skips a candidate predicted worse than half of what the
+    search has trained."""
+    if not 0.0 < below < 1.0:
+        raise ValueError(f"below must be a quantile in (0, 1), but got {below=}.")
+    ranker = Ranker.fit(trained, values, higher_is_better=higher_is_better)
+    theirs = ranker.predict(trained)
+    mine = float(ranker.predict([candidate])[0])
+    quantile = float((np.sum(theirs < mine) + 0.5 * np.sum(theirs == mine)) / len(theirs))
+    return RankDecision(quantile, quantile >= below, ranker)
