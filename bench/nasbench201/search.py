@@ -57,12 +57,13 @@ RANKED = "rank gate (Preflight's features, fitted by the search)"
 
 def rows(results: Sequence[dict[str, Any]]) -> list[dict[str, float | None]]:
     """Each cell's ranking features as ``nas.ranking.ranking_features`` reads them from a report:
-    the conditioning's components, the expressivity terms and ``log10`` of the parameters."""
+    the conditioning's score and components, the expressivity terms and ``log10`` of the
+    parameters."""
     out = []
     for r in results:
         components = r["preflight"].get("components") or {}
         expressivity = r.get("expressivity") or {}
-        row = {k: _finite(components.get(k)) for k in components}
+        row = {k: _finite(components.get(k)) for k in components} | {"score": _finite(r["preflight"].get("score"))}
         row |= {"naswot": _finite(expressivity.get("naswot")), "meco": _finite(expressivity.get("meco"))}
         row["log_params"] = float(r["proxies"]["params"]["score"]) / math.log(10)  # the proxy is ln(count)
         out.append(row)
@@ -248,12 +249,13 @@ def learning_curve_lines(dev: Sequence[dict[str, Any]]) -> list[str]:
     """How many trained cells the fit needs, on the development cells alone: fitted on ``k`` of
     them drawn at random, its Spearman on the rest of them, against MeCo's term (the engine's) and
     MeCo's proxy (the spec's init) on the same rest. This chose ``AFTER``."""
-    from bench.pipeline.metrics import spearman
-    from nas.ranking import Ranker
+    from bench.pipeline.metrics import ranking_curve
 
     features, accuracy = rows(dev), np.array([r["accuracy"] for r in dev], dtype=np.float64)
-    term = np.array([f["meco"] if f["meco"] is not None else -math.inf for f in features])
-    proxy = np.array([_proxy(r, "meco") for r in dev])
+    baselines = {
+        "term": [f["meco"] if f["meco"] is not None else -math.inf for f in features],
+        "proxy": [_proxy(r, "meco") for r in dev],
+    }
     lines = [
         "",
         "How many trained cells the fit needs (the development cells alone: fitted on k of them drawn at random, "
@@ -266,16 +268,9 @@ def learning_curve_lines(dev: Sequence[dict[str, Any]]) -> list[str]:
     ]
     rng = np.random.default_rng(0)
     for k in (size for size in CURVE_SIZES if size < len(dev) - 10):
-        fit, alone, baseline = [], [], []
-        for _ in range(CURVE_DRAWS):
-            chosen = rng.choice(len(dev), k, replace=False)
-            rest = np.setdiff1d(np.arange(len(dev)), chosen)
-            ranker = Ranker.fit([features[i] for i in chosen], accuracy[chosen])
-            fit.append(spearman(ranker.predict([features[i] for i in rest]), accuracy[rest]))
-            alone.append(spearman(term[rest], accuracy[rest]))
-            baseline.append(spearman(proxy[rest], accuracy[rest]))
+        curve = ranking_curve(features, accuracy, k, CURVE_DRAWS, rng, baselines)
         lines.append(
-            f"| {k} | {np.mean(fit):.3f} | {np.percentile(fit, 10):.3f} | {np.mean(alone):.3f} | "
-            f"{np.mean(baseline):.3f} |"
+            f"| {k} | {np.mean(curve['fit']):.3f} | {np.percentile(curve['fit'], 10):.3f} | "
+            f"{np.mean(curve['term']):.3f} | {np.mean(curve['proxy']):.3f} |"
         )
     return lines

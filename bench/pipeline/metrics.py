@@ -1,4 +1,5 @@
-"""Rank correlations, pruning precision and recall, and the tuning comparison.
+"""Rank correlations, pruning precision and recall, the tuning comparison, and how a ranking fitted
+on a few trained candidates ranks the others.
 
 NaN policy: a score that is ``nan`` (the method could not score the candidate) ranks as the
 worst score, ``-inf``; a trained loss that is ``inf`` (diverged) ranks as the worst loss.
@@ -21,6 +22,7 @@ __all__ = [
     "precision_at_recall",
     "precision_recall_curve",
     "prune_fraction",
+    "ranking_curve",
     "spearman",
     "tuning_comparison",
 ]
@@ -129,3 +131,30 @@ def tuning_comparison(tuned: Sequence[float], other: Sequence[float]) -> dict[st
         "median_improvement": float(np.median(o - t)),
         "median_log_ratio": float(np.median(ratio)),
     }
+
+
+def ranking_curve(
+    features: Sequence[dict[str, float | None]],
+    values: Sequence[float],
+    trained: int,
+    draws: int,
+    rng: np.random.Generator,
+    baselines: dict[str, Sequence[float]] | None = None,
+) -> dict[str, list[float]]:
+    """``nas.ranking.Ranker`` fitted on ``trained`` candidates drawn at random, ``draws`` times: its
+    Spearman with ``values`` on the other candidates (``"fit"``), and each baseline score's on the
+    same others (higher is better). How many trained candidates a search needs before its fit ranks
+    the rest as well as a fixed score."""
+    from nas.ranking import Ranker
+
+    values = np.asarray(values, dtype=np.float64)
+    columns = {name: np.asarray(v, dtype=np.float64) for name, v in (baselines or {}).items()}
+    out: dict[str, list[float]] = {"fit": [], **{name: [] for name in columns}}
+    for _ in range(draws):
+        chosen = rng.choice(len(values), trained, replace=False)
+        rest = np.setdiff1d(np.arange(len(values)), chosen)
+        ranker = Ranker.fit([features[i] for i in chosen], values[chosen])
+        out["fit"].append(spearman(ranker.predict([features[i] for i in rest]), values[rest]))
+        for name, column in columns.items():
+            out[name].append(spearman(column[rest], values[rest]))
+    return out

@@ -54,17 +54,33 @@ def test_leave_one_out_shrinks_a_fit_of_noise_and_not_a_fit_of_a_clean_signal():
     assert Ranker.fit(rows, values).ridge == min(ranking.RIDGES)
 
 
+def test_the_shipped_score_is_not_shrunk_where_the_other_features_are():
+    """A fit on a few candidates starts from the calibrated score: with noise beside it, the ridge
+    shrinks the noise and leaves the score's weight at its least-squares size."""
+    rng = np.random.default_rng(3)
+    score = rng.normal(size=12)
+    rows = [{"score": float(s), "meco": float(m), "naswot": float(w)} for s, m, w in rng.normal(size=(12, 3))]
+    for row, s in zip(rows, score, strict=True):
+        row["score"] = float(s)
+    values = score + 0.3 * rng.normal(size=12)
+    ranker = Ranker.fit(rows, values)
+    weights = dict(zip(ranker.names, ranker.weights, strict=True))
+    assert ranker.ridge >= 1.0  # shrinks the others hard...
+    assert abs(weights["meco"]) < 0.1 and abs(weights["naswot"]) < 0.1
+    assert weights["score"] > 0.8  # ...and not the score (shrunk by 1.0 as well, it would be about 0.45)
+
+
 def test_the_leave_one_out_error_equals_refitting_without_each_candidate():
     rng = np.random.default_rng(2)
     z, target = rng.normal(size=(15, 3)), rng.normal(size=15)
-    for ridge in (0.01, 1.0):
-        penalty = 15 * ridge  # the fit's penalty on the whole sample, held fixed in each refit
+    for ridge in (0.01, 1.0, np.array([0.0, 1.0, 1.0])):  # one for all, or per feature (0: not shrunk)
+        penalty = 15 * np.diag(np.broadcast_to(ridge, (3,)))  # the whole sample's, held fixed in each refit
         refits = []
         for i in range(15):
             kept = np.arange(15) != i
-            w = np.linalg.solve(z[kept].T @ z[kept] + penalty * np.eye(3), z[kept].T @ target[kept])
+            w = np.linalg.solve(z[kept].T @ z[kept] + penalty, z[kept].T @ target[kept])
             refits.append((target[i] - z[i] @ w) ** 2)
-        assert ranking._loo_error(z, target, ridge) == pytest.approx(np.mean(refits))
+        assert ranking._loo_error(z, target, ridge) == pytest.approx(np.mean(refits), rel=1e-6)
 
 
 def test_a_missing_value_counts_as_the_worst_the_trained_candidates_showed():
@@ -110,4 +126,5 @@ def test_ranking_features_read_the_reports_components_expressivity_and_size():
     assert features["probe_loss"] == 0.4
     assert features["jacobian_log"] is None and features["kernel_log_range"] is None  # not finite, not measured
     assert features["naswot"] is None and features["meco"] is None  # options.expressivity was off
+    assert features["score"] == report.score
     assert ranking_features(report)["log_params"] is None

@@ -66,3 +66,19 @@ def test_tuning_comparison_counts_wins_and_excludes_double_divergence():
     assert got["n"] == 3
     assert got["better"] == pytest.approx(1 / 3)
     assert got["median_improvement"] == pytest.approx(-0.25)
+
+
+def test_the_ranking_curve_fits_on_the_drawn_candidates_and_scores_the_others():
+    rng = np.random.default_rng(0)
+    meco = rng.normal(size=60)
+    values = meco + 0.05 * rng.normal(size=60)
+    features = [{"meco": float(m), "naswot": float(rng.normal())} for m in meco]
+    curve = metrics.ranking_curve(features, values, 20, 5, np.random.default_rng(1), {"noise": rng.normal(size=60)})
+    assert len(curve["fit"]) == len(curve["noise"]) == 5
+    assert min(curve["fit"]) > 0.95  # the fit found MeCo's term on 20 and ranks the other 40
+    assert max(abs(v) for v in curve["noise"]) < 0.5
+    # the baselines are read on the same held-out candidates as the fit: the values themselves rank at 1
+    assert (
+        metrics.ranking_curve(features, values, 20, 3, np.random.default_rng(1), {"truth": values})["truth"]
+        == [pytest.approx(1.0)] * 3
+    )
