@@ -1,5 +1,5 @@
 """The searches of every seed, resumable: a seed's trials go to ``<out>/seeds/seed<N>.json`` when
-all eight searches are done, with the configuration they ran under (a changed configuration or
+all nine searches are done, with the configuration they ran under (a changed configuration or
 engine reruns the seed; the trainings and conditionings it shares stay cached)."""
 
 from __future__ import annotations

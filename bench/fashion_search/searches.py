@@ -1,7 +1,7 @@
-"""One seed of the search: the eight searches, round robin one trial each, on one ``Evaluator``.
+"""One seed of the search: the nine searches, round robin one trial each, on one ``Evaluator``.
 
 Every search uses TPE with the same seed (so the ten random start-up trials are the same
-networks in all eight), 30 trials by default, the validation accuracy after each epoch as the
+networks in all nine), 30 trials by default, the validation accuracy after each epoch as the
 reported value and the last one as the objective. The gated searches use the product's gate and
 pruner on the engine run in this process.
 """
@@ -43,12 +43,14 @@ FIXED_RATE = 0.03
 
 class Search(NamedTuple):
     """How a search treats a trial: conditioned first (and charged for it), skipped on a ``prune``
-    verdict, stopped during training by a pruner, trained at a fixed rate instead of the sampled one."""
+    verdict, stopped during training by a pruner, trained at a fixed rate instead of the sampled one,
+    skipped when ranked below the median of the completed trials (``rank_after``: the gate's)."""
 
     conditioned: bool
     skips: bool
     pruner: str | None = None
     fixed_lr: float | None = None
+    rank_after: int | None = None
 
 
 # "tuned, no gate" separates the gate's skipping from the tuned init and rate its survivors train
@@ -62,6 +64,9 @@ SEARCHES: dict[str, Search] = {
     "preflight gate": Search(True, True),
     "gate + median": Search(True, True, "median"),
     "gate + hyperband": Search(True, True, "hyperband"),
+    # the gate that also ranks: once the random start-up trials have completed, a proposal that
+    # nas.ranking (fitted on them and every later completed trial) predicts below their median is skipped
+    "gate + rank": Search(True, True, rank_after=STARTUP_TRIALS),
 }
 
 
@@ -120,7 +125,7 @@ def _objective(
     engine = _Engine(evaluator, seed)
     # with a pruner during training, ConditioningPruner takes the verdict at the first should_prune()
     gate = (
-        ConditioningGate(engine, prune=search.skips and search.pruner is None)  # type: ignore[arg-type]
+        ConditioningGate(engine, prune=search.skips and search.pruner is None, rank_after=search.rank_after)  # type: ignore[arg-type]
         if search.conditioned
         else None
     )
