@@ -27,9 +27,11 @@ With ``prune=False`` the gate only records, and the decision is left to the stud
 The verdict skips candidates that cannot train. With ``rank_after=N`` the gate also skips ones
 that would train but are predicted to do worse than most of what the search has trained: once N
 trials have completed, it fits :class:`nas.ranking.Ranker` on their recorded features
-(``preflight_features``: the report's components, its expressivity terms when
+(``preflight_features``: the report's score and components, its expressivity terms when
 ``options.expressivity`` is on, and the size) and objective values, and prunes a candidate
-predicted below the ``rank_below`` quantile of theirs (recorded as ``preflight_rank``).
+predicted below the ``rank_below`` quantile of theirs (recorded as ``preflight_rank``). Where
+trainability is most of what separates the candidates, the fit on a few dozen trials ranks below
+the score alone: leave it off there (docs/conditioning.md, section 10).
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ ATTR_CANDIDATE_ID = "preflight_candidate_id"
 ATTR_SCORE = "preflight_score"
 ATTR_VERDICT = "preflight_verdict"
 ATTR_REASONS = "preflight_reasons"
-ATTR_FEATURES = "preflight_features"  # what nas.ranking reads: components, expressivity, size
+ATTR_FEATURES = "preflight_features"  # what nas.ranking reads: score, components, expressivity, size
 ATTR_RANK = "preflight_rank"  # the prediction's quantile among the completed trials' (rank_after)
 CONSTRAINT_KEY = "preflight_conditioning"
 
