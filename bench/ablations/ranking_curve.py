@@ -39,7 +39,7 @@ def _features(row: Any) -> dict[str, float | None]:
 
 def curves(group: str, protocol: str) -> list[str]:
     """Table rows for one dataset group and protocol."""
-    from bench.pipeline.metrics import ranking_curve, spearman
+    from bench.pipeline.metrics import ranking_curve, ranking_curve_cells, spearman
     from bench.v2.analysis import load_rows, truth
     from bench.v2.candidates import dev_set
 
@@ -57,10 +57,7 @@ def curves(group: str, protocol: str) -> list[str]:
     rng = np.random.default_rng(0)
     for k in (size for size in SIZES if size < len(kept) - 15):
         c = ranking_curve(features, accuracy, k, DRAWS, rng, baselines)
-        out.append(
-            f"| k = {k} | {np.mean(c['fit']):.3f} | {np.percentile(c['fit'], 10):.3f} | "
-            f"{np.mean(c['score']):.3f} | {np.mean(c['meco']):.3f} | {np.mean(c['size']):.3f} |"
-        )
+        out.append(f"| k = {k} | {' | '.join(ranking_curve_cells(c))} |")
     return out
 
 

@@ -249,7 +249,7 @@ def learning_curve_lines(dev: Sequence[dict[str, Any]]) -> list[str]:
     """How many trained cells the fit needs, on the development cells alone: fitted on ``k`` of
     them drawn at random, its Spearman on the rest of them, against MeCo's term (the engine's) and
     MeCo's proxy (the spec's init) on the same rest. This chose ``AFTER``."""
-    from bench.pipeline.metrics import ranking_curve
+    from bench.pipeline.metrics import ranking_curve, ranking_curve_cells
 
     features, accuracy = rows(dev), np.array([r["accuracy"] for r in dev], dtype=np.float64)
     baselines = {
@@ -269,8 +269,5 @@ def learning_curve_lines(dev: Sequence[dict[str, Any]]) -> list[str]:
     rng = np.random.default_rng(0)
     for k in (size for size in CURVE_SIZES if size < len(dev) - 10):
         curve = ranking_curve(features, accuracy, k, CURVE_DRAWS, rng, baselines)
-        lines.append(
-            f"| {k} | {np.mean(curve['fit']):.3f} | {np.percentile(curve['fit'], 10):.3f} | "
-            f"{np.mean(curve['term']):.3f} | {np.mean(curve['proxy']):.3f} |"
-        )
+        lines.append(f"| {k} | {' | '.join(ranking_curve_cells(curve))} |")
     return lines

@@ -23,6 +23,7 @@ __all__ = [
     "precision_recall_curve",
     "prune_fraction",
     "ranking_curve",
+    "ranking_curve_cells",
     "spearman",
     "tuning_comparison",
 ]
@@ -158,3 +159,11 @@ def ranking_curve(
         for name, column in columns.items():
             out[name].append(spearman(column[rest], values[rest]))
     return out
+
+
+def ranking_curve_cells(curve: dict[str, list[float]]) -> list[str]:
+    """A table row's cells for :func:`ranking_curve`: the fit's mean and 10th percentile, then
+    each baseline's mean, in their order."""
+    fit = curve["fit"]
+    means = [float(np.mean(v)) for name, v in curve.items() if name != "fit"]
+    return [f"{value:.3f}" for value in (float(np.mean(fit)), float(np.percentile(fit, 10)), *means)]

@@ -31,20 +31,6 @@ def _trial(val: float | None, test: float | None, train: float, condition: float
     }
 
 
-# a small residual network of the search space, as Optuna parameters (the rate added per test)
-_RESIDUAL = {
-    "family": "residual",
-    "res_depth": 2,
-    "res_width": 8,
-    "res_body_layers": 1,
-    "res_beta": 0.5,
-    "res_activation": "relu",
-    "res_norm": "none",
-    "res_init_scheme": "fan_in",
-    "res_init_gain": 1.0,
-}
-
-
 def _forward_gmacs(params: dict) -> float:
     import optuna
 
@@ -120,8 +106,8 @@ def test_a_search_that_has_finished_nothing_yet_counts_as_chance_at_equal_comput
     )
 
 
-def test_in_macs_charges_three_forward_passes_per_training_step_and_counted_conditioning_steps():
-    params = _RESIDUAL | {"lr": 0.01}
+def test_in_macs_charges_three_forward_passes_per_training_step_and_counted_conditioning_steps(residual_params):
+    params = residual_params | {"lr": 0.01}
     forward = _forward_gmacs(params)
     trial = _trial(0.8, 0.8, 99.0, condition=99.0) | {"params": params, "train_steps": 94, "epochs": 1}
     trial["condition_steps"] = 15.0
@@ -184,8 +170,8 @@ def test_the_median_of_an_even_count_whose_upper_middle_never_reached_the_target
     assert ratio.high == NEVER and ratio.low == pytest.approx(2.5 / 5.0)
 
 
-def test_in_macs_charges_no_validation_after_a_training_diverged():
-    params = _RESIDUAL | {"lr": 0.3}
+def test_in_macs_charges_no_validation_after_a_training_diverged(residual_params):
+    params = residual_params | {"lr": 0.3}
     forward = _forward_gmacs(params)
     # 4 epochs reported, diverged 10 steps into the second: one validated epoch (94 steps each)
     trial = _trial(0.1, 0.0, 1.0) | {"params": params, "train_steps": 94 + 10, "epochs": 4}

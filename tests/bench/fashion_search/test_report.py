@@ -17,26 +17,15 @@ def test_a_target_is_met_only_when_the_whole_interval_is_on_its_side():
     assert _verdict(Interval(math.nan, math.nan, math.nan, 0), lower=0.0) == "**missed** (undefined)"
 
 
-def _timed(seconds: float) -> dict:
-    params = {
-        "family": "residual",
-        "res_depth": 2,
-        "res_width": 8,
-        "res_body_layers": 1,
-        "res_beta": 0.5,
-        "res_activation": "relu",
-        "res_norm": "none",
-        "res_init_scheme": "fan_in",
-        "res_init_gain": 1.0,
-        "lr": 0.01,
-    }
+def _timed(params: dict, seconds: float) -> dict:
     return {"params": params, "train_seconds": seconds, "train_steps": 94, "epochs": 1, "condition_steps": 0.0}
 
 
-def test_the_report_says_when_the_searches_trainings_ran_at_different_speeds():
+def test_the_report_says_when_the_searches_trainings_ran_at_different_speeds(residual_params):
+    params = residual_params | {"lr": 0.01}
     from bench.fashion_search.report import _timing
 
-    same = _timing({0: {"searches": {"no gate": [_timed(10.0)], "preflight gate": [_timed(11.0)]}}})
+    same = _timing({0: {"searches": {"no gate": [_timed(params, 10.0)], "preflight gate": [_timed(params, 11.0)]}}})
     assert "the seconds compare" in same[0]
-    apart = _timing({0: {"searches": {"no gate": [_timed(10.0)], "preflight gate": [_timed(21.0)]}}})
+    apart = _timing({0: {"searches": {"no gate": [_timed(params, 10.0)], "preflight gate": [_timed(params, 21.0)]}}})
     assert "2.1 times apart: read the multiply-accumulate figures" in apart[0]
