@@ -27,7 +27,16 @@ import numpy as np
 
 from nas.report import ConditioningReport
 
-__all__ = ["FEATURES", "RIDGES", "RankDecision", "Ranker", "rank_among_trained", "ranking_features"]
+__all__ = [
+    "FEATURES",
+    "RIDGES",
+    "RankDecision",
+    "Ranker",
+    "normal_scores",
+    "rank_among_trained",
+    "ranking_features",
+    "ridge_weights",
+]
 
 # name -> +1 when higher predicts a better network, -1 when lower does. The score is higher for a
 # network predicted to train; its components are penalties (higher is worse); the expressivity terms
@@ -105,10 +114,10 @@ class Ranker:
         varies = std > 0
         names, worst, mean, std = tuple(np.array(names)[varies]), worst[varies], mean[varies], std[varies]
         z = (filled[:, varies] - mean) / std
-        target = _normal_scores(y if higher_is_better else -y)
+        target = normal_scores(y if higher_is_better else -y)
         shrunk = np.array([name not in UNPENALIZED for name in names], dtype=np.float64)
         penalty = ridge if ridge is not None else min(RIDGES, key=lambda r: _loo_error(z, target, r * shrunk))
-        weights = _solve(z, target, penalty * shrunk)
+        weights = ridge_weights(z, target, penalty * shrunk)
         return cls(names, worst, mean, std, weights, penalty)
 
     def predict(self, rows: Sequence[Mapping[str, float | None]]) -> np.ndarray:
@@ -133,7 +142,7 @@ def _oriented(rows: Sequence[Mapping[str, float | None]], names: Sequence[str]) 
     return out
 
 
-def _normal_scores(y: np.ndarray) -> np.ndarray:
+def normal_scores(y: np.ndarray) -> np.ndarray:
     """The ranks of ``y`` (ties averaged) mapped through the normal quantile: a target that no
     outlier dominates."""
     order = np.argsort(y, kind="stable")
@@ -146,18 +155,22 @@ def _normal_scores(y: np.ndarray) -> np.ndarray:
     return np.array([quantile((r - 0.5) / len(y)) for r in ranks])
 
 
-def _solve(z: np.ndarray, target: np.ndarray, ridge: np.ndarray | float) -> np.ndarray:
-    """Ridge weights; ``ridge`` per feature (0: not shrunk) or one for all."""
+def ridge_weights(z: np.ndarray, target: np.ndarray, ridge: np.ndarray | float) -> np.ndarray:
+    """The weights minimizing ``|target - z w|^2 / n + w' diag(ridge) w``; ``ridge`` per feature
+    (0: not shrunk) or one for all."""
     n = len(z)
-    penalty = np.diag(np.broadcast_to(np.asarray(ridge, dtype=np.float64), (z.shape[1],)))
-    return np.linalg.solve(z.T @ z / n + penalty + 1e-9 * np.eye(z.shape[1]), z.T @ target / n)
+    return np.linalg.solve(z.T @ z / n + _penalty(ridge, z.shape[1]), z.T @ target / n)
+
+
+def _penalty(ridge: np.ndarray | float, features: int) -> np.ndarray:
+    """``diag(ridge)``, with a 1e-9 floor so that an unshrunk feature never makes it singular."""
+    return np.diag(np.broadcast_to(np.asarray(ridge, dtype=np.float64), (features,))) + 1e-9 * np.eye(features)
 
 
 def _loo_error(z: np.ndarray, target: np.ndarray, ridge: np.ndarray | float) -> float:
     """Mean squared leave-one-out error of the ridge fit, from its hat matrix (no refits)."""
     n = len(z)
-    penalty = np.diag(np.broadcast_to(np.asarray(ridge, dtype=np.float64), (z.shape[1],)))
-    hat = z @ np.linalg.solve(z.T @ z + n * (penalty + 1e-9 * np.eye(z.shape[1])), z.T)
+    hat = z @ np.linalg.solve(z.T @ z + n * _penalty(ridge, z.shape[1]), z.T)
     residual = (target - hat @ target) / np.maximum(1.0 - np.diag(hat), 1e-12)
     return float(np.mean(residual**2))
 

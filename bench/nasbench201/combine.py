@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import norm, rankdata
+
+from nas.ranking import normal_scores, ridge_weights
 
 __all__ = [
     "ENSEMBLE",
@@ -113,8 +114,7 @@ def fit(results: Sequence[dict[str, Any]], names: Sequence[str], ridge: float = 
     std = np.where(std > 0, std, 1.0)
     z = (filled - mean) / std
     accuracy = np.array([r["accuracy"] for r in results], dtype=np.float64)
-    target = norm.ppf((rankdata(accuracy) - 0.5) / len(accuracy))
-    weights = np.linalg.solve(z.T @ z / len(z) + ridge * np.eye(z.shape[1]), z.T @ target / len(z))
+    weights = ridge_weights(z, normal_scores(accuracy), ridge)
     return Combination(names, mean, std, (worst, best), weights)
 
 
