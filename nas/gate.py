@@ -125,7 +125,9 @@ class ConditioningGate:
         rank_after: once this many trials have completed, also prune a kept candidate whose
             predicted objective (:func:`nas.ranking.rank_among_trained`, fitted on them) falls
             below the ``rank_below`` quantile of theirs; None (the default): never. Needs a
-            single-objective study; at least 3.
+            single-objective study; at least 3. With ``prune=False`` the quantile is recorded
+            (``preflight_rank``) and nothing is pruned by it. Only the kept candidates complete,
+            so the trained ones' median rises as the search goes on, and with it what is skipped.
         rank_below: that quantile, in (0, 1).
     """
 
@@ -188,7 +190,8 @@ class ConditioningGate:
         keep = self.record(trial, candidate, spec)
         if self.prune and not keep:
             raise optuna.TrialPruned(self._prune_message(candidate))
-        if self.prune and (ranked := self.rank(trial)) is not None and not ranked.keep:
+        ranked = self.rank(trial) if keep else None  # recorded with prune=False too
+        if self.prune and ranked is not None and not ranked.keep:
             raise optuna.TrialPruned(self._rank_message(candidate, ranked))
         return candidate.report
 
@@ -208,8 +211,7 @@ class ConditioningGate:
         trial.set_user_attr(ATTR_SCORE, report.score)
         trial.set_user_attr(ATTR_VERDICT, report.verdict)
         trial.set_user_attr(ATTR_REASONS, report.reasons[:10])
-        parameters = summarize(spec_payload(spec)).parameters if spec is not None else None
-        trial.set_user_attr(ATTR_FEATURES, ranking_features(report, parameters))
+        trial.set_user_attr(ATTR_FEATURES, ranking_features(report, _parameters(spec)))
         if self.constraint:
             self._set_margin(trial, conditioning_margin(report, self.threshold))
         return keeps(report, self.threshold)
@@ -236,7 +238,8 @@ class ConditioningGate:
         for trial, spec, candidate in zip(trials, specs, candidates, strict=True):
             try:
                 keep = self.record(trial, candidate, spec)
-                if keep and self.prune and (ranked := self.rank(trial)) is not None:
+                ranked = self.rank(trial) if keep else None  # recorded with prune=False too
+                if ranked is not None and self.prune:
                     keep = ranked.keep
             except CandidateFailed as exc:  # tell every trial before raising the first failure
                 failure = failure or exc
@@ -303,6 +306,17 @@ class ConditioningGate:
             f"pruned before training by conditioning: candidate {candidate.id}, "
             f"score {candidate.score}, verdict {candidate.verdict}" + (f" ({reasons})" if reasons else "")
         )
+
+
+def _parameters(spec: SpecLike | None) -> int | None:
+    """The spec's parameter count for the ranking's size feature; None where this client cannot
+    read the spec (the service conditioned it, so a newer format is no reason to fail the trial)."""
+    if spec is None:
+        return None
+    try:
+        return summarize(spec_payload(spec)).parameters
+    except ValueError:  # pydantic's ValidationError and the spec's own errors
+        return None
 
 
 def earlier_scores(trials: Sequence[optuna.trial.FrozenTrial], exclude_number: int) -> list[float]:

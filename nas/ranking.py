@@ -111,7 +111,7 @@ class Ranker:
         worst = np.array([np.nanmin(col) for col in x.T])
         filled = np.where(np.isnan(x), worst, x)
         mean, std = filled.mean(axis=0), filled.std(axis=0)
-        varies = std > 0
+        varies = std > 1e-9 * np.maximum(1.0, np.abs(mean))  # rounding noise is not a feature
         names, worst, mean, std = tuple(np.array(names)[varies]), worst[varies], mean[varies], std[varies]
         z = (filled[:, varies] - mean) / std
         target = normal_scores(y if higher_is_better else -y)
@@ -168,10 +168,15 @@ def _penalty(ridge: np.ndarray | float, features: int) -> np.ndarray:
 
 
 def _loo_error(z: np.ndarray, target: np.ndarray, ridge: np.ndarray | float) -> float:
-    """Mean squared leave-one-out error of the ridge fit, from its hat matrix (no refits)."""
+    """Mean squared leave-one-out error of the ridge fit with an unpenalized intercept, from its
+    hat matrix (no refits). ``z``'s columns are centred, so the intercept's hat matrix (1/n
+    everywhere) adds to the features' and the intercept is the target's mean; tied objective
+    values leave the normal scores' mean off zero."""
     n = len(z)
     hat = z @ np.linalg.solve(z.T @ z + n * _penalty(ridge, z.shape[1]), z.T)
-    residual = (target - hat @ target) / np.maximum(1.0 - np.diag(hat), 1e-12)
+    centred = target - target.mean()
+    leverage = np.diag(hat) + 1.0 / n
+    residual = (centred - hat @ centred) / np.maximum(1.0 - leverage, 1e-12)
     return float(np.mean(residual**2))
 
 
@@ -195,11 +200,14 @@ def rank_among_trained(
     """Fit a :class:`Ranker` on the trained candidates (``trained`` their features, ``values``
     their objective) and keep ``candidate`` unless its prediction falls below the ``below``
     quantile of theirs: ``below`` 0.5 skips a candidate predicted worse than half of what the
-    search has trained."""
+    search has trained. A fit that cannot tell the trained candidates apart (no feature varies, or
+    every objective value is the same) keeps every candidate: it knows nothing to skip by."""
     if not 0.0 < below < 1.0:
         raise ValueError(f"below must be a quantile in (0, 1), but got {below=}.")
     ranker = Ranker.fit(trained, values, higher_is_better=higher_is_better)
     theirs = ranker.predict(trained)
     mine = float(ranker.predict([candidate])[0])
-    quantile = float((np.sum(theirs < mine) + 0.5 * np.sum(theirs == mine)) / len(theirs))
-    return RankDecision(quantile, quantile >= below, ranker)
+    tied = np.isclose(theirs, mine, rtol=1e-9, atol=1e-12)  # a copy of a trained row ties it
+    quantile = float((np.sum((theirs < mine) & ~tied) + 0.5 * np.sum(tied)) / len(theirs))
+    informed = bool(np.ptp(theirs) > 1e-9)
+    return RankDecision(quantile, quantile >= below or not informed, ranker)

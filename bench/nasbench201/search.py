@@ -6,7 +6,8 @@ so an order of them is a random search of the space, up to the sample). The unga
 the first ``PROPOSALS``. A gated search trains its first ``AFTER`` proposals, then, before training
 each next one, fits :class:`nas.ranking.Ranker` on what it has trained so far (their features and
 accuracies, never any other cell's) and skips the proposal when its prediction falls below the
-``BELOW`` quantile of theirs: :class:`nas.gate.ConditioningGate` with ``rank_after=AFTER``. No
+``BELOW`` quantile of theirs; like :class:`nas.gate.ConditioningGate` with ``rank_after=AFTER``,
+it skips a ``prune`` verdict first, from the first proposal on. No
 development sample is used: the search fits its own weights. The baselines that could explain a
 gain use the same rule on one feature, with no fit: MeCo's score on the spec's init (the best
 zero-cost proxy of the report), the size, and Preflight's verdict alone (skipping ``prune``); the
@@ -110,6 +111,8 @@ def simulate(results: Sequence[dict[str, Any]], repeats: int = REPEATS) -> dict[
         return keep
 
     def ranked(trained: list[int], i: int) -> bool:
+        if verdict[i]:  # the gate skips a prune verdict first, from the first proposal on
+            return False
         if len(trained) < AFTER:
             return True
         decision = rank_among_trained([features[j] for j in trained], accuracy[trained], features[i], below=BELOW)
@@ -203,7 +206,7 @@ def report_lines(results: Sequence[dict[str, Any]], repeats: int = REPEATS) -> l
     ]
     for name, f in figures.items():
         ratio = f.to_best
-        low, mid, high = np.percentile(ratio, [2.5, 50, 97.5])
+        low, mid, high = np.percentile(ratio, [2.5, 50, 97.5], method="inverted_cdf")  # "never" is inf
         diff = bootstrap(lambda i, d=f.at_equal_compute: float(np.mean(d[i])), len(ratio))
         lines.append(
             f"| {name} | {_ratio(mid)} [{_ratio(low)}, {_ratio(high)}] | {np.mean(~np.isfinite(ratio)):.2f} | "

@@ -232,6 +232,11 @@ def test_rank_after_prunes_a_trainable_candidate_predicted_below_the_trained_one
     kept = gate.prescreen(study, lambda trial: mlp(2, "relu", trial.suggest_int("size", 1, 2048)), n_trials=2)
     assert [s.spec["blocks"][0]["layers"][0]["out"] for s in kept] == [1024]
     assert study.trials[-2].state == PRUNED and study.trials[-2].user_attrs[ATTR_VERDICT] == "keep"
+    # with prune=False the gate records where the narrow network ranks and leaves the decision to the pruner
+    recorder = ConditioningGate(client, options=TINY_OPTIONS, timeout=300, rank_after=6, prune=False)
+    trial = study.ask()
+    assert recorder.check(trial, mlp(2, "relu", 8)) is not None
+    assert trial.user_attrs[ATTR_RANK] < 0.5
 
 
 def test_rank_after_refuses_a_multi_objective_study(client: PreflightClient) -> None:

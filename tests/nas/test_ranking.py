@@ -71,15 +71,20 @@ def test_the_shipped_score_is_not_shrunk_where_the_other_features_are():
 
 
 def test_the_leave_one_out_error_equals_refitting_without_each_candidate():
+    """Each refit has its own intercept (the fit's centred features leave it implicit), and the
+    target's mean is off zero, as tied objective values leave the normal scores'."""
     rng = np.random.default_rng(2)
-    z, target = rng.normal(size=(15, 3)), rng.normal(size=15)
+    z, target = rng.normal(size=(15, 3)), rng.normal(size=15) + 0.7
+    z -= z.mean(axis=0)  # the fit standardizes its features on the trained rows
+    design = np.column_stack([np.ones(15), z])
     for ridge in (0.01, 1.0, np.array([0.0, 1.0, 1.0])):  # one for all, or per feature (0: not shrunk)
-        penalty = 15 * np.diag(np.broadcast_to(ridge, (3,)))  # the whole sample's, held fixed in each refit
+        penalty = np.zeros((4, 4))  # the intercept is never shrunk
+        penalty[1:, 1:] = 15 * np.diag(np.broadcast_to(ridge, (3,)))  # the whole sample's, held fixed
         refits = []
         for i in range(15):
             kept = np.arange(15) != i
-            w = np.linalg.solve(z[kept].T @ z[kept] + penalty, z[kept].T @ target[kept])
-            refits.append((target[i] - z[i] @ w) ** 2)
+            w = np.linalg.solve(design[kept].T @ design[kept] + penalty, design[kept].T @ target[kept])
+            refits.append((target[i] - design[i] @ w) ** 2)
         assert ranking._loo_error(z, target, ridge) == pytest.approx(np.mean(refits), rel=1e-6)
 
 
@@ -128,3 +133,27 @@ def test_ranking_features_read_the_reports_components_expressivity_and_size():
     assert features["naswot"] is None and features["meco"] is None  # options.expressivity was off
     assert features["score"] == report.score
     assert ranking_features(report)["log_params"] is None
+
+
+@pytest.mark.parametrize("degenerate", ["constant features", "equal values"])
+def test_a_fit_that_cannot_tell_the_trained_candidates_apart_keeps_every_candidate(degenerate):
+    """Otherwise every prediction ties at the 0.5 quantile, and a rank_below above it would skip
+    every candidate from then on, so that no trial completes to change the fit."""
+    rows, values = _rows(12)
+    if degenerate == "constant features":
+        rows = [{"meco": 1.0, "probe_loss": 0.5} for _ in rows]
+    else:
+        values = np.full(12, 0.8)
+    decision = rank_among_trained(rows, values, rows[0], below=0.9)
+    assert decision.keep and decision.quantile == 0.5
+    informed = rank_among_trained(*_rows(12), {"meco": 0.0, "probe_loss": 0.0, "naswot": 0.0}, below=0.9)
+    assert not informed.keep  # the same rank_below skips once the fit ranks
+
+
+def test_a_candidate_equal_to_a_trained_one_ties_with_it():
+    rows, values = _rows(9)
+    decision = rank_among_trained(rows, values, dict(rows[4]), below=0.5)
+    ranker = Ranker.fit(rows, values)
+    theirs = ranker.predict(rows)
+    expected = (np.sum(theirs < theirs[4]) + 0.5) / 9  # itself counts half, whatever the last bits
+    assert decision.quantile == pytest.approx(expected)

@@ -52,3 +52,19 @@ def test_the_conditioning_is_charged_to_the_searches_that_condition():
     # the verdict keeps every cell: it trains what the ungated search trains, plus the conditioning
     verdict = figures["Preflight's verdict alone"].to_best
     assert np.all(verdict > 1.0) and np.all(verdict < 1.01)
+
+
+def test_the_rank_gate_skips_a_prune_verdict_from_the_first_proposal_as_the_gate_does():
+    cells = _cells(400, 3, informative=True)
+    flagged = {i for i, c in enumerate(cells) if c["accuracy"] < 50}
+    for i in flagged:
+        cells[i]["preflight"]["verdict"] = "prune"
+    figures = search.simulate(cells, repeats=10)
+    ranked, verdict = figures[search.RANKED], figures["Preflight's verdict alone"]
+    # within the first proposals, before any fit, it trains what the verdict keeps and no more
+    assert np.all(ranked.trained <= verdict.trained)
+    assert np.all(verdict.trained < search.PROPOSALS * 0.8)
+    # a space the verdict flags whole: nothing trains, not even the fit's first proposals
+    for cell in cells:
+        cell["preflight"]["verdict"] = "prune"
+    assert np.all(search.simulate(cells, repeats=3)[search.RANKED].trained == 0)
