@@ -9,7 +9,9 @@ ranks the next ones by the fit (:class:`Ranker`; :class:`nas.gate.ConditioningGa
 
 The fit is a ridge regression of the objective's normal scores (its ranks mapped through the
 normal quantile) on the standardized features, each oriented so that higher predicts better; a
-value the report lacks gets the trained candidates' worst. The shipped score (calibrated on
+value the report lacks gets the trained candidates' worst in that orientation (where the fit turns a
+feature's weight negative, as the size's can be, that fill reads as the best: the size is missing
+only when the client could not read the spec). The shipped score (calibrated on
 benchmark v2's development set) is not shrunk, so a fit on a few candidates starts from it; every
 other feature is, by the penalty of a small grid with the lowest leave-one-out error (closed form),
 so that a fit on 20 candidates leans on the score and one on 200 on whatever ranks the space.
