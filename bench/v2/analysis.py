@@ -202,28 +202,31 @@ def ranking(rows: list[Row], truth_name: str, protocol: str, resamples: int) -> 
             "cost": float(np.nanmean(costs)) if np.isfinite(costs).any() else math.nan,
         }
     preflight_cost = methods["preflight"]["cost"]
-    peers = [
-        m
-        for m in names
-        if m in ALWAYS_EQUAL_COST or (m not in NOT_EQUAL_COST and not methods[m]["cost"] > 1.05 * preflight_cost)
-    ]
+    cheaper = [m for m in names if m not in NOT_EQUAL_COST and not methods[m]["cost"] > 1.05 * preflight_cost]
+    peers = [m for m in names if m in ALWAYS_EQUAL_COST or m in cheaper]
     if not peers:  # the peers' stages are not computed yet for this engine's tuned init
         return {"n": 0}
-    targets = {}
-    for kind in HEADLINE:
-        best = max(peers, key=lambda m: _finite(methods[m]["figures"][kind]["point"]))
-        (first, rows), (second, _) = (_stat(kind, arrays[m], acc, loss, bad) for m in ("preflight", best))
-        diff = paired_difference(first, second, n, reps, rows=rows)
-        # met: the difference's whole interval above zero; None: too few candidates for an interval
-        met = None if math.isnan(diff.low) else diff.above_zero
-        targets[kind] = {"best_peer": best, "difference": diff.to_json(), "met": met}
+
+    def targets_against(candidates: list[str]) -> dict[str, Any]:
+        targets = {}
+        for kind in HEADLINE:
+            best = max(candidates, key=lambda m: _finite(methods[m]["figures"][kind]["point"]))
+            (first, rows), (second, _) = (_stat(kind, arrays[m], acc, loss, bad) for m in ("preflight", best))
+            diff = paired_difference(first, second, n, reps, rows=rows)
+            # met: the difference's whole interval above zero; None: too few candidates for an interval
+            met = None if math.isnan(diff.low) else diff.above_zero
+            targets[kind] = {"best_peer": best, "difference": diff.to_json(), "met": met}
+        return targets
+
     return {
         "n": n,
         "untrainable": int(bad.sum()),
         "seeds": min(t["seeds"] for _, t in keep),
         "methods": methods,
         "equal_cost_peers": peers,
-        "targets": targets,
+        "targets": targets_against(peers),
+        # the same against the peers whose counted cost is at most Preflight's (lsuv_probe's is not)
+        "targets_strict": targets_against(cheaper) if cheaper else {},
         "points": {
             "accuracy": acc.tolist(),
             "loss": loss.tolist(),

@@ -34,6 +34,8 @@ def test_smoke_benchmark_computes_every_stage_and_writes_the_report(tmp_path, fa
         assert methods["probe_quarter"]["cost"] < 0.5 * methods["preflight"]["cost"]
         for kind, target in rank["targets"].items():
             assert target["best_peer"] in rank["equal_cost_peers"], kind
+        for kind, target in rank["targets_strict"].items():  # only peers that cost no more than Preflight
+            assert methods[target["best_peer"]]["cost"] <= 1.05 * methods["preflight"]["cost"], kind
             rho = methods["preflight"]["figures"]["spearman_accuracy"]["point"]
             assert math.isnan(rho) or -1.0 <= rho <= 1.0
     assert set(fashion["tuning"]["sgd"]) == {"spec", *INIT_PEERS}
