@@ -1,7 +1,7 @@
 """Rank candidates that all train, by a fit on the candidates a search has already trained.
 
 The score and the verdict say whether a network can train; among networks that all train they rank
-little (docs/nasbench201.md: 0.29 to 0.38 on NAS-Bench-201). What ranks trainable networks depends
+little (docs/nasbench201.md: 0.36 on NAS-Bench-201). What ranks trainable networks depends
 on the space and on the training budget: the network's size ranks NAS-Bench-201's 200-epoch
 accuracies well and benchmark v2's two-epoch losses backwards. So no weights are shipped: a search
 fits them on the candidates it has trained, from what their reports measured (``FEATURES``), and
