@@ -413,19 +413,7 @@ def _answers(test: dict[str, Any], replays: dict[str, Any]) -> list[str]:
     lines = []
     for group, entry in test.items():
         name = analysis.GROUPS[group]
-        met, missed, open_, peers = [], [], [], set()
-        for key, rank in entry["ranking"].items():
-            if not rank.get("n"):
-                open_.append(key)
-                continue
-            for kind in analysis.HEADLINE:
-                target = rank["targets"][kind]
-                label = f"{key} {LABELS[kind]}"
-                peers.add(target["best_peer"])
-                if target["met"] is None:
-                    open_.append(label + " (too few for an interval)")
-                else:
-                    (met if target["met"] else missed).append(f"{label}: {_signed(target['difference'])}")
+        met, missed, open_, peers = _target_lines(entry, "targets")
         lines.append(
             f"- **{name}, score against the best equal-cost baseline** ({entry['n']} candidates): "
             f"{len(met)} of {len(met) + len(missed)} target lines met"
@@ -501,18 +489,38 @@ V1_CLAIMS = [
 ]
 
 
+def _target_lines(
+    entry: dict[str, Any], which: str, name_peer: bool = False
+) -> tuple[list[str], list[str], list[str], set[str]]:
+    """The score's target lines of one dataset (``which``: ``targets``, or ``targets_strict``
+    against only the peers that cost no more than Preflight): those met and missed, each with its
+    difference (``name_peer``: and its peer), those without an interval, and the best peers."""
+    met: list[str] = []
+    missed: list[str] = []
+    open_: list[str] = []
+    peers: set[str] = set()
+    for key, rank in entry["ranking"].items():
+        if not rank.get("n"):
+            open_.append(key)
+            continue
+        for kind, target in (rank.get(which) or {}).items():
+            label = f"{key} {LABELS[kind]}"
+            peers.add(target["best_peer"])
+            if target["met"] is None:
+                open_.append(label + " (too few for an interval)")
+            else:
+                line = f"{label}: {_signed(target['difference'])}" + (
+                    f" against {target['best_peer']}" if name_peer else ""
+                )
+                (met if target["met"] else missed).append(line)
+    return met, missed, open_, peers
+
+
 def _strict_answer(entry: dict[str, Any]) -> str:
     """The score's target lines against only the peers whose counted cost is at most Preflight's
     (``lsuv_probe``, counted at LSUV's worst case and a 15-step probe at three rates, is not)."""
-    met, total, peers = [], 0, set()
-    for key, rank in entry["ranking"].items():
-        for kind, target in (rank.get("targets_strict") or {}).items():
-            if target["met"] is None:
-                continue
-            total += 1
-            peers.add(target["best_peer"])
-            if target["met"]:
-                met.append(f"{key} {LABELS[kind]}: {_signed(target['difference'])} against {target['best_peer']}")
+    met, missed, _, peers = _target_lines(entry, "targets_strict", name_peer=True)
+    total = len(met) + len(missed)
     if not total:
         return ""
     costs = {
@@ -521,7 +529,7 @@ def _strict_answer(entry: dict[str, Any]) -> str:
         for m in analysis.ALWAYS_EQUAL_COST
         if m in rank.get("methods", {})
     }
-    left_out = ", ".join(f"{m}" for m in analysis.ALWAYS_EQUAL_COST)
+    left_out = ", ".join(analysis.ALWAYS_EQUAL_COST)
     cost = f" at {min(costs):.1f}" + (f" to {max(costs):.1f}" if max(costs) > min(costs) else "") if costs else ""
     return (
         f" Against only the peers that cost no more than Preflight (leaving out {left_out}{cost} counted steps): "

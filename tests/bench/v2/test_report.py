@@ -14,13 +14,14 @@ def test_the_answers_count_the_lines_met_against_only_the_peers_that_cost_no_mor
     entry = {
         "ranking": {
             "B/sgd": {
+                "n": 64,
                 "methods": methods,
                 "targets_strict": {
                     "spearman_accuracy": _target("proxy:snip", 0.02, 0.12, 0.26),
                     "spearman_loss": _target("proxy:snip", -0.01, 0.10, 0.25),
                 },
             },
-            "A/sgd": {"methods": methods, "targets_strict": {}},
+            "A/sgd": {"n": 64, "methods": methods, "targets_strict": {}},
         }
     }
     text = report._strict_answer(entry)
