@@ -30,9 +30,11 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-__all__ = ["ALL_PEERS", "PEERS", "gradinit_", "initialize", "lsuv_", "lsuv_centered_", "orthogonal_"]
+__all__ = ["ALL_PEERS", "PEERS", "gradinit_", "initialize", "lsuv_", "lsuv_centered_", "lsuv_counted_", "orthogonal_"]
 
 _WEIGHTED = (nn.Linear, nn.Conv2d)
+LSUV_TOLERANCE = 0.1  # |Var(B_l) - 1| below it ends a layer's rounds
+LSUV_ROUNDS = 10  # at most, per layer
 
 
 def _weighted(model: nn.Module) -> list[nn.Module]:
@@ -74,14 +76,25 @@ def orthogonal_(model: nn.Module, x: Tensor, y: Tensor) -> nn.Module:
 
 
 @torch.no_grad()
-def lsuv_(model: nn.Module, x: Tensor, y: Tensor, tolerance: float = 0.1, rounds: int = 10) -> nn.Module:
+def lsuv_(
+    model: nn.Module, x: Tensor, y: Tensor, tolerance: float = LSUV_TOLERANCE, rounds: int = LSUV_ROUNDS
+) -> nn.Module:
     """LSUV (Mishkin & Matas 2016, Algorithm 1) on the batch ``x``."""
+    _lsuv_passes(model, x, tolerance, rounds)
+    return model
+
+
+@torch.no_grad()
+def _lsuv_passes(model: nn.Module, x: Tensor, tolerance: float, rounds: int) -> int:
+    """LSUV in place; the forward passes of the network it ran (one per round of each layer, the
+    round that finds the layer within ``tolerance`` included)."""
     layers = _weighted(model)
     for m in layers:
         nn.init.orthogonal_(m.weight)
         if m.bias is not None:
             m.bias.zero_()
     model.train()
+    passes = 0
     for m in layers:
         seen: list[Tensor] = []
         handle = m.register_forward_hook(lambda _m, _i, out, seen=seen: seen.append(out.detach()))
@@ -89,13 +102,22 @@ def lsuv_(model: nn.Module, x: Tensor, y: Tensor, tolerance: float = 0.1, rounds
             for _ in range(rounds):
                 seen.clear()
                 model(x)
+                passes += 1
                 var = float(seen[0].double().var())
                 if not math.isfinite(var) or var <= 0 or abs(var - 1.0) < tolerance:
                     break
                 m.weight.div_(math.sqrt(var))
         finally:
             handle.remove()
-    return model
+    return passes
+
+
+def lsuv_counted_(model: nn.Module, x: Tensor, seed: int = 0) -> int:
+    """``initialize("lsuv", model, x, y, seed)`` (the same weights), returning the forward passes
+    LSUV ran: its counted cost is a third of a training step each, as it ran, not at its worst case."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return _lsuv_passes(model, x, LSUV_TOLERANCE, LSUV_ROUNDS)
 
 
 def gradinit_(

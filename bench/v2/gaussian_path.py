@@ -78,6 +78,18 @@ def _swapped(row: Row, gaussian: dict[str, Any] | None, init: str) -> Row:
     return dataclasses.replace(row, preflight=preflight, runs=runs)
 
 
+def default_path_verdict(rows: list[Row], protocol: str, resamples: int) -> dict[str, Any]:
+    """The default path's verdict on those of ``rows`` whose default-path result is cached, scored as
+    ``analysis.verdict`` scores the labelled batch's (ground truth B), with the engines that computed
+    it (``engines``); ``{"n": 0}`` when none is cached."""
+    cached = {r.candidate.id: _cached(r.candidate.id) for r in rows if (OUT / f"{r.candidate.id}.json").exists()}
+    members = [_swapped(r, cached[r.candidate.id], "tuned") for r in rows if r.candidate.id in cached]
+    if not members:
+        return {"n": 0}
+    engines = sorted({str(read_json(OUT / f"{i}.json").get("engine_version", "?"))[:8] for i in cached})
+    return verdict(members, protocol, resamples) | {"engines": engines}
+
+
 def _cell(figure: dict[str, Any]) -> str:
     if not figure.get("n"):
         return "n/a"

@@ -12,7 +12,10 @@ retrains nothing, and a run killed at any point resumes where it stopped.
 - ``proxies``: every zero-cost proxy on the spec's init and on the tuned init (seed 0), and one
   timed training step of the candidate, the unit of their cost;
 - ``baselines``: short-training peers at counted cost (seed 0): the probe's own loop from the spec
-  init at Preflight's counted cost and at a quarter of it; LSUV then that probe;
+  init at Preflight's counted cost and at a quarter of it; LSUV then that loop for 15 steps
+  (``lsuv_probe``, about 4.6 times Preflight's cost); LSUV then the engine's own probe, its steps
+  set so that the whole, LSUV's passes as they ran included, costs what Preflight does
+  (``lsuv_probe_equal``);
 - ``train/{protocol}/{init}/s{k}``: the protocol from an initialization (``spec``, ``tuned``
   and every init peer), seed k.
 """
@@ -33,7 +36,7 @@ import torch
 import nas
 from bench.pipeline.candidates import Candidate
 from bench.pipeline.datasets import Dataset, load_key
-from bench.pipeline.inits import initialize
+from bench.pipeline.inits import initialize, lsuv_counted_
 from bench.pipeline.proxies import compute_proxies, fingerprint_parts, revisions
 from bench.pipeline.run import engine_version, read_json, write_json
 from bench.v2.protocols import PROTOCOLS, epochs_for, train
@@ -47,7 +50,8 @@ PROBE_LRS = (0.1, 0.03, 0.01)  # protocol S's rates (the engine's probe rates un
 PROBE_MOMENTUM = 0.9
 PROBE_STEPS = 15
 # proxies 2: the stage times a training step of its own, the unit of the proxies' cost
-VERSION = {"preflight": 1, "proxies": 2, "baselines": 1, "train": 1}
+# baselines 2: lsuv_probe_equal added (the other baselines' figures are unchanged)
+VERSION = {"preflight": 1, "proxies": 2, "baselines": 2, "train": 1}
 
 
 SMOKE_SCALE = 0.5  # the smoke run: half the epochs, and a small Fashion-MNIST subset
@@ -309,10 +313,30 @@ def _baselines(candidate: Candidate, stage: Stage, out: Path, scale: float) -> d
     result: dict[str, Any] = {"preflight_cost": cost}
     result["probe_full"] = _probe(_model(candidate, 0), x, y, steps_for_cost(cost))
     result["probe_quarter"] = _probe(_model(candidate, 0), x, y, steps_for_cost(cost / 4))
-    lsuv = initialize("lsuv", _model(candidate, 0), x, y, seed=0)
+    lsuv = _model(candidate, 0)
+    passes = lsuv_counted_(lsuv, x, seed=0)  # initialize("lsuv", ...)'s weights
     result["lsuv_probe"] = _probe(lsuv, x, y, PROBE_STEPS) | {}
     result["lsuv_probe"]["cost"] += _lsuv_cost(lsuv)
+    result["lsuv_probe_equal"] = _lsuv_probe_equal(lsuv, x, y, passes, cost)
     return result
+
+
+def _lsuv_probe_equal(
+    lsuv: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, passes: int, preflight_cost: float
+) -> dict[str, Any]:
+    """The engine's own probe (its rates and momentum) from LSUV's init, for the steps per rate that
+    bring the whole (LSUV's ``passes`` forwards, a third of a step each, plus the probe) closest to
+    Preflight's counted cost, at least 1: the pipeline a practitioner would run instead of Preflight,
+    at Preflight's cost. It costs more only where LSUV's passes alone leave less than one step."""
+    from nas.options import ConditionOptions
+    from worker.engine.probe import probe_cost, run_probe
+
+    defaults = ConditionOptions()
+    lsuv_cost = passes / 3.0
+    rates = len(defaults.probe_lrs)
+    steps = max(1, round((preflight_cost - lsuv_cost) / rates - 1.0 / 3.0))
+    probe = run_probe(lsuv, x, y, steps=steps, lrs=defaults.probe_lrs, momentum=defaults.probe_momentum, seed=0)
+    return {"loss": probe.loss, "steps": steps, "lsuv_passes": passes, "cost": lsuv_cost + probe_cost(steps, rates)}
 
 
 def _train(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import nas
-from bench.pipeline.inits import ALL_PEERS, initialize
+from bench.pipeline.inits import ALL_PEERS, LSUV_ROUNDS, initialize, lsuv_counted_
 from nas.examples import EXAMPLE_MLP
 from worker.engine._moments import forward_hooks
 
@@ -59,3 +59,21 @@ def test_lsuv_centered_keeps_lsuvs_weights_and_centers_every_biased_layers_outpu
         assert mean.abs().max() < 1e-4, f"{name}: output mean {mean.abs().max():.2e}"
     with torch.no_grad():
         assert lsuv.train()(x).mean(dim=0).abs().max() > 1e-2  # LSUV alone leaves a mean to remove
+
+
+def test_lsuv_counted_draws_lsuvs_weights_and_counts_each_forward_pass_it_ran():
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1)) * 3.0  # far from unit variance
+    y = torch.randint(0, 10, (32,), generator=torch.Generator().manual_seed(2))
+    lsuv = initialize("lsuv", nas.build_model(EXAMPLE_MLP, seed=0), x, y, seed=0)
+    counted = nas.build_model(EXAMPLE_MLP, seed=0)
+    calls: list[int] = []
+    handle = counted.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        passes = lsuv_counted_(counted, x, seed=0)
+    finally:
+        handle.remove()
+    for (name, a), (_, b) in zip(lsuv.state_dict().items(), counted.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    layers = sum(isinstance(m, torch.nn.Linear) for m in counted.modules())
+    assert passes == len(calls)
+    assert layers < passes < LSUV_ROUNDS * layers  # some layer needed a second round; none ran out

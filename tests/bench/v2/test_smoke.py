@@ -27,15 +27,20 @@ def test_smoke_benchmark_computes_every_stage_and_writes_the_report(tmp_path, fa
         rank = fashion["ranking"][key]
         assert rank["n"] == fashion["n"] and rank["seeds"] == 2, key
         methods = rank["methods"]
-        assert {"preflight", "probe_full", "probe_quarter", "lsuv_probe", "first_epoch", "proxy:params"} <= set(methods)
+        assert {"preflight", "probe_full", "probe_quarter", "lsuv_probe", "lsuv_probe_equal", "first_epoch"} <= set(
+            methods
+        )
+        assert {"proxy:params"} <= set(methods)
         assert any(m.startswith("proxy:") for m in methods)
-        # the equal-cost probe costs what Preflight costs, within one step per rate
+        # the equal-cost probes cost what Preflight costs, within one step per rate
         assert abs(methods["probe_full"]["cost"] - methods["preflight"]["cost"]) <= 3.0
+        assert abs(methods["lsuv_probe_equal"]["cost"] - methods["preflight"]["cost"]) <= 2.0
         assert methods["probe_quarter"]["cost"] < 0.5 * methods["preflight"]["cost"]
+        assert "lsuv_probe_equal" in rank["equal_cost_peers"] and "lsuv_probe" not in rank["equal_cost_peers"]
         for kind, target in rank["targets"].items():
             assert target["best_peer"] in rank["equal_cost_peers"], kind
-        for kind, target in rank["targets_strict"].items():  # only peers that cost no more than Preflight
-            assert methods[target["best_peer"]]["cost"] <= 1.05 * methods["preflight"]["cost"], kind
+        for kind, target in rank["targets_costlier"].items():  # the costlier LSUV pipeline among the peers too
+            assert target["best_peer"] in {*rank["equal_cost_peers"], "lsuv_probe"}, kind
             rho = methods["preflight"]["figures"]["spearman_accuracy"]["point"]
             assert math.isnan(rho) or -1.0 <= rho <= 1.0
     assert set(fashion["tuning"]["sgd"]) == {"spec", *INIT_PEERS}
