@@ -35,6 +35,7 @@ __all__ = [
     "RankDecision",
     "Ranker",
     "normal_scores",
+    "quantile_among",
     "rank_among_trained",
     "ranking_features",
     "ridge_weights",
@@ -191,6 +192,13 @@ class RankDecision:
     ranker: Ranker
 
 
+def quantile_among(theirs: np.ndarray, mine: float) -> float:
+    """The share of ``theirs`` below ``mine``, ties (within float noise: a copy of a trained row
+    ties it) counting half."""
+    tied = np.isclose(theirs, mine, rtol=1e-9, atol=1e-12)
+    return float((np.sum((theirs < mine) & ~tied) + 0.5 * np.sum(tied)) / len(theirs))
+
+
 def rank_among_trained(
     trained: Sequence[Mapping[str, float | None]],
     values: Sequence[float],
@@ -208,8 +216,6 @@ def rank_among_trained(
         raise ValueError(f"below must be a quantile in (0, 1), but got {below=}.")
     ranker = Ranker.fit(trained, values, higher_is_better=higher_is_better)
     theirs = ranker.predict(trained)
-    mine = float(ranker.predict([candidate])[0])
-    tied = np.isclose(theirs, mine, rtol=1e-9, atol=1e-12)  # a copy of a trained row ties it
-    quantile = float((np.sum((theirs < mine) & ~tied) + 0.5 * np.sum(tied)) / len(theirs))
+    quantile = quantile_among(theirs, float(ranker.predict([candidate])[0]))
     informed = bool(np.ptp(theirs) > 1e-9)
     return RankDecision(quantile, quantile >= below or not informed, ranker)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from nas.ranking import rank_among_trained
+from nas.ranking import quantile_among, rank_among_trained
 
 __all__ = [
     "AFTER",
@@ -105,8 +105,7 @@ def simulate(results: Sequence[dict[str, Any]], repeats: int = REPEATS) -> dict[
         def keep(trained: list[int], i: int) -> bool:
             if len(trained) < AFTER:
                 return True
-            theirs = values[trained]
-            return float(np.mean(theirs < values[i]) + 0.5 * np.mean(theirs == values[i])) >= BELOW
+            return quantile_among(values[trained], float(values[i])) >= BELOW
 
         return keep
 

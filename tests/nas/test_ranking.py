@@ -157,3 +157,10 @@ def test_a_candidate_equal_to_a_trained_one_ties_with_it():
     theirs = ranker.predict(rows)
     expected = (np.sum(theirs < theirs[4]) + 0.5) / 9  # itself counts half, whatever the last bits
     assert decision.quantile == pytest.approx(expected)
+
+
+def test_the_quantile_among_values_counts_ties_within_float_noise_half():
+    theirs = np.array([1.0, 2.0, 3.0, 3.0 * (1 + 1e-12), 4.0])
+    assert ranking.quantile_among(theirs, 3.0) == pytest.approx((2 + 0.5 * 2) / 5)
+    assert ranking.quantile_among(theirs, 2.5) == pytest.approx(2 / 5)
+    assert ranking.quantile_among(theirs, 0.0) == 0.0 and ranking.quantile_among(theirs, 9.0) == 1.0
