@@ -64,6 +64,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check nas service worker bench tests
 	$(BIN)/mypy --strict -p nas
 	$(BIN)/mypy -p service -p worker
+	$(BIN)/mypy -p bench.v2
 
 clean:
 	rm -rf $(VENV) build *.egg-info

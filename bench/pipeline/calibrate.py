@@ -84,7 +84,8 @@ WEIGHTS_FILE = ROOT / "worker" / "engine" / "score_weights.json"
 
 def split(ids_by_family: dict[str, list[str]]) -> tuple[list[str], list[str]]:
     """(train ids, held-out ids): alternate within each family in sorted id order."""
-    train, held = [], []
+    train: list[str] = []
+    held: list[str] = []
     for ids in ids_by_family.values():
         for i, cid in enumerate(sorted(ids)):
             (train if i % 2 == 0 else held).append(cid)
@@ -302,7 +303,7 @@ def compare(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     trainability probe) on the held-out half: Spearman with -loss under A and B, and its
     verdict's precision / recall under A and B."""
     out = {}
-    choices = [
+    choices: list[tuple[str, str, tuple[str, ...], str, str]] = [
         (t, f, COMPONENTS, "logistic", f"{t}, fill {f}")
         for t in TRUTHS
         for f in ("mean", "zero")

@@ -87,7 +87,7 @@ def _bn_mlp(rng: np.random.Generator, classes: int, input_shape: list[int]) -> d
     act = str(rng.choice(("relu", "relu", "tanh", "gelu")))
     residual = bool(rng.random() < 0.5)
     body = [{"type": "linear", "out": width}, {"type": "batchnorm"}, _act(act)]
-    blocks = [{"layers": body}]
+    blocks: list[dict[str, Any]] = [{"layers": body}]
     for _ in range(depth - 1):
         layers = [{"type": "residual", "body": body}] if residual else body
         blocks.append({"layers": layers})

@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn import functional as F
+
+if TYPE_CHECKING:
+    from nas.build import PreflightNet
 
 __all__ = ["ALL_PEERS", "PEERS", "gradinit_", "initialize", "lsuv_", "lsuv_centered_", "lsuv_counted_", "orthogonal_"]
 
@@ -37,7 +41,7 @@ LSUV_TOLERANCE = 0.1  # |Var(B_l) - 1| below it ends a layer's rounds
 LSUV_ROUNDS = 10  # at most, per layer
 
 
-def _weighted(model: nn.Module) -> list[nn.Module]:
+def _weighted(model: nn.Module) -> list[nn.Linear | nn.Conv2d]:
     return [m for m in model.modules() if isinstance(m, _WEIGHTED)]
 
 
@@ -147,7 +151,7 @@ def gradinit_(
         theta = {n: base[n] * log_alpha[n].exp() for n in names}
         loss = F.cross_entropy(functional_call(model, theta, (xs,)), ys)
         grads = torch.autograd.grad(loss, list(theta.values()), create_graph=True)
-        norm = torch.sqrt(sum((g**2).sum() for g in grads))
+        norm = torch.sqrt(cast(Tensor, sum((g**2).sum() for g in grads)))
         if not torch.isfinite(norm):
             break
         if norm > gamma:
@@ -182,7 +186,7 @@ def lsuv_centered_(model: nn.Module, x: Tensor, y: Tensor) -> nn.Module:
     from worker.engine.centering import centering_shifts
 
     lsuv_(model, x, y)
-    apply_bias_shifts_(model, centering_shifts(model, x))
+    apply_bias_shifts_(model, centering_shifts(cast("PreflightNet", model), x))
     return model
 
 

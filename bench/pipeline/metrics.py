@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from scipy import stats
@@ -29,7 +30,7 @@ __all__ = [
 ]
 
 
-def _scores(values: Sequence[float]) -> np.ndarray:
+def _scores(values: Sequence[float] | np.ndarray) -> np.ndarray:
     array = np.asarray(values, dtype=np.float64)
     return np.where(np.isnan(array), -np.inf, array)
 
@@ -39,7 +40,7 @@ def _finite_ranks(values: np.ndarray) -> np.ndarray:
     return stats.rankdata(values)
 
 
-def spearman(scores: Sequence[float], targets: Sequence[float]) -> float:
+def spearman(scores: Sequence[float] | np.ndarray, targets: Sequence[float] | np.ndarray) -> float:
     """Spearman's rho between scores and targets (nan policy above); nan if constant.
 
     >>> spearman([1, 2, 3], [10, 20, 30])
@@ -51,7 +52,7 @@ def spearman(scores: Sequence[float], targets: Sequence[float]) -> float:
     return float(np.corrcoef(a, b)[0, 1])
 
 
-def kendall(scores: Sequence[float], targets: Sequence[float]) -> float:
+def kendall(scores: Sequence[float] | np.ndarray, targets: Sequence[float] | np.ndarray) -> float:
     """Kendall's tau-b between scores and targets (nan policy above); nan if constant."""
     a, b = _finite_ranks(_scores(scores)), _finite_ranks(_scores(targets))
     if np.ptp(a) == 0 or np.ptp(b) == 0:
@@ -89,7 +90,9 @@ def flags_figures(flags: Sequence[bool], untrainable: Sequence[bool]) -> PruneFi
     return _figures(np.asarray(flags, dtype=bool), np.asarray(untrainable, dtype=bool))
 
 
-def precision_recall_curve(scores: Sequence[float], untrainable: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
+def precision_recall_curve(
+    scores: Sequence[float] | np.ndarray, untrainable: Sequence[bool]
+) -> tuple[np.ndarray, np.ndarray]:
     """Precision and recall when pruning the worst k candidates, k = 1..n."""
     s = _scores(scores)
     bad = np.asarray(untrainable, dtype=bool)[np.argsort(s, kind="stable")]
@@ -148,16 +151,16 @@ def ranking_curve(
     the rest as well as a fixed score."""
     from nas.ranking import Ranker
 
-    values = np.asarray(values, dtype=np.float64)
+    target = np.asarray(values, dtype=np.float64)
     columns = {name: np.asarray(v, dtype=np.float64) for name, v in (baselines or {}).items()}
     out: dict[str, list[float]] = {"fit": [], **{name: [] for name in columns}}
     for _ in range(draws):
-        chosen = rng.choice(len(values), trained, replace=False)
-        rest = np.setdiff1d(np.arange(len(values)), chosen)
-        ranker = Ranker.fit([features[i] for i in chosen], values[chosen])
-        out["fit"].append(spearman(ranker.predict([features[i] for i in rest]), values[rest]))
+        chosen = rng.choice(len(target), trained, replace=False)
+        rest = np.setdiff1d(np.arange(len(target)), chosen)
+        ranker = Ranker.fit([features[i] for i in chosen], cast(Sequence[float], target[chosen]))
+        out["fit"].append(spearman(ranker.predict([features[i] for i in rest]), target[rest]))
         for name, column in columns.items():
-            out[name].append(spearman(column[rest], values[rest]))
+            out[name].append(spearman(column[rest], target[rest]))
     return out
 
 

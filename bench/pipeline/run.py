@@ -173,7 +173,7 @@ def _peers(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any
 
 def _tuned(candidate: Candidate, protocol: Protocol, out: Path) -> dict[str, Any]:
     path = out / "preflight" / f"{candidate.id}.json"
-    report = read_json(path) if path.exists() else {"error": "no Preflight report yet"}
+    report: dict[str, Any] = read_json(path) if path.exists() else {"error": "no Preflight report yet"}
     if report.get("error") or report.get("scales") is None:
         return {"error": report.get("error", "no scales"), "tuned": None}
     data = load_key(candidate.dataset)
@@ -224,7 +224,8 @@ def _task(args: tuple[str, dict[str, Any], dict[str, Any], str]) -> str:
     stage, cand, proto, out_dir = args
     torch.set_num_threads(1)
     candidate = Candidate(**cand)
-    protocol = Protocol(**{k: tuple(v) if isinstance(v, list) else v for k, v in proto.items()})
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in proto.items()}
+    protocol = Protocol(**fields)
     out = Path(out_dir)
     if cached(stage, candidate, protocol, out):  # another process got there first
         return candidate.id

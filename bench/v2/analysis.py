@@ -198,9 +198,9 @@ def ranking(rows: list[Row], truth_name: str, protocol: str, resamples: int) -> 
         arrays[name] = scores
         figures = {}
         for kind in STATISTICS:
-            stat, rows = _stat(kind, scores, acc, loss, bad)
+            stat, vectorized = _stat(kind, scores, acc, loss, bad)
             # Kendall is reported as a point: its interval follows Spearman's, at 50x the cost
-            figures[kind] = bootstrap(stat, n, reps if kind != "kendall_accuracy" else 0, rows=rows)
+            figures[kind] = bootstrap(stat, n, reps if kind != "kendall_accuracy" else 0, rows=vectorized)
         methods[name] = {
             "figures": {k: v.to_json() for k, v in figures.items()},
             "cost": float(np.nanmean(costs)) if np.isfinite(costs).any() else math.nan,

@@ -433,7 +433,9 @@ def _answers(test: dict[str, Any], replays: dict[str, Any]) -> list[str]:
             + "."
             + _costlier_answer(entry)
         )
-        worse, better, even = [], [], []
+        worse: list[str] = []
+        better: list[str] = []
+        even: list[str] = []
         for protocol, table in entry["tuning"].items():
             for peer, t in table.items():
                 wins = t["wins"]
@@ -445,7 +447,8 @@ def _answers(test: dict[str, Any], replays: dict[str, Any]) -> list[str]:
                 f"- **{name}, tuned init against the init peers** (share of candidates where the tuned init ends at "
                 f"a lower training loss): {'; '.join(verdicts)}."
             )
-        fewer, level = [], []
+        fewer: list[str] = []
+        level: list[str] = []
         for protocol, table in entry["tuning"].items():
             for peer, t in table.items():
                 if (bad := t.get("untrainable")) is None:

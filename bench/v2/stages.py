@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -276,7 +276,7 @@ def _proxies(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dic
     # the proxies' seconds are read in training steps of the candidate timed in this same process,
     # as the engine times its own unit (one forward + backward of a fresh network), not against a
     # step that another run timed under another load
-    result["step_seconds"] = time_training_step(_model(candidate, 0), x)
+    result["step_seconds"] = time_training_step(cast(nas.PreflightNet, _model(candidate, 0)), x)
     result["spec"] = compute_proxies(_model(candidate, 0), x, y, kept=kept.get("spec"))
     if report.get("scales") is not None:
         result["tuned"] = compute_proxies(tuned_model(candidate, 0, report), x, y, kept=kept.get("tuned"))
