@@ -109,6 +109,11 @@ class ConditionOptions(BaseModel):
     probe_steps: Annotated[int, Field(ge=0, le=1000)] = 5
     probe_lrs: Annotated[tuple[Positive, ...], Field(min_length=1, max_length=8)] = (0.1, 0.03)
     probe_momentum: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.9
+    # before a prune verdict whose probe did best at its lowest rate, the probe runs once more at this
+    # lower rate (probe_steps steps, counted, past budget_steps when it must) and keeps the lower loss:
+    # a network that trains below the probe's rates is not pruned for it (docs/conditioning.md,
+    # section 7). None, or a rate not below every one of probe_lrs: never
+    probe_lower_lr: Positive | None = 0.01
     thresholds: Thresholds = Field(default_factory=Thresholds)
 
     @property

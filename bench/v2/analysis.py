@@ -328,20 +328,15 @@ def tuning(rows: list[Row], protocol: str, resamples: int) -> dict[str, Any]:
 
 
 def stage_costs(rows: list[Row]) -> dict[str, Any]:
-    """Preflight's counted cost per stage and its seconds per stage, means over candidates."""
-    counted: dict[str, list[float]] = {}
-    seconds: dict[str, list[float]] = {}
-    for r in rows:
-        pre = r.preflight or {}
-        for k, v in (pre.get("counted") or {}).items():
-            counted.setdefault(k, []).append(float(v))
-        for k, v in (pre.get("timings") or {}).items():
-            seconds.setdefault(k, []).append(float(v))
-    return {
-        "counted": {k: float(np.mean(v)) for k, v in sorted(counted.items())},
-        "seconds": {k: float(np.mean(v)) for k, v in sorted(seconds.items())},
-        "n": len(rows),
-    }
+    """Preflight's counted cost per stage and its seconds per stage, means over the candidates with a
+    report (a stage that ran on some only, as the probe's lower rate, counts 0 where it did not)."""
+    reports = [pre for r in rows if (pre := r.preflight or {}).get("counted") is not None]
+
+    def means(field: str) -> dict[str, float]:
+        stages = sorted({k for pre in reports for k in (pre.get(field) or {})})
+        return {k: float(np.mean([float((pre.get(field) or {}).get(k, 0.0)) for pre in reports])) for k in stages}
+
+    return {"counted": means("counted"), "seconds": means("timings"), "n": len(rows)}
 
 
 def components(rows: list[Row], resamples: int) -> dict[str, Any]:

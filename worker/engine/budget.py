@@ -128,7 +128,7 @@ class Ledger:
             "step_seconds": step,
             "counted_steps": self.spent(),
             "timed_steps": wall_seconds / step if step > 0 else None,
-            "probe_counted_steps": self.counted.get("probe", 0.0),
+            "probe_counted_steps": self.counted.get("probe", 0.0) + self.counted.get("probe_lower", 0.0),
         } | {f"counted_{k}": v for k, v in self.counted.items()}
 
     def overrun_note(self) -> str | None:

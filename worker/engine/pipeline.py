@@ -11,7 +11,9 @@ and score it. The order (``docs/conditioning.md``):
    diagnostics on the result (gamma_l and nu_l, kappa(D), Hessian blocks);
 5. the trainability probe (``worker.engine.probe``): a few SGD steps from the tuned weights, counted
    in the budget (its cost is reserved before AutoInit runs); score (with the probe's calibration,
-   or without it when the probe did not run), verdict and reasons.
+   or without it when the probe did not run), verdict and reasons. A prune on a probe that did best
+   at its lowest rate runs the probe once more at ``options.probe_lower_lr`` and is scored again
+   (counted, outside the budget: the verdict's worst error is pruning a network that trains slower).
 
 Cost budget (``options.budget_steps``, default 20): everything the candidate costs, the probe
 included. One forward + backward is timed first and counted; balancing is then the closed form
@@ -58,7 +60,7 @@ from worker.engine.forward_variance import unit_forward_variance_scales
 from worker.engine.inputs import batch, check_targets, label_note
 from worker.engine.jacobian import block_jacobians
 from worker.engine.norm_inputs import unit_variance_scales
-from worker.engine.probe import ProbeResult, probe_cost, run_probe
+from worker.engine.probe import ProbeResult, probe_cost, run_probe, with_lower_rate
 from worker.engine.reasons import reasons
 from worker.engine.score import score
 from worker.engine.structure import block_log_rho
@@ -174,12 +176,22 @@ def condition(
         tell(STAGES[5])
     probe = _probe(model, x, y, opts, tuned)
     ledger.record("probe", probe.seconds, probe.cost)  # counted in the budget, reserved before AutoInit
-    budget = ledger.summary(time.perf_counter() - started)
     diagnostics.notes += [note] if (note := ledger.overrun_note()) else []
 
     tell(STAGES[6])
     comps = components(tuned, diagnostics, opts, probe.loss)
     result = score(comps, opts.thresholds)
+    if _below_the_grid(probe, result.verdict, opts):
+        lower = _probe(model, x, y, opts.model_copy(update={"probe_lrs": (opts.probe_lower_lr,)}), tuned)
+        ledger.record("probe_lower", lower.seconds, lower.cost)  # past the budget when it must
+        probe = with_lower_rate(probe, lower)
+        comps = components(tuned, diagnostics, opts, probe.loss)
+        result = score(comps, opts.thresholds)
+        diagnostics.notes.append(
+            f"the score pruned on a probe that did best at its lowest rate (or diverged at every rate), so the probe "
+            f"ran again at {opts.probe_lower_lr:g} ({lower.cost:.1f} more counted steps, past the budget when it must)"
+        )
+    budget = ledger.summary(time.perf_counter() - started)
     why = reasons(tuned, result, diagnostics, opts, parsed, probe)
     notes = ([labels_note] if labels_note else []) + balancing_note + diagnostics.notes
     notes += [probe.note] if probe.note else []
@@ -254,6 +266,17 @@ def _center_(model: PreflightNet, x: Tensor, opts: ConditionOptions, ledger: Led
     apply_bias_shifts_(model, shifts)
     ledger.record("center_outputs", time.perf_counter() - clock, FORWARD_COST)
     return shifts
+
+
+def _below_the_grid(probe: ProbeResult, verdict: str, opts: ConditionOptions) -> bool:
+    """A prune whose probe did best at its lowest rate, or diverged at every rate: the network may
+    train below the grid (``options.probe_lower_lr``), so the probe tries that rate before the
+    verdict stands."""
+    if opts.probe_lower_lr is None or opts.probe_lower_lr >= min(opts.probe_lrs):
+        return False
+    if verdict != "prune" or probe.loss is None:
+        return False
+    return probe.best_lr is None or probe.best_lr == min(opts.probe_lrs)
 
 
 def _probe_reserve(opts: ConditionOptions) -> float:

@@ -27,6 +27,7 @@ restored afterwards: the probe changes nothing the report returns but its own fi
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from torch import Tensor, nn
 from nas.report import finite_or_none
 from worker.engine._moments import task_loss
 
-__all__ = ["CAP", "DIVERGENCE_FACTOR", "ProbeResult", "probe_cost", "reference_loss", "run_probe"]
+__all__ = ["CAP", "DIVERGENCE_FACTOR", "ProbeResult", "probe_cost", "reference_loss", "run_probe", "with_lower_rate"]
 
 CAP = 2.0  # the normalized loss of a probe that diverged at every rate
 DIVERGENCE_FACTOR = 100.0  # a loss this many times the reference counts as diverged
@@ -120,6 +121,22 @@ def run_probe(
         curves=curves,
         seconds=time.perf_counter() - started,
         cost=probe_cost(steps, len(lrs)),
+    )
+
+
+def with_lower_rate(probe: ProbeResult, lower: ProbeResult) -> ProbeResult:
+    """``probe`` and a probe of the same network at a lower rate as one probe over all their rates:
+    the lower loss and its rate (``probe``'s on a tie), every curve, both costs."""
+    better = lower.loss is not None and lower.best_lr is not None and (probe.loss is None or lower.loss < probe.loss)
+    best = lower if better else probe
+    return dataclasses.replace(
+        probe,
+        loss=best.loss,
+        best_lr=best.best_lr,
+        curves=probe.curves | lower.curves,
+        seconds=probe.seconds + lower.seconds,
+        cost=probe.cost + lower.cost,
+        note="; ".join(n for n in (probe.note, lower.note) if n),
     )
 
 

@@ -75,7 +75,7 @@ def _sentences(
 
 
 def probe_reason(probe: ProbeResult, opts: ConditionOptions) -> str:
-    rates = ", ".join(f"{lr:g}" for lr in opts.probe_lrs)
+    rates = ", ".join(probe.curves) or ", ".join(f"{lr:g}" for lr in opts.probe_lrs)  # the rates it ran
     targets = "its labels" if probe.targets == "given" else "random labels"
     if probe.best_lr is None:
         return (

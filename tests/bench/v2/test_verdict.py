@@ -61,3 +61,17 @@ def test_the_tuned_runs_train_the_network_the_report_tuned() -> None:
     x = torch.randn(4, *EXAMPLE_MLP["input_shape"], generator=torch.Generator().manual_seed(0))
     ours = tuned_model(candidate, report.environment.seed, stage).eval()
     assert torch.equal(ours(x), report.build_model(EXAMPLE_MLP).eval()(x))
+
+
+def test_a_stage_that_ran_on_some_candidates_only_costs_its_mean_over_all() -> None:
+    from bench.v2.analysis import stage_costs
+
+    rows = [_row(i, untrainable=False, pruned=False, accuracy=0.8) for i in range(4)]
+    for i, row in enumerate(rows):
+        assert row.preflight is not None
+        row.preflight["counted"] = {"probe": 10.7} | ({"probe_lower": 5.3} if i == 0 else {})
+        row.preflight["timings"] = {"probe": 0.1}
+    figures = stage_costs(rows)
+    assert figures["counted"]["probe"] == pytest.approx(10.7)
+    assert figures["counted"]["probe_lower"] == pytest.approx(5.3 / 4)  # 0 where it did not run
+    assert figures["seconds"] == {"probe": pytest.approx(0.1)}

@@ -154,3 +154,48 @@ def test_turning_the_probe_off_scores_with_the_calibration_fitted_without_it() -
     assert FIT_WEIGHTS["without_probe"] != FIT_WEIGHTS["with_probe"]
     assert off.tuning.budget["probe_counted_steps"] == 0.0
     assert on.scales == off.scales  # the probe measures; it never changes the initialization
+
+
+def test_a_lower_rates_probe_joins_the_first_with_its_lower_loss_its_curve_and_its_cost() -> None:
+    from worker.engine.probe import with_lower_rate
+
+    model = build_model(_mlp(), seed=0)
+    high, low = _probe(model, None, lrs=(30.0,)), _probe(model, None, lrs=(0.01,))
+    assert high.best_lr is None and low.best_lr == 0.01  # 30 blows up; 0.01 learns
+    joined = with_lower_rate(high, low)
+    assert joined.loss == low.loss and joined.best_lr == 0.01
+    assert set(joined.curves) == {"30", "0.01"} and joined.cost == pytest.approx(high.cost + low.cost)
+    assert with_lower_rate(low, high).loss == low.loss  # a diverged lower rate changes nothing
+
+
+def test_a_prune_whose_probe_did_best_at_its_lowest_rate_is_probed_again_below_it() -> None:
+    """Rates far too high for the network prune it; ``probe_lower_lr`` finds that it learns at a
+    rate below them, keeps it, recommends that rate and counts the extra probe in the budget."""
+    x, y = _separable()
+    options = {"probe_lrs": (30.0, 10.0), "budget_steps": None}
+    pruned = worker.engine.condition(_mlp(), data={"x": x, "y": y}, options=options | {"probe_lower_lr": None})
+    assert pruned.verdict == "prune" and set(pruned.tuning.probe.curves) == {"30", "10"}
+    kept = worker.engine.condition(_mlp(), data={"x": x, "y": y}, options=options | {"probe_lower_lr": 0.03})
+    probe = kept.tuning.probe
+    assert set(probe.curves) == {"30", "10", "0.03"} and probe.best_lr == 0.03
+    assert kept.verdict == "keep" and probe.loss is not None and probe.loss < 0.9
+    assert kept.components["probe_loss"] == pytest.approx(probe.loss)
+    assert kept.recommended_lr is not None and kept.recommended_lr < 0.03
+    budget = kept.tuning.budget
+    assert budget["counted_probe_lower"] == pytest.approx(probe_cost(5, 1))
+    assert budget["probe_counted_steps"] == pytest.approx(probe_cost(5, 2) + probe_cost(5, 1))
+    assert any("ran again at 0.03" in note for note in kept.notes)
+    assert kept.scales == pruned.scales  # the probe measures; it never changes the initialization
+
+
+def test_a_keep_or_a_prune_at_a_higher_rate_runs_no_lower_probe() -> None:
+    x, y = _separable()
+    kept = worker.engine.condition(_mlp(), data={"x": x, "y": y})
+    assert kept.verdict == "keep" and "counted_probe_lower" not in kept.tuning.budget
+
+
+def test_a_lower_rate_not_below_every_probe_rate_is_never_tried() -> None:
+    x, y = _separable()
+    options = {"probe_lrs": (30.0, 10.0), "budget_steps": None, "probe_lower_lr": 10.0}
+    report = worker.engine.condition(_mlp(), data={"x": x, "y": y}, options=options)
+    assert report.verdict == "prune" and set(report.tuning.probe.curves) == {"30", "10"}

@@ -1,0 +1,33 @@
+"""The probe's lower rate, measured from cached tuned networks: the rule recomputed as the engine
+applies it, and the figures docs/conditioning.md quotes, from the committed caches."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.ablations.probe_lower_rate import _verdicts, benchmark_v2, search
+
+
+def _probes(loss: float, best_lr: float | None, lower: float) -> dict:
+    return {"rates": {"loss": loss, "best_lr": best_lr}, "lower": {"loss": lower, "best_lr": 0.01}}
+
+
+def test_the_lower_rate_can_lift_only_a_prune_whose_probe_did_best_at_its_lowest_rate() -> None:
+    components = {"probe_loss": 1.0}
+    assert _verdicts(components, _probes(1.5, 0.03, 0.3)) == (True, False)  # pruned, then kept
+    assert _verdicts(components, _probes(1.5, None, 0.3)) == (True, False)  # diverged at every rate
+    assert _verdicts(components, _probes(1.5, 0.1, 0.3)) == (True, True)  # best at 0.1: not re-probed
+    assert _verdicts(components, _probes(1.5, 0.03, 1.6)) == (True, True)  # the lower rate did no better
+    assert _verdicts(components, _probes(0.3, 0.03, 0.1)) == (False, False)  # a keep stays a keep
+
+
+@pytest.mark.slow
+def test_the_quoted_figures_are_what_the_committed_caches_give() -> None:
+    dev = "\n".join(benchmark_v2("dev", jobs=1))
+    assert "without the rule: 23 flagged, precision 0.87, recall 0.56, 1 within 5 points of the best" in dev
+    assert "with it: 22 flagged, precision 0.91, recall 0.56, 0 within 5 points of the best" in dev
+    found = "\n".join(search())
+    assert "before: 22 flagged, precision 0.27, recall 0.18, 5 within 5 points" in found
+    assert "after: 11 flagged, precision 0.55, recall 0.18, 0 within 5 points" in found
+    assert "before: 39 flagged, precision 0.33, recall 0.14, 13 within 5 points" in found
+    assert "after: 17 flagged, precision 0.59, recall 0.11, 1 within 5 points" in found
