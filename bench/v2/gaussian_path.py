@@ -86,7 +86,7 @@ def default_path_verdict(rows: list[Row], protocol: str, resamples: int) -> dict
     members = [_swapped(r, cached[r.candidate.id], "tuned") for r in rows if r.candidate.id in cached]
     if not members:
         return {"n": 0}
-    engines = sorted({str(read_json(OUT / f"{i}.json").get("engine_version", "?"))[:8] for i in cached})
+    engines = sorted({str(result.get("engine_version", "?"))[:8] for result in cached.values()})
     return verdict(members, protocol, resamples) | {"engines": engines}
 
 

@@ -300,9 +300,10 @@ def _lsuv_cost(model: torch.nn.Module) -> float:
     return layers * 10 / 3.0
 
 
-def steps_for_cost(cost: float) -> int:
-    """Probe steps per rate whose counted cost (``probe_cost``) is closest to ``cost``, at least 1."""
-    return max(1, round(cost / len(PROBE_LRS) - 1.0 / 3.0))
+def steps_for_cost(cost: float, rates: int = len(PROBE_LRS)) -> int:
+    """Probe steps per rate whose counted cost (``probe_cost`` at ``rates`` rates) is closest to
+    ``cost``, at least 1."""
+    return max(1, round(cost / rates - 1.0 / 3.0))
 
 
 def _baselines(candidate: Candidate, stage: Stage, out: Path, scale: float) -> dict[str, Any]:
@@ -334,7 +335,7 @@ def _lsuv_probe_equal(
     defaults = ConditionOptions()
     lsuv_cost = passes / 3.0
     rates = len(defaults.probe_lrs)
-    steps = max(1, round((preflight_cost - lsuv_cost) / rates - 1.0 / 3.0))
+    steps = steps_for_cost(preflight_cost - lsuv_cost, rates)
     probe = run_probe(lsuv, x, y, steps=steps, lrs=defaults.probe_lrs, momentum=defaults.probe_momentum, seed=0)
     return {"loss": probe.loss, "steps": steps, "lsuv_passes": passes, "cost": lsuv_cost + probe_cost(steps, rates)}
 
