@@ -260,12 +260,25 @@ def _result(
         "accuracy": accuracy,
         "proxies": proxies["proxies"],
         "proxy_seconds": proxies["proxy_seconds"],
-        "preflight": preflight["preflight"],
+        "preflight": _on_the_shipped_scale(preflight["preflight"]),
         "engine": preflight.get("engine"),
         # None until measured (a cell scored before the part existed)
         "expressivity": expressivity["expressivity"] if expressivity else None,
         "expressivity_seconds": expressivity["seconds"] if expressivity else None,
     }
+
+
+def _on_the_shipped_scale(part: dict[str, Any]) -> dict[str, Any]:
+    """Preflight's part with its score recomputed from its components by the shipped calibration
+    (``worker.engine.score``), the stored one kept as ``score_as_run``: cells kept from an engine
+    whose calibration differed are then on one scale with those rescored since. The verdict stays
+    as run: the engine's verdict also decides whether the probe tries a lower rate."""
+    from nas.options import Thresholds
+    from worker.engine.score import score
+
+    if not part.get("components"):
+        return part
+    return part | {"score": score(part["components"], Thresholds()).score, "score_as_run": part["score"]}
 
 
 def _task(args: tuple[tuple[str, ...], float, str, str, int, int, bool]) -> str:

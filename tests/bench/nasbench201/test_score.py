@@ -109,6 +109,25 @@ def test_a_report_of_cached_cells_reads_an_older_engines_scores_and_names_it(tab
     assert scored(cells, table, "gaussian", tmp_path, channels=4, cells_per_stage=1, any_engine=True) == []
 
 
+def test_a_cell_kept_from_an_older_calibration_is_reported_on_the_shipped_scale(table: dict, tmp_path: Path) -> None:
+    """An older engine's score was weighted by its own calibration: the report rescores it from
+    the stored components with the shipped one, keeping the stored score beside it."""
+    import json
+
+    from nas.options import Thresholds
+    from worker.engine.score import score
+
+    cells = _two_cells_scored_by_an_older_engine(table, tmp_path)
+    for path in (tmp_path / "gaussian" / "preflight").glob("*.json"):  # another calibration's score
+        data = json.loads(path.read_text())
+        data["preflight"]["score"] = 3.0 * data["preflight"]["score"] - 1.0
+        path.write_text(json.dumps(data))
+    for result in scored(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1, any_engine=True):
+        part = result["preflight"]
+        assert part["score"] == score(part["components"], Thresholds()).score
+        assert part["score_as_run"] == pytest.approx(3.0 * part["score"] - 1.0)
+
+
 def test_the_expressivity_part_is_what_condition_reports_with_the_option_on() -> None:
     """The part is measured apart (so cached cells need not be conditioned again): it must be
     the same network, draw and batch as the engine's own measurement."""
