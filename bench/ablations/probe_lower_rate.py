@@ -11,7 +11,8 @@ when the first probe did best at its lowest rate, or diverged at every rate, and
 - Benchmark v2 (``--set``): the Preflight stage of seed 0; ground truth B under protocols S and W;
   flagging precision, recall, and flags within 5 points of the best test accuracy of their dataset.
 - The search (``--search``): the conditionings its gate ran (the engine named in each seed's
-  config), for every proposal of ``no gate`` and of ``tuned, no gate`` flagged before the rule;
+  config), for every proposal of ``no gate`` and of ``tuned, no gate`` flagged before the rule
+  (pruned as run, or, under an engine with the rule, re-probed at the lower rate);
   failed = validation accuracy below 0.5, as the search's report counts it.
 
 Results are cached per network under ``bench/results/probe_lower_rate/``. docs/conditioning.md,
@@ -123,6 +124,18 @@ def benchmark_v2(set_name: str, jobs: int) -> list[str]:
     return lines
 
 
+def _lower_probe_ran(path: Path) -> bool:
+    """Whether the conditioning at ``path`` tried the lower rate: only a prune makes the engine do
+    so, so a proposal the rule then kept was pruned by its first probe (an engine before the rule
+    never tried it, and its prunes are the stored verdicts)."""
+    from bench.pipeline.run import read_json
+
+    if not path.exists():
+        return False
+    budget = read_json(path)["report"]["tuning"].get("budget") or {}
+    return float(budget.get("counted_probe_lower") or 0.0) > 0
+
+
 def search() -> list[str]:
     import optuna
 
@@ -148,10 +161,10 @@ def search() -> list[str]:
                 near = (trial.get("final_val") or 0.0) >= best - NEAR_BEST
                 counts["proposals"] += 1
                 counts["failed"] += failed
-                if trial.get("verdict") != "prune":
-                    continue
                 spec, _ = search_space(optuna.trial.FixedTrial(trial["params"]))
                 key = _key("condition", engine, spec, seed)
+                if trial.get("verdict") != "prune" and not _lower_probe_ran(root / "condition" / f"{key}.json"):
+                    continue
                 path = OUT / "search" / f"{key}.json"
                 if not path.exists():
                     report = ConditioningReport.model_validate(read_json(root / "condition" / f"{key}.json")["report"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.ablations.probe_lower_rate import _verdicts, benchmark_v2, search
+from bench.ablations.probe_lower_rate import _lower_probe_ran, _verdicts, benchmark_v2, search
 
 
 def _probes(loss: float, best_lr: float | None, lower: float) -> dict:
@@ -19,6 +19,23 @@ def test_the_lower_rate_can_lift_only_a_prune_whose_probe_did_best_at_its_lowest
     assert _verdicts(components, _probes(1.5, 0.1, 0.3)) == (True, True)  # best at 0.1: not re-probed
     assert _verdicts(components, _probes(1.5, 0.03, 1.6)) == (True, True)  # the lower rate did no better
     assert _verdicts(components, _probes(0.3, 0.03, 0.1)) == (False, False)  # a keep stays a keep
+
+
+def test_a_proposal_the_lower_rate_kept_is_found_by_its_counted_lower_probe(tmp_path) -> None:
+    """Under an engine with the rule a kept proposal may have been a first-probe prune: its
+    conditioning counted the lower probe, which only a prune runs."""
+    import json
+
+    def report(budget: dict) -> str:
+        return json.dumps({"report": {"tuning": {"budget": budget}}})
+
+    (tmp_path / "reprobed.json").write_text(report({"counted_probe": 10.7, "counted_probe_lower": 5.3}))
+    (tmp_path / "kept.json").write_text(report({"counted_probe": 10.7}))
+    (tmp_path / "older.json").write_text(report({}))
+    assert _lower_probe_ran(tmp_path / "reprobed.json")
+    assert not _lower_probe_ran(tmp_path / "kept.json")
+    assert not _lower_probe_ran(tmp_path / "older.json")
+    assert not _lower_probe_ran(tmp_path / "never-conditioned.json")
 
 
 @pytest.mark.slow
