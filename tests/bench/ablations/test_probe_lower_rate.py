@@ -43,8 +43,8 @@ def test_the_quoted_figures_are_what_the_committed_caches_give() -> None:
     dev = "\n".join(benchmark_v2("dev", jobs=1))
     assert "without the rule: 23 flagged, precision 0.87, recall 0.56, 1 within 5 points of the best" in dev
     assert "with it: 22 flagged, precision 0.91, recall 0.56, 0 within 5 points of the best" in dev
-    found = "\n".join(search())
-    assert "before: 22 flagged, precision 0.27, recall 0.18, 5 within 5 points" in found
-    assert "after: 11 flagged, precision 0.55, recall 0.18, 0 within 5 points" in found
-    assert "before: 39 flagged, precision 0.33, recall 0.14, 13 within 5 points" in found
-    assert "after: 17 flagged, precision 0.59, recall 0.11, 1 within 5 points" in found
+    found = "\n".join(search())  # the search as rerun under the shipped engine, which has the rule
+    assert "before: 21 flagged, precision 0.24, recall 0.17, 6 within 5 points" in found
+    assert "after: 10 flagged, precision 0.50, recall 0.17, 1 within 5 points" in found
+    assert "before: 37 flagged, precision 0.30, recall 0.12, 13 within 5 points" in found
+    assert "after: 16 flagged, precision 0.50, recall 0.09, 2 within 5 points" in found
