@@ -37,6 +37,10 @@ def _ratio(value: float) -> str:
     return "never" if math.isinf(value) else f"{value:.2f}"
 
 
+def _flagged_networks(count: int) -> str:
+    return f"{count} flagged network{'' if count == 1 else 's'}"
+
+
 def _interval(interval: Any, digits: int = 2) -> str:
     """A compute ratio's interval, with ``NEVER`` (a target never reached) written as such."""
 
@@ -321,7 +325,7 @@ def _why(per_seed: dict[int, dict[str, Any]], summary: dict[str, Any]) -> list[s
         f"- **What the gate flags on the same proposals** (its verdicts computed for the report, not charged): "
         f"{flagged} flagged, {hits} of them did not train (precision "
         f"{hits / flagged if flagged else math.nan:.2f}, recall {hits / failed if failed else math.nan:.2f}); "
-        f"{len(near)} flagged networks trained to within {NEAR_BEST} of the seed's best"
+        f"{_flagged_networks(len(near))} trained to within {NEAR_BEST} of the seed's best"
         + (f" ({', '.join(near[:6])})" if near else "")
         + ".",
     ]
@@ -336,7 +340,7 @@ def _why(per_seed: dict[int, dict[str, Any]], summary: dict[str, Any]) -> list[s
             f"gate flagged {t_flagged}, {t_hits} of which did not train (precision "
             f"{t_hits / t_flagged if t_flagged else math.nan:.2f}, "
             f"recall {t_hits / t_failed if t_failed else math.nan:.2f}); "
-            f"{len(t_near)} flagged networks trained to within {NEAR_BEST} of that search's best."
+            f"{_flagged_networks(len(t_near))} trained to within {NEAR_BEST} of that search's best."
         )
     rows = []
     for name in SEARCHES:
