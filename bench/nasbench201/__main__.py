@@ -88,7 +88,12 @@ def _engines(results: list[dict[str, Any]]) -> str:
 
     counts = Counter(r.get("engine") or "unrecorded" for r in results)
     named, stale = engines_named({engine: str(n) for engine, n in counts.items()})
-    hint = " (the engine's source changed since; a run without --report-only rescores them)" if stale else ""
+    hint = (
+        " (an engine other than this checkout's scored some: a run without --report-only rescores those cells"
+        " unless told --keep-older-engines, as `make bench` is)"
+        if stale
+        else ""
+    )
     return f"Cells scored per engine: {named}{hint}."
 
 
