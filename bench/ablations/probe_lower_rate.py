@@ -163,11 +163,12 @@ def search() -> list[str]:
                 counts["failed"] += failed
                 spec, _ = search_space(optuna.trial.FixedTrial(trial["params"]))
                 key = _key("condition", engine, spec, seed)
-                if trial.get("verdict") != "prune" and not _lower_probe_ran(root / "condition" / f"{key}.json"):
+                conditioned = root / "condition" / f"{key}.json"
+                if trial.get("verdict") != "prune" and not _lower_probe_ran(conditioned):
                     continue
                 path = OUT / "search" / f"{key}.json"
                 if not path.exists():
-                    report = ConditioningReport.model_validate(read_json(root / "condition" / f"{key}.json")["report"])
+                    report = ConditioningReport.model_validate(read_json(conditioned)["report"])
                     env = report.environment
                     model = nas.build_model(
                         spec, scales=dict(report.scales), seed=env.seed, draw=env.draw, bias_shifts=report.bias_shifts

@@ -34,6 +34,7 @@ import torch
 from bench.pipeline.metrics import kendall, precision_at_recall, spearman
 from bench.pipeline.proxies import PROXIES, compute_proxies, fingerprint_parts, revisions
 from bench.pipeline.run import engine_version, imap_spawned
+from bench.v2.analysis import rescored
 from bench.v2.stats import bootstrap, paired_difference
 from nas import build_model
 from nas.space import nasbench201_arch_string, nasbench201_spec
@@ -260,25 +261,12 @@ def _result(
         "accuracy": accuracy,
         "proxies": proxies["proxies"],
         "proxy_seconds": proxies["proxy_seconds"],
-        "preflight": _on_the_shipped_scale(preflight["preflight"]),
+        "preflight": rescored(preflight["preflight"]),  # on the shipped calibration, whichever engine ran it
         "engine": preflight.get("engine"),
         # None until measured (a cell scored before the part existed)
         "expressivity": expressivity["expressivity"] if expressivity else None,
         "expressivity_seconds": expressivity["seconds"] if expressivity else None,
     }
-
-
-def _on_the_shipped_scale(part: dict[str, Any]) -> dict[str, Any]:
-    """Preflight's part with its score recomputed from its components by the shipped calibration
-    (``worker.engine.score``), the stored one kept as ``score_as_run``: cells kept from an engine
-    whose calibration differed are then on one scale with those rescored since. The verdict stays
-    as run: the engine's verdict also decides whether the probe tries a lower rate."""
-    from nas.options import Thresholds
-    from worker.engine.score import score
-
-    if not part.get("components"):
-        return part
-    return part | {"score": score(part["components"], Thresholds()).score, "score_as_run": part["score"]}
 
 
 def _task(args: tuple[tuple[str, ...], float, str, str, int, int, bool]) -> str:

@@ -125,7 +125,7 @@ def test_a_cell_kept_from_an_older_calibration_is_reported_on_the_shipped_scale(
     for result in scored(cells, table, "gaussian", tmp_path, channels=2, cells_per_stage=1, any_engine=True):
         part = result["preflight"]
         assert part["score"] == score(part["components"], Thresholds()).score
-        assert part["score_as_run"] == pytest.approx(3.0 * part["score"] - 1.0)
+        assert part["cached_score"] == pytest.approx(3.0 * part["score"] - 1.0)
 
 
 def test_the_expressivity_part_is_what_condition_reports_with_the_option_on() -> None:
