@@ -475,4 +475,4 @@ def apply_bias_shifts_(model: nn.Module, shifts: Mapping[str, Sequence[float]]) 
         shift = torch.tensor([float(v) for v in values], dtype=torch.float64)
         if not bool(torch.isfinite(shift).all()):
             raise ValueError(f"bias_shifts[{name!r}] must be finite")
-        bias.add_(shift.to(bias.dtype))
+        bias.add_(shift.to(device=bias.device, dtype=bias.dtype))  # the model may live on a GPU
