@@ -76,7 +76,7 @@ def synflow(model: nn.Module, x: Tensor, y: Tensor) -> float:
     with torch.no_grad():
         for p in net.parameters():
             p.abs_()
-    ones = torch.ones(1, *x.shape[1:], dtype=torch.float64)
+    ones = torch.ones(1, *x.shape[1:], dtype=torch.float64, device=x.device)
     net(ones).sum().backward()
     with torch.no_grad():
         total = sum(float((p * p.grad).sum()) for p in net.parameters() if p.grad is not None)
@@ -181,9 +181,9 @@ def swap(model: nn.Module, x: Tensor, y: Tensor) -> float:
 def _spectral_norm(out: Tensor, inp: Tensor, iterations: int, generator: torch.Generator) -> float:
     """Largest singular value of ``d out / d inp`` by power iteration on ``J^T J``: ``J^T v``
     by a vector-Jacobian product, ``J u`` by differentiating ``v -> J^T v`` (double backward)."""
-    v = torch.randn(out.shape, generator=generator, dtype=out.dtype).requires_grad_(True)
+    v = torch.randn(out.shape, generator=generator, dtype=out.dtype).to(out.device).requires_grad_(True)
     (jtv,) = torch.autograd.grad(out, inp, v, create_graph=True)
-    u = torch.randn(inp.shape, generator=generator, dtype=inp.dtype)
+    u = torch.randn(inp.shape, generator=generator, dtype=inp.dtype).to(inp.device)
     sigma = 0.0
     for _ in range(iterations):
         u = u / u.norm().clamp_min(1e-30)
