@@ -118,6 +118,30 @@ class Evaluator:
         write_json(path, {"report": report.model_dump(mode="json"), "seconds": seconds, "name": spec.get("name")})
         return report, seconds
 
+    def init_cost(self, spec: dict[str, Any], seed: int, peer: str) -> tuple[float, float]:
+        """What an init ``peer`` costs on ``spec`` before training, charged as a trial's conditioning:
+        its seconds and its counted training steps (LSUV: its forward passes on the conditioning's
+        batch, a third of a step each, as benchmark v2 counts them), measured once and cached (a
+        charge never changes, as an epoch's does not)."""
+        from bench.pipeline.inits import initialize, lsuv_counted_
+        from worker.engine.budget import FORWARD_COST
+
+        path = self.out / "init_cost" / f"{_key('init_cost', spec, peer, seed)}.json"
+        if path.exists():
+            cached = read_json(path)
+            return float(cached["seconds"]), float(cached["counted_steps"])
+        model = nas.build_model(spec, seed=seed)
+        x, y = self.data.x_train[:CONDITION_IMAGES], self.data.y_train[:CONDITION_IMAGES]
+        started = time.perf_counter()
+        if peer == "lsuv":
+            counted = FORWARD_COST * lsuv_counted_(model, x, seed=seed)
+        else:  # the other peers' costs are not counted in steps
+            initialize(peer, model, x, y, seed=seed)
+            counted = 0.0
+        seconds = time.perf_counter() - started
+        write_json(path, {"seconds": seconds, "counted_steps": counted, "name": spec.get("name"), "peer": peer})
+        return seconds, counted
+
     def epochs(
         self,
         spec: dict[str, Any],

@@ -1,7 +1,7 @@
-"""One seed of the search: the nine searches, round robin one trial each, on one ``Evaluator``.
+"""One seed of the search: the ten searches, round robin one trial each, on one ``Evaluator``.
 
 Every search uses TPE with the same seed (so the ten random start-up trials are the same
-networks in all nine), 30 trials by default, the validation accuracy after each epoch as the
+networks in all ten), 30 trials by default, the validation accuracy after each epoch as the
 reported value and the last one as the objective. The gated searches use the product's gate and
 pruner on the engine run in this process.
 """
@@ -44,17 +44,23 @@ FIXED_RATE = 0.03
 class Search(NamedTuple):
     """How a search treats a trial: conditioned first (and charged for it), skipped on a ``prune``
     verdict, stopped during training by a pruner, trained at a fixed rate instead of the sampled one,
-    skipped when ranked below the median of the completed trials (``rank_after``: the gate's)."""
+    skipped when ranked below the median of the completed trials (``rank_after``: the gate's),
+    trained from an init peer of benchmark v2 (``init``, e.g. ``lsuv``: its forward passes on the
+    conditioning's batch are charged as the trial's conditioning)."""
 
     conditioned: bool
     skips: bool
     pruner: str | None = None
     fixed_lr: float | None = None
     rank_after: int | None = None
+    init: str | None = None
 
 
 # "tuned, no gate" separates the gate's skipping from the tuned init and rate its survivors train
-# with; "no gate, rate 0.03" asks whether a sensible fixed rate alone does what the recommended one does.
+# with; "no gate, rate 0.03" asks whether a sensible fixed rate alone does what the recommended one does;
+# "lsuv, no gate" whether the twenty-line init a practitioner would add (LSUV, level with the tuned
+# init on the start-up networks) does what the tuned init and its rate do (added after the other nine
+# had run: the simplest baseline that could explain "tuned, no gate"'s gain).
 SEARCHES: dict[str, Search] = {
     "no gate": Search(False, False),
     "no gate, rate 0.03": Search(False, False, fixed_lr=FIXED_RATE),
@@ -67,6 +73,7 @@ SEARCHES: dict[str, Search] = {
     # the gate that also ranks: once the random start-up trials have completed, a proposal that
     # nas.ranking (fitted on them and every later completed trial) predicts below their median is skipped
     "gate + rank": Search(True, True, rank_after=STARTUP_TRIALS),
+    "lsuv, no gate": Search(False, False, init="lsuv"),
 }
 
 
@@ -152,8 +159,10 @@ def _objective(
             record.lr = report.recommended_lr or lr
         else:  # what the gate would have said, for the report only: not charged
             _fill(record, evaluator.condition(spec, seed)[0], None)
+        if search.init is not None:
+            record.condition_seconds, record.condition_steps = evaluator.init_cost(spec, seed, search.init)
         for step in range(1, epochs + 1):
-            done = evaluator.epochs(spec, record.lr, seed, step, report)[-1]
+            done = evaluator.epochs(spec, record.lr, seed, step, report, peer=search.init)[-1]
             record.epochs, record.val, record.test = step, done.val, done.test
             record.train_seconds += done.seconds
             record.train_steps += done.steps
@@ -174,12 +183,19 @@ def _pruner(name: str, epochs: int) -> optuna.pruners.BasePruner:
 
 
 def run_seed(
-    evaluator: Evaluator, seed: int, trials: int, epochs: int, log: Callable[[str], None] = print
+    evaluator: Evaluator,
+    seed: int,
+    trials: int,
+    epochs: int,
+    log: Callable[[str], None] = print,
+    names: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The searches of one seed, interleaved one trial each (each search's trials in order)."""
+    """The searches of one seed (``names``: these of them), interleaved one trial each (each search's
+    trials in order; the searches share nothing but the cached trainings, so a subset runs as it
+    would among all)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     runs = []
-    for name in SEARCHES:
+    for name in names or SEARCHES:
         study = optuna.create_study(
             study_name=f"fashion-search-{name.replace(' ', '-')}-seed{seed}",
             direction="maximize",

@@ -47,3 +47,36 @@ def test_keeping_older_engines_runs_only_the_missing_seeds(tmp_path: Path, monke
     assert ran == [1]
     runner.run(tmp_path, [0, 1], 30, 4, jobs=1)  # without it, the older engine's seed reruns too
     assert ran == [1, 0, 1]
+
+
+def test_a_search_added_later_runs_alone_on_the_seeds_that_have_the_others(tmp_path: Path, monkeypatch) -> None:
+    import bench.fashion_search.run as runner
+
+    tasks: list[tuple] = []
+    monkeypatch.setattr(runner, "_one_seed", lambda task: tasks.append(task) or task[1])
+    older = dict.fromkeys([n for n in SEARCHES if n != "lsuv, no gate"], [])
+    write_json(
+        seed_path(tmp_path, 0),
+        {"config": config(30, 4) | {"engine": "an-older-engine"}, "seed": 0, "searches": older},
+    )
+    runner.run(tmp_path, [0], 30, 4, jobs=1, any_engine=True)
+    assert [t[4] for t in tasks] == [["lsuv, no gate"]]
+    runner.run(tmp_path, [0], 30, 4, jobs=1)  # without keeping older engines: the whole seed again
+    assert tasks[-1][4] is None
+
+
+def test_an_added_search_joins_its_seed_and_is_named_with_its_engine(tmp_path: Path, monkeypatch) -> None:
+    import bench.fashion_search.evaluate as evaluate
+    import bench.fashion_search.searches as searches
+    from bench.fashion_search.run import _one_seed
+    from bench.pipeline.run import read_json
+
+    older = dict.fromkeys([n for n in SEARCHES if n != "lsuv, no gate"], [{"number": 0}])
+    write_json(seed_path(tmp_path, 0), {"config": config(30, 4), "seed": 0, "wall_seconds": 9.0, "searches": older})
+    monkeypatch.setattr(evaluate, "Evaluator", lambda out: None)
+    monkeypatch.setattr(searches, "run_seed", lambda *a, names, **k: dict.fromkeys(names, [{"number": 1}]))
+    _one_seed((tmp_path, 0, 30, 4, ["lsuv, no gate"]))
+    seed = read_json(seed_path(tmp_path, 0))
+    assert seed["searches"] == older | {"lsuv, no gate": [{"number": 1}]}
+    assert seed["added"]["lsuv, no gate"]["engine"] == engine_version() and seed["wall_seconds"] == 9.0
+    assert sorted(seed_results(tmp_path, [0], 30, 4)) == [0]  # complete again
