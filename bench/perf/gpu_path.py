@@ -1,14 +1,15 @@
 """The GPU path, proved and timed on a lent GPU in one short run (issue 16: "run both parts on it
 and give GPU wall times and candidates per second").
 
-    python -m bench.perf.gpu_path prepare DIR      # here, on the CPU: inputs and CPU references
-    python -m bench.perf.gpu_path run DIR OUT      # on the GPU machine: the stages below, to OUT
-    python -m bench.perf.gpu_path report OUT       # here: docs/gpu.md from what came back
+    python -m bench.perf.gpu_path prepare DIR [--scored RUN.json]   # here: inputs, CPU references
+    python -m bench.perf.gpu_path run DIR OUT [--stage S]           # on the GPU: OUT/gpu_path.json
+    python -m bench.perf.gpu_path report RUN.json... [--tuning-cost F] [--note TEXT]  # docs/gpu.md
 
 ``prepare`` writes what the GPU machine cannot make (it has no Fashion-MNIST and no NAS-Bench-201
 table): the search space's networks (sampled from ``bench.fashion_search.space`` at fixed seeds),
-two ViTs, the conditioning batches, the first cells of NAS-Bench-201's reported sample with the
-Preflight part this CPU stored for them, and each network's CPU conditioning (the reference).
+two ViTs, the conditioning batches, cells of NAS-Bench-201's reported sample in a seeded random
+order (less those an earlier run scored) with the Preflight part this CPU stored for them, and each
+network's CPU conditioning (the reference).
 
 ``run`` has three stages, each timed and each failure recorded, not fatal:
 
@@ -21,8 +22,8 @@ Preflight part this CPU stored for them, and each network's CPU conditioning (th
   with every zero-cost proxy of benchmark v2 on the same GPU, until ``--seconds`` run out: cells
   per second, seconds per cell, and the scores against the CPU's.
 * ``service``: ``preflight serve`` and ``preflight worker --devices all`` (the docker-compose GPU
-  node's two processes) on SQLite; a client submits the networks over HTTP and waits; the reports
-  must name ``cuda:0``.
+  node's two processes) on SQLite; a client submits the networks over HTTP without data (the
+  default path) and waits; what it records: the devices the reports name, their verdicts, the wall.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-NB201_CELLS = 400  # the first cells of the reported sample (more than one run's time will score)
+NB201_CELLS = 400  # cells of the reported sample sent to a run (more than its time will score)
 SEARCH_NETWORKS = 12
 ON_BOTH_CPUS = 3  # networks also conditioned on the GPU machine's CPU (one machine's speed ratio)
 
