@@ -1,6 +1,6 @@
 """A Fashion-MNIST architecture search where pruning can pay: Optuna's TPE over CNNs and residual
 CNNs (depths up to 30, with and without batch norm, activation, init scheme and gain, width,
-learning rate), run nine ways with the same sampler seed.
+learning rate), run ten ways with the same sampler seed.
 
 - ``no gate``: every trial trains from the spec's initialization at the sampled rate;
 - ``no gate, rate 0.03``: the same at a fixed rate, the best fixed one on benchmark v2's development set;

@@ -1,4 +1,4 @@
-"""``python -m bench.fashion_search``: the Fashion-MNIST search, nine ways, over seeds, and its
+"""``python -m bench.fashion_search``: the Fashion-MNIST search, ten ways, over seeds, and its
 report ``docs/fashion-search.md`` (``bench/fashion_search``)."""
 
 from __future__ import annotations
