@@ -34,19 +34,23 @@ def seed_results(
     ``any_engine``: also those an earlier engine ran (a report of cached results says which)."""
     from bench.fashion_search.searches import SEARCHES
 
-    wanted = config(trials, epochs)
     done = {}
     for seed in seeds:
         path = seed_path(out, seed)
         if not path.exists():
             continue
         data = read_json(path)
-        ran = data.get("config") or {}
-        if any_engine:
-            ran, wanted = ran | {"engine": None}, wanted | {"engine": None}
-        if ran == wanted and set(data["searches"]) == set(SEARCHES):
+        if _same_config(data, trials, epochs, any_engine) and set(data["searches"]) == set(SEARCHES):
             done[seed] = data
     return done
+
+
+def _same_config(data: dict[str, Any], trials: int, epochs: int, any_engine: bool) -> bool:
+    """Whether a stored seed ran under this configuration (``any_engine``: whatever its engine)."""
+    ran, wanted = data.get("config") or {}, config(trials, epochs)
+    if any_engine:
+        ran, wanted = ran | {"engine": None}, wanted | {"engine": None}
+    return bool(ran == wanted)
 
 
 def _one_seed(task: tuple[Path, int, int, int, list[str] | None]) -> int:
@@ -81,10 +85,7 @@ def _missing(out: Path, seed: int, trials: int, epochs: int, any_engine: bool) -
     if not path.exists():
         return None
     data = read_json(path)
-    ran, wanted = data.get("config") or {}, config(trials, epochs)
-    if any_engine:
-        ran, wanted = ran | {"engine": None}, wanted | {"engine": None}
-    if ran != wanted or not set(data["searches"]) <= set(SEARCHES):
+    if not _same_config(data, trials, epochs, any_engine) or not set(data["searches"]) <= set(SEARCHES):
         return None
     return [name for name in SEARCHES if name not in data["searches"]]
 

@@ -44,6 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.pipeline.run import read_json, write_json
+
 ROOT = Path(__file__).resolve().parents[2]
 NB201_CELLS = 400  # cells of the reported sample sent to a run (more than its time will score)
 SEARCH_NETWORKS = 12
@@ -84,7 +86,7 @@ def prepare(folder: Path, scored: list[Path] | None = None) -> None:
         print(f"{name}: {report.verdict} {report.score:.3f} in {references[name]['seconds']:.1f} s", flush=True)
     table = load_table()
     out = ROOT / "bench" / "results" / "nasbench201"
-    done = {tuple(c["ops"]) for path in scored or [] for c in _nasbench201_cells(json.loads(path.read_text()))}
+    done = {tuple(c["ops"]) for path in scored or [] for c in _nasbench201_cells(read_json(path))}
     order = [ops for ops in sample_cells(table, 1000, seed=0) if ops not in done]
     random.Random(0).shuffle(order)  # the sample is drawn decile by decile: its prefix is the lowest
     cells = []
@@ -93,7 +95,7 @@ def prepare(folder: Path, scored: list[Path] | None = None) -> None:
         cells.append({"ops": list(ops), "accuracy": table[ops], "cpu": stored})
     x, y = cell_batch("fashion")
     torch.save({"x": x, "y": y}, folder / "nb201_batch.pt")
-    _write(folder / "inputs.json", {"specs": specs, "references": references, "nb201": cells, "cpu": _machine()})
+    write_json(folder / "inputs.json", {"specs": specs, "references": references, "nb201": cells, "cpu": _machine()})
 
 
 def _nasbench201_cells(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -103,7 +105,7 @@ def _nasbench201_cells(result: dict[str, Any]) -> list[dict[str, Any]]:
 def run(folder: Path, out: Path, jobs: int, seconds: float, device: str = "cuda", only: list[str] | None = None) -> int:
     """The stages (``only``: these) on ``device`` (``cpu``: a dry run of this script);
     ``out/gpu_path.json`` is rewritten after each."""
-    inputs = json.loads((folder / "inputs.json").read_text())
+    inputs = read_json(folder / "inputs.json")
     result: dict[str, Any] = {"machine": _machine(), "cpu_machine": inputs["cpu"], "stages": {}}
     stages: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("agreement", lambda: _agreement(folder, inputs, device)),
@@ -119,7 +121,7 @@ def run(folder: Path, out: Path, jobs: int, seconds: float, device: str = "cuda"
         except Exception:  # noqa: BLE001 - a broken stage is a finding, and the others still run
             result["stages"][name] = {"error": traceback.format_exc(), "wall_seconds": time.perf_counter() - started}
         print(f"{name}: {time.perf_counter() - started:.0f} s", flush=True)
-        _write(out / "gpu_path.json", result)
+        write_json(out / "gpu_path.json", result)
     return 0 if all("error" not in s for s in result["stages"].values()) else 1
 
 
@@ -309,15 +311,10 @@ def _wait_until(ready: Callable[[], bool], bound: float) -> None:
         time.sleep(0.5)
 
 
-def _write(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, default=str, allow_nan=True))
-
-
 def report(runs: list[Path], docs: Path, note: str = "", tuning_cost: Path | None = None) -> str:
     """``docs/gpu.md`` from the runs' ``gpu_path.json`` files (the NAS-Bench-201 cells of all of
     them, each other stage from the last run that completed it), read against the CPU's stored parts."""
-    results = [json.loads(p.read_text()) for p in runs]
+    results = [read_json(p) for p in runs]
     machine = results[0]["machine"]
     lines = [
         "# The GPU path, on a lent GPU",
@@ -380,7 +377,7 @@ def _nasbench201_section(results: list[dict[str, Any]]) -> list[str]:
                 f"{statistics.median(x['proxy_seconds'] for x in done):.2f} s |"
             )
     out = ROOT / "bench" / "results" / "nasbench201"
-    stored = [json.loads(_path(out, "fashion", "proxies", tuple(r["ops"])).read_text()) for r in rows]
+    stored = [read_json(_path(out, "fashion", "proxies", tuple(r["ops"]))) for r in rows]
     engines = ", ".join(sorted({f"`{r['cpu']['engine'][:8]}`" for r in rows}))
     return [
         *lines,
