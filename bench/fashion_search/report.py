@@ -19,9 +19,10 @@ from bench.fashion_search.analysis import (
     seed_figures,
 )
 from bench.fashion_search.evaluate import BATCH, CONDITION_IMAGES, DATA
+from bench.fashion_search.retime import read_retime, summarize
 from bench.fashion_search.searches import SEARCHES, STARTUP_TRIALS
 from bench.fashion_search.space import LEARNING_RATES
-from bench.v2.stats import bootstrap
+from bench.v2.stats import Interval, bootstrap
 
 __all__ = ["write_report"]
 
@@ -118,7 +119,7 @@ def write_report(
         args.docs.write_text("\n".join(lines) + "\n")
         return [args.docs]
     lines += _targets(summary, in_ops)
-    lines += _timing(done)
+    lines += _timing(done, read_retime(args.out))
     lines += _table(summary, in_ops)
     lines += _why(per_seed, summary)
     lines += _peers(peers, args.epochs)
@@ -241,11 +242,13 @@ def _targets(summary: dict[str, Any], in_ops: dict[str, Any]) -> list[str]:
     ]
 
 
-def _timing(done: dict[int, dict[str, Any]]) -> list[str]:
+def _timing(done: dict[int, dict[str, Any]], retimed: list[dict[str, Any]]) -> list[str]:
     """Whether the searches' seconds are comparable: each search's seconds per billion
     multiply-accumulates of training (median over its trainings). A network trained once is charged
     the seconds first measured, so trainings cached from another run, under another load, keep that
-    run's speed; where the searches' speeds differ, the multiply-accumulate figures are the ones to read."""
+    run's speed; where the searches' speeds differ, the multiply-accumulate figures are the ones to
+    read, and ``retimed`` (``bench.fashion_search.retime``) says whether the init or the machine made
+    the difference."""
     per_search: dict[str, list[float]] = {}
     for data in done.values():
         seconds, ops = data["searches"], in_macs(data["searches"])
@@ -266,7 +269,42 @@ def _timing(done: dict[int, dict[str, Any]]) -> list[str]:
     return [
         f"Seconds of training per billion multiply-accumulates, median per search ({verdict}): {listed}.",
         "",
+        *_retimed(retimed),
     ]
+
+
+def _retimed(rows: list[dict[str, Any]]) -> list[str]:
+    figures = summarize(rows)
+    if not figures:
+        return []
+    spec, lsuv = figures["spec_cached_over_fresh"], figures["lsuv_cached_over_fresh"]
+    return [
+        f"Retimed on one machine (`python -m bench.fashion_search.retime`: {spec.n} start-up networks that `no gate` "
+        "and `lsuv, no gate` trained at the same rate, one epoch from each init, one after the other in one "
+        "process): seconds per step from LSUV's init over the spec's, median "
+        f"{figures['lsuv_over_spec'].text()}; the cached seconds over this machine's, median, `no gate` "
+        f"{spec.text()} and `lsuv, no gate` {lsuv.text()}. " + _retime_reading(figures),
+        "",
+    ]
+
+
+def _retime_reading(figures: dict[str, Interval]) -> str:
+    """What the ratios say: an init is slower to train only if its interval excludes 1 on the same
+    machine; the sessions' machines differed if the cached ratios' intervals do not overlap."""
+    same = figures["lsuv_over_spec"]
+    spec, lsuv = figures["spec_cached_over_fresh"], figures["lsuv_cached_over_fresh"]
+    init = (
+        "LSUV's init trains at the spec's speed"
+        if same.low <= 1.0 <= same.high
+        else f"LSUV's init trains at {same.point:.2f} of the spec's seconds per step"
+    )
+    machines = (
+        "the machines that first timed the two searches ran at different speeds, so their seconds do not "
+        "compare across sessions"
+        if spec.high < lsuv.low or lsuv.high < spec.low
+        else "the machines that first timed the two searches are not told apart"
+    )
+    return f"So {init}, and {machines}."
 
 
 def _verdict(interval: Any, lower: float | None = None, upper: float | None = None) -> str:

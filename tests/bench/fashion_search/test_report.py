@@ -25,7 +25,9 @@ def test_the_report_says_when_the_searches_trainings_ran_at_different_speeds(res
     params = residual_params | {"lr": 0.01}
     from bench.fashion_search.report import _timing
 
-    same = _timing({0: {"searches": {"no gate": [_timed(params, 10.0)], "preflight gate": [_timed(params, 11.0)]}}})
+    same = _timing({0: {"searches": {"no gate": [_timed(params, 10.0)], "preflight gate": [_timed(params, 11.0)]}}}, [])
     assert "the seconds compare" in same[0]
-    apart = _timing({0: {"searches": {"no gate": [_timed(params, 10.0)], "preflight gate": [_timed(params, 21.0)]}}})
+    apart = _timing(
+        {0: {"searches": {"no gate": [_timed(params, 10.0)], "preflight gate": [_timed(params, 21.0)]}}}, []
+    )
     assert "2.1 times apart: read the multiply-accumulate figures" in apart[0]
