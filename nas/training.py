@@ -73,18 +73,28 @@ def load_digits(*, image: bool = False, val_fraction: float = 0.25, seed: int = 
 
 @torch.no_grad()
 def accuracy(model: nn.Module, x: Tensor, y: Tensor, batch_size: int = 1024) -> float:
-    """Fraction of ``x`` classified as ``y``, in evaluation mode; 0 for non-finite logits."""
+    """Fraction of ``x`` classified as ``y``, in evaluation mode; 0 for non-finite logits. Each
+    batch goes to the model's device (a model on a GPU is scored on data kept on the CPU)."""
+    device = _device_of(model)
     was_training = model.training
     model.eval()
     try:
         correct = 0
         for start in range(0, len(x), batch_size):
-            logits = model(x[start : start + batch_size])
+            logits = model(x[start : start + batch_size].to(device))
             finite = torch.isfinite(logits).all(dim=1)
-            correct += int(((logits.argmax(dim=1) == y[start : start + batch_size]) & finite).sum())
+            labels = y[start : start + batch_size].to(device)
+            correct += int(((logits.argmax(dim=1) == labels) & finite).sum())
         return correct / max(1, len(x))
     finally:
         model.train(was_training)
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    """Where the model's parameters (or, for a parameterless one, its buffers) live; the CPU if none."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
 
 
 class Trainer:
@@ -101,7 +111,10 @@ class Trainer:
             the BNP preconditioner.
         macs_per_sample: forward multiply-accumulates of one sample; default from the
             model's spec (``nas.summarize``) when it has one.
-        generator: randomness of the minibatch order (seed it).
+        generator: randomness of the minibatch order (seed it). The order is drawn on the CPU
+            whatever the device, so a seed gives the same minibatches on a GPU.
+        device: where to train (``"cuda"``, ``"cuda:1"``, ``"cpu"``): the model moves there and the
+            training and validation sets are copied there once. Default: where the model already is.
 
     ``seconds``, ``steps`` and ``macs`` (forward + backward, counted as 3x forward) say
     what the training cost so far; ``diverged`` turns true at the first non-finite loss,
@@ -119,13 +132,18 @@ class Trainer:
         optimizer: OptimizerFactory | None = None,
         macs_per_sample: int | None = None,
         generator: torch.Generator | None = None,
+        device: torch.device | str | None = None,
     ) -> None:
         if not (math.isfinite(lr) and lr > 0):
             raise ValueError(f"lr must be a positive number, but got {lr=}.")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, but got {batch_size=}.")
-        self.model = model
+        self.device = torch.device(device) if device is not None else _device_of(model)
+        self.model = model.to(self.device)
         self.data = data
+        # the sets on the device once (no copy where they already are), not a copy per minibatch
+        self._train = (data.x_train.to(self.device), data.y_train.to(self.device))
+        self._val = (data.x_val.to(self.device), data.y_val.to(self.device))
         self.batch_size = batch_size
         self.optimizer = (
             optimizer(model) if optimizer is not None else torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
@@ -150,15 +168,15 @@ class Trainer:
         start = time.perf_counter()
         if not self.diverged:
             self._train_one_epoch()
-        accuracy_now = 0.0 if self.diverged else accuracy(self.model, self.data.x_val, self.data.y_val)
+        accuracy_now = 0.0 if self.diverged else accuracy(self.model, *self._val)
         self.seconds += time.perf_counter() - start
         self.epochs += 1
         self.history.append(accuracy_now)
         return accuracy_now
 
     def _train_one_epoch(self) -> None:
-        x, y = self.data.x_train, self.data.y_train
-        order = torch.randperm(len(x), generator=self.generator)
+        x, y = self._train
+        order = torch.randperm(len(x), generator=self.generator).to(self.device)
         loss_fn = nn.CrossEntropyLoss()
         self.model.train()
         for start in range(0, len(x), self.batch_size):

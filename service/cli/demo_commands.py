@@ -58,7 +58,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     demo.add_argument("--out", default="preflight-demo-output", help="output folder (default ./preflight-demo-output)")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--device", default="auto", help="device of the embedded worker (auto, cpu, cuda:N)")
+    demo.add_argument(
+        "--device", default="auto", help="device of the embedded worker and of the trainings (auto, cpu, cuda:N)"
+    )
     demo.add_argument("--steps", type=int, default=None, help="tuning steps per candidate (default: the engine's)")
     demo.add_argument("--bnp", action="store_true", help="train gated survivors with the BNP preconditioner")
     demo.add_argument(
@@ -134,6 +136,14 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return f"--epochs must be at least 1, but got {args.epochs}"
     if args.steps is not None and args.steps < 0:
         return f"--steps must be at least 0, but got {args.steps}"
+    from worker.engine.device import DeviceUnavailable, resolve_device
+
+    try:  # the trainings run where the embedded worker conditions
+        args.train_device = resolve_device(args.device)
+    except DeviceUnavailable as unavailable:
+        return f"--device: {unavailable}"
+    except RuntimeError:  # torch.device's own parse error
+        return f"--device must be auto, cpu, cuda or cuda:N, but got {args.device!r}"
     return None
 
 
@@ -382,7 +392,11 @@ def _search(
         # to those weights, and every search trains the same weights for the same spec.
         model = report.build_model(spec) if report is not None else nas.build_model(spec, seed=args.seed)
         trainer = Trainer(
-            model, data, optimizer=optimizer, generator=torch.Generator().manual_seed(args.seed + trial.number)
+            model,
+            data,
+            optimizer=optimizer,
+            generator=torch.Generator().manual_seed(args.seed + trial.number),
+            device=args.train_device,
         )
         accuracy = 0.0
         for epoch in range(args.epochs):

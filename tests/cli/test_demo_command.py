@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from service.cli import build_parser, main
 
@@ -43,6 +44,21 @@ def test_the_demo_runs_four_searches_and_writes_its_table_and_figures(
 def test_bad_demo_arguments_are_refused(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", *argv, "--out", str(tmp_path)]) == 2
     assert "must be at least" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("device", "message"), [("tpu", "--device must be auto, cpu, cuda or cuda:N")])
+def test_a_device_torch_cannot_name_is_refused_before_any_work(
+    device: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--device", device, "--out", str(tmp_path / "demo")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible: --device cuda is available")
+def test_a_missing_gpu_is_refused_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--device", "cuda", "--out", str(tmp_path / "demo")]) == 2
+    assert "--device: " in (error := capsys.readouterr().err) and "CUDA is not available" in error
 
 
 def test_make_demo_runs_the_demo_on_fashion_mnist_where_it_is_installed() -> None:

@@ -69,3 +69,29 @@ def test_an_optimizer_factory_receives_the_model(data: Dataset) -> None:
     model = nas.build_model(SMALL, seed=0)
     Trainer(model, data, optimizer=factory).epoch()
     assert seen == [model]
+
+
+def test_a_trainer_told_the_model_s_own_device_trains_as_by_default(data: Dataset) -> None:
+    trained = []
+    for device in (None, "cpu", torch.device("cpu")):
+        trainer = Trainer(
+            nas.build_model(SMALL, seed=0), data, generator=torch.Generator().manual_seed(0), device=device
+        )
+        history = [trainer.epoch() for _ in range(2)]
+        trained.append((history, trainer.model.state_dict()))
+        assert trainer.device == torch.device("cpu")
+    for history, weights in trained[1:]:
+        assert history == trained[0][0]
+        assert all(torch.equal(weights[k], trained[0][1][k]) for k in weights)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none visible)")
+def test_a_trainer_on_a_gpu_moves_the_model_and_draws_the_cpu_s_minibatches(data: Dataset) -> None:
+    cpu = Trainer(nas.build_model(SMALL, seed=0), data, generator=torch.Generator().manual_seed(0))
+    gpu = Trainer(nas.build_model(SMALL, seed=0), data, generator=torch.Generator().manual_seed(0), device="cuda")
+    assert next(gpu.model.parameters()).is_cuda
+    for _ in range(2):
+        assert gpu.epoch() == pytest.approx(cpu.epoch(), abs=0.02)  # the same batches, other float rounding
+    assert gpu.steps == cpu.steps
+    # the model on the GPU is scored on data kept on the CPU
+    assert accuracy(gpu.model, data.x_val, data.y_val) == gpu.history[-1]
