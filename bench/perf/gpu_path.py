@@ -24,6 +24,19 @@ network's CPU conditioning (the reference).
 * ``service``: ``preflight serve`` and ``preflight worker --devices all`` (the docker-compose GPU
   node's two processes) on SQLite; a client submits the networks over HTTP without data (the
   default path) and waits; what it records: the devices the reports name, their verdicts, the wall.
+* ``training``: the prepared networks trained one epoch each by ``nas.training.Trainer`` on the
+  device (a few on the machine's CPU too), on the Fashion-MNIST search's training split and at its
+  batch: the search's training part, which the first runs left on the CPU.
+* ``draw``: the engine's orthogonal draw (``nas.build.orthogonal_draw_``: a float64 SVD per weight)
+  on each prepared network, on the machine's CPU and on the device, timed, and how far apart the
+  two draws' float32 weights are: whether drawing on the device would pay, and what it would change.
+
+On a lent machine (this project's first: an H200 with torch 2.11+cu130 and Python 3.12 installed, no
+network): ``prepare`` here, then carry the folder and the wheels the project needs beyond torch
+(``pip download --python-version 3.12 --only-binary=:all:`` of its dependencies, into an ignored
+folder), install them there with ``pip install --target`` onto ``PYTHONPATH``, and in one command run
+``pytest tests/worker/engine/test_cuda.py tests/nas/test_training.py`` then ``run DIR OUT`` (the
+stages take about 8 minutes; ``--stage`` picks some). The results come back under ``OUT``.
 """
 
 from __future__ import annotations
@@ -50,6 +63,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NB201_CELLS = 400  # cells of the reported sample sent to a run (more than its time will score)
 SEARCH_NETWORKS = 12
 ON_BOTH_CPUS = 3  # networks also conditioned on the GPU machine's CPU (one machine's speed ratio)
+STAGES = ("agreement", "nasbench201", "service", "training", "draw")
+TRAINING_LR = 0.01  # the training stage's SGD rate (any sane rate: the stage times the loop)
 
 
 def prepare(folder: Path, scored: list[Path] | None = None) -> None:
@@ -78,6 +93,8 @@ def prepare(folder: Path, scored: list[Path] | None = None) -> None:
     data, _, _ = load_splits()
     batch = {"x": data.x_train[:CONDITION_IMAGES].clone(), "y": data.y_train[:CONDITION_IMAGES].clone()}
     torch.save(batch, folder / "search_batch.pt")
+    sets = {"x_train": data.x_train, "y_train": data.y_train, "x_val": data.x_val, "y_val": data.y_val}
+    torch.save(sets, folder / "search_data.pt")  # the training stage's (the GPU machine has no Fashion-MNIST)
     references = {}
     for name, spec in specs.items():
         started = time.perf_counter()
@@ -111,6 +128,8 @@ def run(folder: Path, out: Path, jobs: int, seconds: float, device: str = "cuda"
         ("agreement", lambda: _agreement(folder, inputs, device)),
         ("nasbench201", lambda: _nasbench201(folder, inputs["nb201"], jobs, seconds, device)),
         ("service", lambda: _service(inputs["specs"], out)),
+        ("training", lambda: _training(folder, inputs["specs"], device)),
+        ("draw", lambda: _draw(inputs["specs"], device)),
     ]
     for name, stage in stages:
         if only and name not in only:
@@ -183,6 +202,83 @@ def _agreement(folder: Path, inputs: dict[str, Any], device: str) -> dict[str, A
         rows.append(row)
         print(f"  {name}: {row['verdict']} {row['score']} {gpu_seconds:.2f} s", flush=True)
     return {"rows": rows}
+
+
+def _training(folder: Path, specs: dict[str, dict[str, Any]], device: str) -> dict[str, Any]:
+    """Each network trained one epoch on ``device`` (the first ``ON_BOTH_CPUS`` on the CPU too)."""
+    import torch
+
+    from nas.training import Dataset
+
+    data = Dataset(**torch.load(folder / "search_data.pt"), n_classes=10)
+    _train_epoch(next(iter(specs.values())), data, device)  # the CUDA context, kernels' first load
+    rows = []
+    for i, (name, spec) in enumerate(specs.items()):
+        row = {"name": name, "device": _train_epoch(spec, data, device)}
+        row["cpu_there"] = _train_epoch(spec, data, "cpu") if i < ON_BOTH_CPUS else None
+        rows.append(row)
+        print(f"  {name}: {row['device']['seconds']:.2f} s for {row['device']['steps']} steps", flush=True)
+    return {"rows": rows, "lr": TRAINING_LR}
+
+
+def _train_epoch(spec: dict[str, Any], data: Any, device: str) -> dict[str, Any]:
+    import torch
+
+    import nas
+    from bench.fashion_search.evaluate import BATCH, MOMENTUM
+    from nas.training import Trainer
+
+    trainer = Trainer(
+        nas.build_model(spec, seed=0),
+        data,
+        lr=TRAINING_LR,
+        batch_size=BATCH,
+        momentum=MOMENTUM,
+        generator=torch.Generator().manual_seed(0),
+        device=device,
+    )
+    accuracy = trainer.epoch()  # ends with the validation accuracy, read on the host: synchronized
+    return {
+        "seconds": trainer.seconds,
+        "steps": trainer.steps,
+        "macs": trainer.macs,
+        "val": accuracy,
+        "diverged": trainer.diverged,
+    }
+
+
+def _draw(specs: dict[str, dict[str, Any]], device: str) -> dict[str, Any]:
+    """The orthogonal draw of each network on the CPU and on ``device``, from the same Gaussian
+    weights: seconds, and the draws' largest difference and share of equal float32 values."""
+    import copy
+
+    import torch
+
+    import nas
+    from nas.build import orthogonal_draw_
+
+    def timed_draw(model: Any, where: str) -> float:
+        started = time.perf_counter()
+        orthogonal_draw_(model)
+        _synchronize(where)
+        return time.perf_counter() - started
+
+    timed_draw(nas.build_model(next(iter(specs.values())), seed=0).to(device), device)  # the solver's first load
+    rows = []
+    for name, spec in specs.items():
+        on_cpu = nas.build_model(spec, seed=0)  # the spec's Gaussian draw, before the orthogonal one
+        on_device = copy.deepcopy(on_cpu).to(device)
+        row: dict[str, Any] = {"name": name, "cpu_seconds": timed_draw(on_cpu, "cpu")}
+        row["device_seconds"] = timed_draw(on_device, device)
+        pairs = [
+            (a.weight.detach(), b.weight.detach().cpu())
+            for (_, a), (_, b) in zip(on_cpu.weighted_layers(), on_device.weighted_layers(), strict=True)
+        ]
+        row["largest_difference"] = max(float((a - b).abs().max()) for a, b in pairs)
+        row["equal_share"] = sum(int((a == b).sum()) for a, b in pairs) / sum(a.numel() for a, _ in pairs)
+        rows.append(row)
+        print(f"  {name}: draw {row['cpu_seconds']:.2f} s CPU, {row['device_seconds']:.2f} s {device}", flush=True)
+    return {"rows": rows, "threads": torch.get_num_threads()}
 
 
 def _scale_ratios(cpu: dict[str, float], gpu: dict[str, float]) -> dict[str, float]:
@@ -334,6 +430,10 @@ def report(runs: list[Path], docs: Path, note: str = "", tuning_cost: Path | Non
         lines += _service_section(completed["service"])
     if tuning_cost is not None:
         lines += _tuning_cost_section(tuning_cost)
+    if "training" in completed:
+        lines += _training_section(completed["training"])
+    if "draw" in completed:
+        lines += _draw_section(completed["draw"])
     docs.write_text("\n".join(lines) + "\n")
     return str(docs)
 
@@ -443,6 +543,56 @@ def _tuning_cost_section(path: Path) -> list[str]:
     ]
 
 
+def _training_section(part: dict[str, Any]) -> list[str]:
+    rows = part["rows"]
+    lines = [
+        "## Training on the GPU",
+        "",
+        f"`nas.training.Trainer(..., device=...)`: each network of the first table trained one epoch on the "
+        f"Fashion-MNIST search's 6,000 training images (SGD at {part['lr']:g}, momentum 0.9, batch 64, the "
+        "validation pass included), from the spec's init at seed 0.",
+        "",
+        "| network | seconds on the GPU | steps | seconds on the GPU machine's CPU | validation accuracy |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        there = f"{r['cpu_there']['seconds']:.2f}" if r["cpu_there"] is not None else "-"
+        lines.append(
+            f"| {r['name']} | {r['device']['seconds']:.2f} | {r['device']['steps']} | {there} | "
+            f"{'diverged' if r['device']['diverged'] else format(r['device']['val'], '.3f')} |"
+        )
+    device = sum(r["device"]["seconds"] for r in rows)
+    both = [r for r in rows if r["cpu_there"] is not None]
+    ratio = sum(r["cpu_there"]["seconds"] for r in both) / sum(r["device"]["seconds"] for r in both) if both else 0
+    return [
+        *lines,
+        "",
+        f"One after another: {len(rows) / device * 60:.1f} network-epochs per minute on the GPU; on the networks "
+        f"trained on both, the GPU machine's CPU took {ratio:.1f}x the GPU's seconds.",
+        "",
+    ]
+
+
+def _draw_section(part: dict[str, Any]) -> list[str]:
+    rows = part["rows"]
+    lines = [
+        "## The orthogonal draw on the GPU",
+        "",
+        "`nas.build.orthogonal_draw_` (a float64 SVD per weight, its polar factor) of each network's Gaussian "
+        f"draw, on the GPU machine's CPU ({part['threads']} threads) and on the GPU, from the same weights:",
+        "",
+        "| network | seconds on the CPU | seconds on the GPU | largest difference | float32 values equal |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['name']} | {r['cpu_seconds']:.2f} | {r['device_seconds']:.2f} | "
+            f"{r['largest_difference']:.1e} | {r['equal_share']:.1%} |"
+        )
+    cpu, device = sum(r["cpu_seconds"] for r in rows), sum(r["device_seconds"] for r in rows)
+    return [*lines, "", f"In all: {cpu:.1f} s on the CPU, {device:.1f} s on the GPU.", ""]
+
+
 def _agreement_section(rows: list[dict[str, Any]]) -> list[str]:
     same = sum(r["verdict"][0] == r["verdict"][1] for r in rows)
     lines = [
@@ -508,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
     on_gpu.add_argument("out", type=Path)
     on_gpu.add_argument("--jobs", type=int, default=8, help="processes sharing the GPU (NAS-Bench-201 stage)")
     on_gpu.add_argument("--seconds", type=float, default=150.0, help="the NAS-Bench-201 stage's time")
-    on_gpu.add_argument("--stage", action="append", choices=("agreement", "nasbench201", "service"), help="only these")
+    on_gpu.add_argument("--stage", action="append", choices=STAGES, help="only these")
     on_gpu.add_argument("--device", default="cuda", help="cpu: a dry run of this script on a machine without a GPU")
     written = sub.add_parser("report")
     written.add_argument("runs", type=Path, nargs="+", help="the runs' gpu_path.json files")

@@ -28,3 +28,41 @@ def test_a_scale_below_the_cpus_counts_as_much_as_one_above() -> None:
     ratios = _scale_ratios({"a": 1.0, "b": 2.0}, {"a": 1.1, "b": 1.8})
     assert ratios["largest"] == math.exp(abs(math.log(0.9)))  # 0.9 is further from 1 than 1.1 is
     assert math.isclose(ratios["median"], 1.0)
+
+
+def _tiny_specs() -> dict[str, dict]:
+    conv = [{"type": "conv2d", "out": 4, "kernel": 3}, {"type": "relu"}]
+    head = [{"type": "global_avgpool"}, {"type": "flatten"}, {"type": "linear", "out": 10}]
+    return {
+        "cnn": {"input_shape": [1, 14, 14], "blocks": [{"layers": conv}, {"layers": head}]},
+        "mlp": {"input_shape": [1, 14, 14], "blocks": [{"layers": [{"type": "flatten"}, {"type": "linear", "out": 10}]}]},
+    }
+
+
+def test_the_training_stage_trains_each_network_an_epoch_and_reports_it(tmp_path: Path) -> None:
+    import torch
+
+    from bench.perf.gpu_path import ON_BOTH_CPUS, _training, _training_section
+
+    g = torch.Generator().manual_seed(0)
+    sets = {"x_train": torch.randn(256, 1, 14, 14, generator=g), "y_train": torch.randint(0, 10, (256,), generator=g)}
+    sets |= {"x_val": torch.randn(64, 1, 14, 14, generator=g), "y_val": torch.randint(0, 10, (64,), generator=g)}
+    torch.save(sets, tmp_path / "search_data.pt")
+    part = _training(tmp_path, _tiny_specs(), "cpu")  # the dry run a machine without a GPU can do
+    assert [r["name"] for r in part["rows"]] == ["cnn", "mlp"]
+    for row in part["rows"]:
+        assert row["device"]["steps"] == 4 and row["device"]["seconds"] > 0 and not row["device"]["diverged"]
+        assert (row["cpu_there"] is not None) == (part["rows"].index(row) < ON_BOTH_CPUS)
+    text = "\n".join(_training_section(part))
+    assert "| cnn |" in text and "network-epochs per minute on the GPU" in text
+
+
+def test_the_draw_stage_draws_alike_on_one_device_and_reports_the_difference() -> None:
+    from bench.perf.gpu_path import _draw, _draw_section
+
+    part = _draw(_tiny_specs(), "cpu")
+    for row in part["rows"]:  # the same weights, the same solver: the same draw, bit for bit
+        assert row["largest_difference"] == 0.0 and row["equal_share"] == 1.0
+    row = part["rows"][0] | {"largest_difference": 3e-8, "equal_share": 0.5}
+    text = "\n".join(_draw_section({"rows": [row], "threads": 1}))
+    assert "| cnn |" in text and "3.0e-08 | 50.0% |" in text
