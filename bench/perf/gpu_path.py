@@ -543,24 +543,38 @@ def _tuning_cost_section(path: Path) -> list[str]:
     ]
 
 
+def _table_section(title: str, intro: str, columns: list[str], rows: list[list[str]]) -> list[str]:
+    """A page section: its heading, a paragraph and a Markdown table."""
+    return [
+        f"## {title}",
+        "",
+        intro,
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
 def _training_section(part: dict[str, Any]) -> list[str]:
     rows = part["rows"]
-    lines = [
-        "## Training on the GPU",
-        "",
+    lines = _table_section(
+        "Training on the GPU",
         f"`nas.training.Trainer(..., device=...)`: each network of the first table trained one epoch on the "
         f"Fashion-MNIST search's 6,000 training images (SGD at {part['lr']:g}, momentum 0.9, batch 64, the "
         "validation pass included), from the spec's init at seed 0.",
-        "",
-        "| network | seconds on the GPU | steps | seconds on the GPU machine's CPU | validation accuracy |",
-        "|---|---|---|---|---|",
-    ]
-    for r in rows:
-        there = f"{r['cpu_there']['seconds']:.2f}" if r["cpu_there"] is not None else "-"
-        lines.append(
-            f"| {r['name']} | {r['device']['seconds']:.2f} | {r['device']['steps']} | {there} | "
-            f"{'diverged' if r['device']['diverged'] else format(r['device']['val'], '.3f')} |"
-        )
+        ["network", "seconds on the GPU", "steps", "seconds on the GPU machine's CPU", "validation accuracy"],
+        [
+            [
+                r["name"],
+                f"{r['device']['seconds']:.2f}",
+                str(r["device"]["steps"]),
+                f"{r['cpu_there']['seconds']:.2f}" if r["cpu_there"] is not None else "-",
+                "diverged" if r["device"]["diverged"] else f"{r['device']['val']:.3f}",
+            ]
+            for r in rows
+        ],
+    )
     device = sum(r["device"]["seconds"] for r in rows)
     both = [r for r in rows if r["cpu_there"] is not None]
     ratio = sum(r["cpu_there"]["seconds"] for r in both) / sum(r["device"]["seconds"] for r in both) if both else 0
@@ -575,20 +589,22 @@ def _training_section(part: dict[str, Any]) -> list[str]:
 
 def _draw_section(part: dict[str, Any]) -> list[str]:
     rows = part["rows"]
-    lines = [
-        "## The orthogonal draw on the GPU",
-        "",
+    lines = _table_section(
+        "The orthogonal draw on the GPU",
         "`nas.build.orthogonal_draw_` (a float64 SVD per weight, its polar factor) of each network's Gaussian "
         f"draw, on the GPU machine's CPU ({part['threads']} threads) and on the GPU, from the same weights:",
-        "",
-        "| network | seconds on the CPU | seconds on the GPU | largest difference | float32 values equal |",
-        "|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['name']} | {r['cpu_seconds']:.2f} | {r['device_seconds']:.2f} | "
-            f"{r['largest_difference']:.1e} | {r['equal_share']:.1%} |"
-        )
+        ["network", "seconds on the CPU", "seconds on the GPU", "largest difference", "float32 values equal"],
+        [
+            [
+                r["name"],
+                f"{r['cpu_seconds']:.2f}",
+                f"{r['device_seconds']:.2f}",
+                f"{r['largest_difference']:.1e}",
+                f"{r['equal_share']:.1%}",
+            ]
+            for r in rows
+        ],
+    )
     cpu, device = sum(r["cpu_seconds"] for r in rows), sum(r["device_seconds"] for r in rows)
     return [*lines, "", f"In all: {cpu:.1f} s on the CPU, {device:.1f} s on the GPU.", ""]
 
