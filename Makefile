@@ -50,6 +50,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.v2
+	$(BIN)/python -m bench.fashion_search.retime --seeds 10
 	$(BIN)/python -m bench.fashion_search --seeds 10 --keep-older-engines
 	$(BIN)/python -m bench.nasbench201 --dev 150 --keep-older-engines
 

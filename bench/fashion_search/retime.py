@@ -81,6 +81,8 @@ def retime(out: Path, seeds: list[int], per_seed: int) -> list[dict[str, Any]]:
     done = {(r["seed"], r["number"]) for r in rows}
     data, _, _ = load_splits()
     for seed in seeds:
+        if not seed_path(out, seed).exists():
+            continue  # a seed not run yet has nothing to retime
         searches = read_json(seed_path(out, seed))["searches"]
         for number in paired_networks(searches, per_seed):
             if (seed, number) in done:

@@ -92,3 +92,4 @@ def test_retime_trains_each_paired_network_from_both_inits_and_resumes(
         assert rows[0][init]["cached"] == pytest.approx(0.02)
         assert rows[0][init]["fresh"] > 0 and rows[0][init]["diverged"] is False
     assert retime(tmp_path, [0], per_seed=2) == rows  # resumed: nothing trained again
+    assert retime(tmp_path, [0, 1], per_seed=2) == rows  # seed 1 has not run: nothing to retime
