@@ -111,8 +111,8 @@ class Trainer:
             the BNP preconditioner.
         macs_per_sample: forward multiply-accumulates of one sample; default from the
             model's spec (``nas.summarize``) when it has one.
-        generator: randomness of the minibatch order (seed it). The order is drawn on the CPU
-            whatever the device, so a seed gives the same minibatches on a GPU.
+        generator: randomness of the minibatch order (seed it; a CPU generator). The order is
+            drawn on the CPU whatever the device, so a seed gives the same minibatches on a GPU.
         device: where to train (``"cuda"``, ``"cuda:1"``, ``"cpu"``): the model moves there and the
             training and validation sets are copied there once. Default: where the model already is.
 

@@ -278,33 +278,46 @@ def _retimed(rows: list[dict[str, Any]]) -> list[str]:
     if not figures:
         return []
     spec, lsuv = figures["spec_cached_over_fresh"], figures["lsuv_cached_over_fresh"]
+    runs = len({r.get("run") for r in rows})
+    where = "in one run on one machine" if runs == 1 else f"in {runs} runs, which may have had other machines"
     return [
-        f"Retimed on one machine (`python -m bench.fashion_search.retime`: {spec.n} start-up networks that `no gate` "
+        f"Retimed (`python -m bench.fashion_search.retime`, {where}: {spec.n} start-up networks that `no gate` "
         "and `lsuv, no gate` trained at the same rate, one epoch from each init, one after the other in one "
-        "process): seconds per step from LSUV's init over the spec's, median "
+        "process, the order alternating): seconds per step from LSUV's init over the spec's, median "
         f"{figures['lsuv_over_spec'].text()}; the cached seconds over this machine's, median, `no gate` "
-        f"{spec.text()} and `lsuv, no gate` {lsuv.text()}. " + _retime_reading(figures),
+        f"{spec.text()} and `lsuv, no gate` {lsuv.text()}; per network, the second ratio over the first, median "
+        f"{figures['machines'].text()}. " + _retime_reading(figures),
         "",
     ]
 
 
+# fewer retimed networks than this give no reading (an interval over a handful says nothing)
+RETIME_READABLE = 5
+
+
 def _retime_reading(figures: dict[str, Interval]) -> str:
-    """What the ratios say: an init is slower to train only if its interval excludes 1 on the same
-    machine; the sessions' machines differed if the cached ratios' intervals do not overlap."""
-    same = figures["lsuv_over_spec"]
-    spec, lsuv = figures["spec_cached_over_fresh"], figures["lsuv_cached_over_fresh"]
+    """What the ratios say: an init trains slower only where the interval of its ratio on one machine
+    excludes 1; the sessions' machines differed only where the interval of the per-network ratio of
+    their speeds (the init's own speed taken out) excludes 1."""
+    same, machines = figures["lsuv_over_spec"], figures["machines"]
+    if same.n < RETIME_READABLE or math.isnan(same.low) or math.isnan(machines.low):
+        return "Too few networks to tell."
+
+    def excludes_one(interval: Interval) -> bool:
+        return not interval.low <= 1.0 <= interval.high
+
     init = (
-        "LSUV's init trains at the spec's speed"
-        if same.low <= 1.0 <= same.high
-        else f"LSUV's init trains at {same.point:.2f} of the spec's seconds per step"
+        f"LSUV's init trains at {same.point:.2f} of the spec's seconds per step"
+        if excludes_one(same)
+        else "no difference between the two inits' speeds can be told"
     )
-    machines = (
-        "the machines that first timed the two searches ran at different speeds, so their seconds do not "
-        "compare across sessions"
-        if spec.high < lsuv.low or lsuv.high < spec.low
+    first = (
+        f"the machine that first timed the LSUV search ran at {1 / machines.point:.2f} of the speed of those that "
+        "timed the ungated one, so their seconds do not compare across sessions"
+        if excludes_one(machines)
         else "the machines that first timed the two searches are not told apart"
     )
-    return f"So {init}, and {machines}."
+    return f"So {init}, and {first}."
 
 
 def _verdict(interval: Any, lower: float | None = None, upper: float | None = None) -> str:

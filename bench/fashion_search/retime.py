@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,10 @@ PAIR = {"no gate": "spec", "lsuv, no gate": "lsuv"}
 
 def paired_networks(searches: dict[str, list[dict[str, Any]]], per_seed: int) -> list[int]:
     """Trial numbers (start-up trials) where both searches of ``PAIR`` trained the same network at
-    the same rate to the same number of steps (so neither stopped early), at most ``per_seed``."""
+    the same rate to the same number of steps (so neither stopped early), at most ``per_seed``;
+    none where a search has not run on the seed yet."""
+    if any(name not in searches for name in PAIR):
+        return []
     first, second = ({t["number"]: t for t in searches[name]} for name in PAIR)
     numbers = []
     for number in range(STARTUP_TRIALS):
@@ -77,32 +81,42 @@ def retime(out: Path, seeds: list[int], per_seed: int) -> list[dict[str, Any]]:
 
     torch.set_num_threads(1)
     path = out / "retime.json"
-    rows: list[dict[str, Any]] = read_json(path)["rows"] if path.exists() else []
-    done = {(r["seed"], r["number"]) for r in rows}
-    data, _, _ = load_splits()
+    stored = {_identity(r): r for r in (read_json(path)["rows"] if path.exists() else [])}
+    run = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())} {platform.node()}, torch {torch.__version__}"
+    rows: list[dict[str, Any]] = []
+    data = None
     for seed in seeds:
         if not seed_path(out, seed).exists():
             continue  # a seed not run yet has nothing to retime
         searches = read_json(seed_path(out, seed))["searches"]
         for number in paired_networks(searches, per_seed):
-            if (seed, number) in done:
-                continue
             trials = {name: next(t for t in searches[name] if t["number"] == number) for name in PAIR}
-            trial = trials["no gate"]
-            spec, lr = search_space(optuna.trial.FixedTrial(trial["params"]))
-            row: dict[str, Any] = {"seed": seed, "number": number, "name": trial["name"], "lr": lr}
-            for name, init in PAIR.items():
-                fresh, diverged = _seconds_per_step(spec, lr, seed, init, data)
-                row[init] = {
-                    "cached": trials[name]["train_seconds"] / trials[name]["train_steps"],
-                    "fresh": fresh,
-                    "diverged": diverged,
-                }
-            rows.append(row)
-            machine = f"{platform.processor() or platform.machine()}, torch {torch.__version__}"
-            write_json(path, {"machine": machine, "rows": rows})
-            print(f"seed {seed} trial {number} {trial['name']}: " + _row_text(row), flush=True)
+            row: dict[str, Any] = {"seed": seed, "number": number, "name": trials["no gate"]["name"]}
+            row["lr"] = trials["no gate"]["lr"]
+            row |= {
+                init: {"cached": trials[name]["train_seconds"] / trials[name]["train_steps"]}
+                for name, init in PAIR.items()
+            }
+            kept = stored.get(_identity(row))  # retimed before, and the seed's trials are still those
+            if kept is None:
+                data = data if data is not None else load_splits()[0]
+                spec, lr = search_space(optuna.trial.FixedTrial(trials["no gate"]["params"]))
+                # the order alternates, so that neither init is always the one trained cold
+                order = list(PAIR.values())[:: 1 if len(rows) % 2 == 0 else -1]
+                for init in order:
+                    fresh, diverged = _seconds_per_step(spec, lr, seed, init, data)
+                    row[init] |= {"fresh": fresh, "diverged": diverged}
+                kept = row | {"run": run, "first": order[0]}
+                print(f"seed {seed} trial {number} {row['name']}: " + _row_text(kept), flush=True)
+            rows.append(kept)
+            write_json(path, {"rows": rows})
     return rows
+
+
+def _identity(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What a retimed row is of: the trial and the cached seconds it is compared with."""
+    cached = tuple(round(row[init]["cached"], 12) for init in PAIR.values())
+    return (row["seed"], row["number"], row["name"], row["lr"], cached)
 
 
 def _row_text(row: dict[str, Any]) -> str:
@@ -124,8 +138,10 @@ def _median_ratio(top: np.ndarray, bottom: np.ndarray) -> Interval:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Interval]:
-    """Medians over networks, with bootstrap intervals: ``lsuv_over_spec`` (this machine, the same
-    networks) and, per init, ``cached_over_fresh`` (the first machine's seconds over this one's)."""
+    """Medians over networks, with bootstrap intervals: ``lsuv_over_spec`` (one machine, the same
+    networks); per init, ``cached_over_fresh`` (the seconds first measured over this machine's);
+    and ``machines``, per network the LSUV search's first machine over the ungated search's (its
+    cached-over-fresh ratio over the spec's: the machine's speed, with the init's taken out)."""
     rows = [r for r in rows if not any(r[init]["diverged"] for init in PAIR.values())]
     if not rows:
         return {}
@@ -135,6 +151,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Interval]:
     figures = {"lsuv_over_spec": _median_ratio(column["lsuv", "fresh"], column["spec", "fresh"])}
     for init in PAIR.values():
         figures[f"{init}_cached_over_fresh"] = _median_ratio(column[init, "cached"], column[init, "fresh"])
+    figures["machines"] = _median_ratio(
+        column["lsuv", "cached"] / column["lsuv", "fresh"], column["spec", "cached"] / column["spec", "fresh"]
+    )
     return figures
 
 

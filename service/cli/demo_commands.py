@@ -59,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo.add_argument("--out", default="preflight-demo-output", help="output folder (default ./preflight-demo-output)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument(
-        "--device", default="auto", help="device of the embedded worker and of the trainings (auto, cpu, cuda:N)"
+        "--device",
+        default="auto",
+        help="device of the embedded worker and of the trainings (auto, cpu, cuda:N); with --url, of the trainings",
     )
     demo.add_argument("--steps", type=int, default=None, help="tuning steps per candidate (default: the engine's)")
     demo.add_argument("--bnp", action="store_true", help="train gated survivors with the BNP preconditioner")
@@ -136,14 +138,29 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return f"--epochs must be at least 1, but got {args.epochs}"
     if args.steps is not None and args.steps < 0:
         return f"--steps must be at least 0, but got {args.steps}"
+    return _check_device(args)
+
+
+def _check_device(args: argparse.Namespace) -> str | None:
+    """``args.train_device``, where the trainings run (and the embedded worker conditions): the CPU
+    or a CUDA device that is present, refused before any work otherwise (torch parses ``mps`` or
+    ``cuda:99`` as devices; they would fail only after the service had started)."""
+    import torch
+
     from worker.engine.device import DeviceUnavailable, resolve_device
 
-    try:  # the trainings run where the embedded worker conditions
-        args.train_device = resolve_device(args.device)
+    expected = f"--device must be auto, cpu, cuda or cuda:N, but got {args.device!r}"
+    try:
+        device = resolve_device(args.device)
     except DeviceUnavailable as unavailable:
         return f"--device: {unavailable}"
     except RuntimeError:  # torch.device's own parse error
-        return f"--device must be auto, cpu, cuda or cuda:N, but got {args.device!r}"
+        return expected
+    if device.type not in ("cpu", "cuda") or (device.type == "cpu" and device.index not in (None, 0)):
+        return expected
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        return f"--device: {args.device!r} is not present ({torch.cuda.device_count()} CUDA device(s) visible)"
+    args.train_device = device
     return None
 
 

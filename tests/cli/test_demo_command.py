@@ -46,7 +46,15 @@ def test_bad_demo_arguments_are_refused(argv: list[str], tmp_path: Path, capsys:
     assert "must be at least" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("device", "message"), [("tpu", "--device must be auto, cpu, cuda or cuda:N")])
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("tpu", "--device must be auto, cpu, cuda or cuda:N, but got 'tpu'"),  # torch cannot parse it
+        ("mps", "--device must be auto, cpu, cuda or cuda:N, but got 'mps'"),  # torch parses it, then fails later
+        ("meta", "--device must be auto, cpu, cuda or cuda:N, but got 'meta'"),
+        ("cpu:1", "--device must be auto, cpu, cuda or cuda:N, but got 'cpu:1'"),
+    ],
+)
 def test_a_device_torch_cannot_name_is_refused_before_any_work(
     device: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -59,6 +67,15 @@ def test_a_device_torch_cannot_name_is_refused_before_any_work(
 def test_a_missing_gpu_is_refused_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--device", "cuda", "--out", str(tmp_path / "demo")]) == 2
     assert "--device: " in (error := capsys.readouterr().err) and "CUDA is not available" in error
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none visible)")
+def test_a_gpu_beyond_those_present_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    absent = f"cuda:{torch.cuda.device_count()}"
+    assert main(["demo", "--device", absent, "--out", str(tmp_path / "demo")]) == 2
+    assert "is not present" in capsys.readouterr().err
 
 
 def test_make_demo_runs_the_demo_on_fashion_mnist_where_it_is_installed() -> None:

@@ -43,6 +43,7 @@ def test_only_networks_both_searches_trained_alike_are_paired():
     }
     assert paired_networks(searches, per_seed=5) == [0, 3]
     assert paired_networks(searches, per_seed=1) == [0]
+    assert paired_networks({"no gate": searches["no gate"]}, per_seed=5) == []  # the LSUV search not run yet
 
 
 def _row(spec_cached: float, spec_fresh: float, lsuv_cached: float, lsuv_fresh: float) -> dict[str, Any]:
@@ -59,14 +60,17 @@ def test_a_slower_first_machine_is_told_from_a_slower_init():
     assert figures["lsuv_over_spec"].point == pytest.approx(1.0, abs=0.011)
     assert figures["spec_cached_over_fresh"].point == pytest.approx(0.4)
     assert figures["lsuv_cached_over_fresh"].point == pytest.approx(1.0)
+    assert figures["machines"].point == pytest.approx(2.5, abs=0.03)
     text = _retimed(machine)[0]
-    assert "LSUV's init trains at the spec's speed" in text
-    assert "ran at different speeds" in text
+    assert "no difference between the two inits' speeds can be told" in text
+    assert "the machine that first timed the LSUV search ran at 0.40 of the speed" in text
     # the same first machine, but LSUV's init twice as slow to train: the init, not the machine
     init = [_row(0.05 * k, 0.05 * k, 0.1 * k, 0.1 * k * (1 + 0.01 * (k % 3 - 1))) for k in range(1, 13)]
     text = _retimed(init)[0]
     assert "LSUV's init trains at 2.00 of the spec's seconds per step" in text
     assert "are not told apart" in text
+    # a handful of networks, however clear each looks, gives no reading
+    assert _retimed(machine[:4])[0].endswith("Too few networks to tell.")
 
 
 def test_a_diverged_retraining_is_left_out_and_no_rows_say_nothing():
@@ -93,3 +97,9 @@ def test_retime_trains_each_paired_network_from_both_inits_and_resumes(
         assert rows[0][init]["fresh"] > 0 and rows[0][init]["diverged"] is False
     assert retime(tmp_path, [0], per_seed=2) == rows  # resumed: nothing trained again
     assert retime(tmp_path, [0, 1], per_seed=2) == rows  # seed 1 has not run: nothing to retime
+    # the seed rerun, its trial trained anew: the row is of another training, so it is retimed
+    rerun = trial | {"train_seconds": 376 * 0.03}
+    write_json(seed_path(tmp_path, 0), {"searches": {"no gate": [rerun], "lsuv, no gate": [rerun]}})
+    again = retime(tmp_path, [0], per_seed=2)
+    assert len(again) == 1 and again[0]["spec"]["cached"] == pytest.approx(0.03)
+    assert again[0]["spec"]["fresh"] != rows[0]["spec"]["fresh"] and read_retime(tmp_path) == again

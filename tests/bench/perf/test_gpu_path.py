@@ -35,7 +35,10 @@ def _tiny_specs() -> dict[str, dict]:
     head = [{"type": "global_avgpool"}, {"type": "flatten"}, {"type": "linear", "out": 10}]
     return {
         "cnn": {"input_shape": [1, 14, 14], "blocks": [{"layers": conv}, {"layers": head}]},
-        "mlp": {"input_shape": [1, 14, 14], "blocks": [{"layers": [{"type": "flatten"}, {"type": "linear", "out": 10}]}]},
+        "mlp": {
+            "input_shape": [1, 14, 14],
+            "blocks": [{"layers": [{"type": "flatten"}, {"type": "linear", "out": 10}]}],
+        },
     }
 
 
@@ -54,7 +57,9 @@ def test_the_training_stage_trains_each_network_an_epoch_and_reports_it(tmp_path
         assert row["device"]["steps"] == 4 and row["device"]["seconds"] > 0 and not row["device"]["diverged"]
         assert (row["cpu_there"] is not None) == (part["rows"].index(row) < ON_BOTH_CPUS)
     text = "\n".join(_training_section(part))
-    assert "| cnn |" in text and "network-epochs per minute on the GPU" in text
+    assert "| cnn |" in text and "network-epochs per minute on the GPU; on the 2 networks trained on both" in text
+    alone = part | {"rows": [row | {"cpu_there": None} for row in part["rows"]]}
+    assert "trained on both" not in "\n".join(_training_section(alone))
 
 
 def test_the_draw_stage_draws_alike_on_one_device_and_reports_the_difference() -> None:
