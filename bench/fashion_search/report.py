@@ -285,8 +285,8 @@ def _retimed(rows: list[dict[str, Any]]) -> list[str]:
         "and `lsuv, no gate` trained at the same rate, one epoch from each init, one after the other in one "
         "process, the order alternating): seconds per step from LSUV's init over the spec's, median "
         f"{figures['lsuv_over_spec'].text()}; the cached seconds over this machine's, median, `no gate` "
-        f"{spec.text()} and `lsuv, no gate` {lsuv.text()}; per network, the second ratio over the first, median "
-        f"{figures['machines'].text()}. " + _retime_reading(figures),
+        f"{spec.text()} and `lsuv, no gate` {lsuv.text()}; per network, the LSUV search's ratio over the "
+        f"ungated one's, median {figures['machines'].text()}. " + _retime_reading(figures),
         "",
     ]
 
