@@ -142,7 +142,7 @@ def _check_args(args: argparse.Namespace) -> str | None:
 
 
 def _check_device(args: argparse.Namespace) -> str | None:
-    """``args.train_device``, where the trainings run (and the embedded worker conditions): the CPU
+    """Sets ``args.train_device``, where the trainings run (and the embedded worker conditions): the CPU
     or a CUDA device that is present, refused before any work otherwise (torch parses ``mps`` or
     ``cuda:99`` as devices; they would fail only after the service had started)."""
     import torch
@@ -160,7 +160,7 @@ def _check_device(args: argparse.Namespace) -> str | None:
         return expected
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         return f"--device: {args.device!r} is not present ({torch.cuda.device_count()} CUDA device(s) visible)"
-    args.train_device = device
+    args.train_device = str(device)  # recorded in results.json with the other arguments
     return None
 
 

@@ -29,6 +29,7 @@ def test_the_demo_runs_four_searches_and_writes_its_table_and_figures(
         "results.json",
     }
     results = json.loads((out / "results.json").read_text())
+    assert results["args"]["train_device"] == ("cuda" if torch.cuda.is_available() else "cpu")
     assert [s["name"] for s in results["searches"]] == [
         "no gate",
         "median pruner",
