@@ -9,6 +9,7 @@ and counts what the training cost (seconds, optimizer steps, multiply-accumulate
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -92,9 +93,8 @@ def accuracy(model: nn.Module, x: Tensor, y: Tensor, batch_size: int = 1024) -> 
 
 def _device_of(model: nn.Module) -> torch.device:
     """Where the model's parameters (or, for a parameterless one, its buffers) live; the CPU if none."""
-    for tensor in (*model.parameters(), *model.buffers()):
-        return tensor.device
-    return torch.device("cpu")
+    first = next(itertools.chain(model.parameters(), model.buffers()), None)
+    return first.device if first is not None else torch.device("cpu")
 
 
 class Trainer:

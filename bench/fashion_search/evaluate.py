@@ -26,7 +26,7 @@ from bench.pipeline.run import engine_version, read_json, write_json
 from nas.report import ConditioningReport
 from nas.training import Dataset, Trainer, accuracy
 
-__all__ = ["DATA", "Epoch", "Evaluator", "load_splits"]
+__all__ = ["DATA", "Epoch", "Evaluator", "load_splits", "search_trainer"]
 
 # Of the cached records' meaning: bump to retrain and recondition everything. The keys hold DATA, BATCH,
 # MOMENTUM, the spec, the init and the rate (and the engine's source for conditionings), not
@@ -91,6 +91,35 @@ class _Training:
 def _key(*parts: Any) -> str:
     blob = json.dumps([VERSION, DATA, BATCH, MOMENTUM, *parts], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def search_trainer(
+    spec: dict[str, Any],
+    data: Dataset,
+    lr: float,
+    seed: int,
+    *,
+    report: ConditioningReport | None = None,
+    peer: str | None = None,
+    device: str | None = None,
+) -> Trainer:
+    """The search's trainer of ``spec`` at ``lr`` (SGD, momentum 0.9, batch 64): from its spec
+    initialization, from ``report``'s tuned one, or from an init ``peer`` of benchmark v2 on the
+    conditioning's batch; ``seed`` draws the weights and the minibatch order."""
+    model = report.build_model(spec) if report is not None else nas.build_model(spec, seed=seed)
+    if peer is not None:
+        from bench.pipeline.inits import initialize
+
+        model = initialize(peer, model, data.x_train[:CONDITION_IMAGES], data.y_train[:CONDITION_IMAGES], seed=seed)
+    return Trainer(
+        model,
+        data,
+        lr=lr,
+        batch_size=BATCH,
+        momentum=MOMENTUM,
+        generator=torch.Generator().manual_seed(seed),
+        device=device,
+    )
 
 
 class Evaluator:
@@ -170,20 +199,7 @@ class Evaluator:
             return cached[:count]
         training = self._trainings.get(key)
         if training is None:
-            model = report.build_model(spec) if report is not None else nas.build_model(spec, seed=seed)
-            if peer is not None:
-                from bench.pipeline.inits import initialize
-
-                batch = self.data.x_train[:CONDITION_IMAGES], self.data.y_train[:CONDITION_IMAGES]
-                model = initialize(peer, model, *batch, seed=seed)
-            trainer = Trainer(
-                model,
-                self.data,
-                lr=lr,
-                batch_size=BATCH,
-                momentum=MOMENTUM,
-                generator=torch.Generator().manual_seed(seed),
-            )
+            trainer = search_trainer(spec, self.data, lr, seed, report=report, peer=peer)
             training = self._trainings[key] = _Training(trainer)
         while len(training.epochs) < count:
             trainer = training.trainer

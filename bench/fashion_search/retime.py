@@ -51,19 +51,9 @@ def paired_networks(searches: dict[str, list[dict[str, Any]]], per_seed: int) ->
 
 
 def _seconds_per_step(spec: dict[str, Any], lr: float, seed: int, init: str, data: Any) -> tuple[float, bool]:
-    import torch
+    from bench.fashion_search.evaluate import search_trainer
 
-    import nas
-    from bench.fashion_search.evaluate import BATCH, CONDITION_IMAGES, MOMENTUM
-    from bench.pipeline.inits import initialize
-    from nas.training import Trainer
-
-    model: torch.nn.Module = nas.build_model(spec, seed=seed)
-    if init != "spec":
-        model = initialize(init, model, data.x_train[:CONDITION_IMAGES], data.y_train[:CONDITION_IMAGES], seed=seed)
-    trainer = Trainer(
-        model, data, lr=lr, batch_size=BATCH, momentum=MOMENTUM, generator=torch.Generator().manual_seed(seed)
-    )
+    trainer = search_trainer(spec, data, lr, seed, peer=None if init == "spec" else init)
     trainer.epoch()
     return trainer.seconds / max(trainer.steps, 1), trainer.diverged
 

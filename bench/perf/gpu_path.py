@@ -224,21 +224,9 @@ def _training(folder: Path, specs: dict[str, dict[str, Any]], device: str) -> di
 
 
 def _train_epoch(spec: dict[str, Any], data: Any, device: str) -> dict[str, Any]:
-    import torch
+    from bench.fashion_search.evaluate import search_trainer
 
-    import nas
-    from bench.fashion_search.evaluate import BATCH, MOMENTUM
-    from nas.training import Trainer
-
-    trainer = Trainer(
-        nas.build_model(spec, seed=0),
-        data,
-        lr=TRAINING_LR,
-        batch_size=BATCH,
-        momentum=MOMENTUM,
-        generator=torch.Generator().manual_seed(0),
-        device=device,
-    )
+    trainer = search_trainer(spec, data, TRAINING_LR, 0, device=device)
     accuracy = trainer.epoch()  # ends with the validation accuracy, read on the host: synchronized
     return {
         "seconds": trainer.seconds,
