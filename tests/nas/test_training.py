@@ -85,6 +85,35 @@ def test_a_trainer_told_the_model_s_own_device_trains_as_by_default(data: Datase
         assert all(torch.equal(weights[k], trained[0][1][k]) for k in weights)
 
 
+def test_an_epoch_is_momentum_sgd_over_the_seeded_permutation_written_out_by_hand(data: Dataset) -> None:
+    # the reference: the update written out (buffer = momentum * buffer + grad; weight -= lr * buffer),
+    # over torch.randperm of the same seed, with no torch.optim in it
+    lr, momentum, size = 0.05, 0.9, 64
+    trainer = Trainer(nas.build_model(SMALL, seed=0), data, lr=lr, generator=torch.Generator().manual_seed(3))
+    trainer.epoch()
+    reference = nas.build_model(SMALL, seed=0)
+    buffers = {name: torch.zeros_like(p) for name, p in reference.named_parameters()}
+    order = torch.randperm(len(data.x_train), generator=torch.Generator().manual_seed(3))
+    steps = 0
+    for start in range(0, len(order), size):
+        index = order[start : start + size]
+        if len(index) < 2:
+            continue
+        reference.zero_grad()
+        torch.nn.functional.cross_entropy(reference(data.x_train[index]), data.y_train[index]).backward()
+        with torch.no_grad():
+            for name, p in reference.named_parameters():
+                buffers[name].mul_(momentum).add_(p.grad)
+                p.sub_(lr * buffers[name])
+        steps += 1
+    assert trainer.steps == steps
+    trained = trainer.model.state_dict()
+    for name, p in reference.named_parameters():
+        assert torch.allclose(trained[name], p, rtol=1e-5, atol=1e-6), name
+    untrained = nas.build_model(SMALL, seed=0).state_dict()
+    assert not torch.allclose(trained["blocks.0.0.weight"], untrained["blocks.0.0.weight"])  # it did train
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none visible)")
 def test_a_trainer_on_a_gpu_moves_the_model_and_draws_the_cpu_s_minibatches(data: Dataset) -> None:
     cpu = Trainer(nas.build_model(SMALL, seed=0), data, generator=torch.Generator().manual_seed(0))
