@@ -104,6 +104,63 @@ CENTERED: dict[str, str] = {"default_centered": "no_centering"}
 VARIANTS["no_centering"] = {"center_outputs": False}  # the engine's defaults before the centering
 
 
+# name -> the start it equalizes ("default": the engine's tuned init; "lsuv": LSUV's): every linear or conv
+# layer's output channels brought to one std on the conditioning batch, the layer's RMS of them
+# (``_equalized_``), then centered; the tuned init keeps AutoInit's layer scales, LSUV's is at unit variance
+# (Kraehenbuehl et al. 2016's data-dependent init), the baseline that would explain a gain
+EQUALIZED: dict[str, str] = {"default_equalized": "default", "lsuv_equalized": "lsuv"}
+
+_CHANNEL_CLIP = 10.0  # no channel's std moved by more than this factor either way
+
+
+def _equalized_(model: torch.nn.Module, x: torch.Tensor) -> torch.nn.Module:
+    """``model`` with every linear or conv layer's output channels rescaled, in place, to the
+    layer's RMS of their stds on ``x`` (so the layer's overall scale stays where the start put it),
+    then shifted to zero mean per channel where the layer has a bias; one forward pass, each layer
+    measured on its corrected inputs, as ``worker.engine.centering`` measures. A channel constant on
+    the batch (std 0) cannot be rescaled and is left as it is."""
+    from worker.engine._moments import forward_hooks, preserved_buffers
+    from worker.engine.autoinit import conditioning_mode
+
+    conv = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+    done: set[str] = set()
+
+    def equalize(name: str, module: Any, channel_dim: int) -> Any:  # a linear or conv layer
+        def hook(_module: torch.nn.Module, _args: Any, out: torch.Tensor) -> torch.Tensor:
+            if name in done:  # a shared layer: its weights already changed at the first call
+                return out
+            done.add(name)
+            dim = channel_dim % out.dim()
+            flat = out.detach().double().movedim(dim, 0).reshape(out.shape[dim], -1)
+            std, mean = flat.std(dim=1, unbiased=False), flat.mean(dim=1)
+            live = torch.isfinite(std) & torch.isfinite(mean) & (std > 0)
+            if not bool(live.any()):
+                return out
+            target = std[live].pow(2).mean().sqrt()
+            factor = torch.where(live, (target / std).clamp(1 / _CHANNEL_CLIP, _CHANNEL_CLIP), torch.ones_like(std))
+            shift = torch.where(live, -mean * factor, torch.zeros_like(mean))
+            weight = module.weight
+            weight.mul_(factor.to(weight.dtype).view(-1, *([1] * (weight.dim() - 1))))
+            shape = [1] * out.dim()
+            shape[dim] = -1
+            out = out * factor.to(out.dtype).view(shape)
+            if module.bias is not None:
+                module.bias.mul_(factor.to(module.bias.dtype)).add_(shift.to(module.bias.dtype))
+                out = out + shift.to(out.dtype).view(shape)
+            return out
+
+        return hook
+
+    hooks = [
+        (module, equalize(name, module, 1 if isinstance(module, conv) else -1))
+        for name, module in model.named_modules()
+        if isinstance(module, (torch.nn.Linear, *conv))
+    ]
+    with forward_hooks(hooks), conditioning_mode(model), preserved_buffers(model), torch.no_grad():
+        model(x)
+    return model
+
+
 def _tuned_init(result: dict[str, Any]) -> dict[str, Any]:
     """``nas.build_model``'s arguments for a variant's tuned network (no bias shifts in a result
     cached before the centering)."""
@@ -145,8 +202,8 @@ def _revalidated(name: str, candidate: Candidate, cached: dict[str, Any]) -> dic
     """``cached`` (a run of another engine) with this engine's conditioning figures, when this
     engine tunes the same init within 1e-6 (``bench.v2.stages``' rule), so that an engine change
     that keeps the numbers retrains nothing; None when the init moved (the run is stale)."""
-    if name in ("lsuv", "lsuv_centered"):
-        return None  # not the engine's init: they carry no engine and are never stale
+    if name in ("lsuv", "lsuv_centered") or name in EQUALIZED:
+        return None  # not the engine's init, or not its scales alone: they carry no engine and are never stale
     fresh = _conditioned(name, candidate)
     if not same_inputs(_tuned_init(cached), _tuned_init(fresh)):
         return None
@@ -165,10 +222,18 @@ def run_one(args: tuple[str, dict[str, Any]]) -> str:
         return f"{name} {candidate.id} kept (the same init under engine {engine_version()})"
     start = time.perf_counter()
     data = dataset(candidate.dataset)
-    if name in ("lsuv", "lsuv_centered"):
+    if name in ("lsuv", "lsuv_centered") or name in EQUALIZED:
         x, y = data.batch(BATCH)
-        state = initialize(name, nas.build_model(candidate.spec, seed=0), x, y, seed=0).state_dict()
-        result: dict[str, Any] = {}
+        if name == "default_equalized":
+            result: dict[str, Any] = _conditioned("default", candidate)
+            start_model: torch.nn.Module = nas.build_model(candidate.spec, **_tuned_init(result))
+        else:
+            result = {}
+            start_model = initialize(EQUALIZED.get(name, name), nas.build_model(candidate.spec, seed=0), x, y, seed=0)
+        if name in EQUALIZED:
+            start_model = _equalized_(start_model, x)
+            result.pop("bias_shifts", None)  # the state below holds them; rebuilt from it, not from the scales
+        state = start_model.state_dict()
 
         def make() -> torch.nn.Module:
             model = nas.build_model(candidate.spec, seed=0)
@@ -226,6 +291,9 @@ def compare(names: list[str], candidates: list[Candidate]) -> None:
                     "shipped": (t := truth(row, protocol, "tuned")) and t["loss"],
                     "lsuv": _best_loss(lsuv_entry, protocol),
                 }
+                for peer in ("lsuv_centered", "default"):  # when cached: the centered peer, the engine's tuning
+                    if peer != name and (q := OUT / peer / f"{c.id}.json").exists():
+                        refs[peer] = _best_loss(read_json(q), protocol)
                 for ref, other in refs.items():
                     if other is None or math.isnan(other) or (math.isinf(loss) and math.isinf(other)):
                         continue
@@ -273,6 +341,27 @@ def choose_by_score(first: str, second: str, candidates: list[Candidate]) -> Non
         print(f"protocol {protocol}: share ending lower than LSUV: {shares}")
 
 
+def paired(first: str, second: str, candidates: list[Candidate], resamples: int = 2000) -> None:
+    """Share of candidates on which ``first`` ends at a lower training loss than ``second`` (ties
+    and both diverged count half), with a 95 % bootstrap interval over candidates, per protocol."""
+    rng = np.random.default_rng(0)
+    for protocol in ("sgd", "adamw"):
+        wins = []
+        for c in candidates:
+            paths = [OUT / n / f"{c.id}.json" for n in (first, second)]
+            if all(p.exists() for p in paths):
+                a, b = (_best_loss(read_json(p), protocol) for p in paths)
+                wins.append(0.5 if a == b or (math.isinf(a) and math.isinf(b)) else float(a < b))
+        if not wins:
+            print(f"protocol {protocol}: {first} against {second}: no candidate has both")
+            continue
+        share = np.asarray(wins)
+        boot = share[rng.integers(0, len(share), size=(resamples, len(share)))].mean(axis=1)
+        low, high = np.quantile(boot, [0.025, 0.975])
+        interval = f"{share.mean():.2f} [{low:.2f}, {high:.2f}] (n={len(share)})"
+        print(f"protocol {protocol}: {first} ends lower than {second} on {interval}")
+
+
 def oracle(names: list[str], candidates: list[Candidate]) -> None:
     """An upper bound of choosing per candidate: the variant that trained best, against LSUV."""
     for protocol in ("sgd", "adamw"):
@@ -294,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         "--variant",
         action="append",
         required=True,
-        help=f"one of {sorted(VARIANTS | ZEROED | CENTERED)}, lsuv, lsuv_centered (repeatable)",
+        help=f"one of {sorted(VARIANTS | ZEROED | CENTERED | EQUALIZED)}, lsuv, lsuv_centered (repeatable)",
     )
     parser.add_argument("--family", action="append", default=[], help="development families (default: all)")
     parser.add_argument("--every", type=int, default=1, help="take every k-th candidate of each family")
@@ -307,6 +396,14 @@ def main(argv: list[str] | None = None) -> int:
         "--choose", nargs=2, metavar=("A", "B"), help="also: keep, per candidate, the better-scored of A and B"
     )
     parser.add_argument("--oracle", action="store_true", help="also: the better-trained of the variants, against LSUV")
+    parser.add_argument(
+        "--paired",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("A", "B"),
+        help="also: the share of candidates where A ends lower than B, with a bootstrap interval (repeatable)",
+    )
     args = parser.parse_args(argv)
     candidates = [c for c in dev_set() if not args.family or c.family in args.family]
     by_family: dict[str, list[Candidate]] = defaultdict(list)
@@ -324,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         choose_by_score(*args.choose, candidates)
     if args.oracle:
         oracle([n for n in names if n != "lsuv"], candidates)
+    for first, second in args.paired:
+        paired(first, second, candidates)
     return 0
 
 

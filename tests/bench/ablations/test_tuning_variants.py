@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+import torch
 
 from bench.ablations import tuning_variants
 from bench.pipeline.run import engine_version, read_json, write_json
@@ -58,3 +59,47 @@ def test_run_one_keeps_a_revalidated_run_without_training(tmp_path, monkeypatch,
     stored = read_json(path)
     assert stored["engine"] == engine_version() and stored["seconds"] == 1.0  # not retrained
     assert tuning_variants.run_one(("default", candidate.to_json())).endswith("cached")
+
+
+def _channel_moments(model, x):
+    """Per linear layer: its output channels' stds and means on ``x``."""
+    seen = {}
+
+    def record(name):
+        def hook(_module, _args, out):
+            seen[name] = (out.detach().double().std(0, unbiased=False), out.detach().double().mean(0))
+
+        return hook
+
+    handles = [m.register_forward_hook(record(n)) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        model(x)
+    for handle in handles:
+        handle.remove()
+    return seen
+
+
+def test_equalizing_gives_every_layer_s_channels_one_std_at_the_layer_s_rms_and_zero_mean():
+    import nas
+    from bench.v2.stages import BATCH, dataset
+
+    spec = {
+        "input_shape": [64],
+        "blocks": [
+            {"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
+            {"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
+            {"layers": [{"type": "linear", "out": 10}]},
+        ],
+    }
+    x, _ = dataset("digits").batch(BATCH)
+    model = nas.build_model(spec, seed=0)
+    before = _channel_moments(model, x)
+    after = _channel_moments(tuning_variants._equalized_(model, x), x)
+    first = sorted(before)[0]  # its input is the batch itself, so its RMS is the start's
+    rms = before[first][0].pow(2).mean().sqrt()
+    assert after[first][0].pow(2).mean().sqrt().item() == pytest.approx(rms.item(), rel=1e-5)
+    for name, (std, mean) in after.items():
+        assert float(before[name][0].std() / before[name][0].mean()) > 0.05, name  # there was a spread
+        assert before[name][1].abs().max() > 0.05 * before[name][0].max(), name  # and an offset
+        assert torch.allclose(std, std.max().expand_as(std), rtol=1e-4), name  # one std for every channel
+        assert mean.abs().max() < 1e-4 * float(std.max()), name
