@@ -108,14 +108,18 @@ VARIANTS["no_centering"] = {"center_outputs": False}  # the engine's defaults be
 # layer's output channels brought to one std on the conditioning batch, the layer's RMS of them
 # (``_equalized_``), then centered; the tuned init keeps AutoInit's layer scales, LSUV's is at unit variance
 # (Kraehenbuehl et al. 2016's data-dependent init), the baseline that would explain a gain
-EQUALIZED: dict[str, str] = {"default_equalized": "default", "lsuv_equalized": "lsuv"}
+EQUALIZED: dict[str, str] = {"default_equalized": "default", "lsuv_equalized": "lsuv", "ddi": "spec"}
+# "ddi": the spec's own init with every channel put at unit std and zero mean in the same one pass
+# (Kraehenbuehl et al. 2016's data-dependent init without LSUV's loop): what is left without either tuning
+_UNIT_STD = {"ddi"}
 
 _CHANNEL_CLIP = 10.0  # no channel's std moved by more than this factor either way
 
 
-def _equalized_(model: torch.nn.Module, x: torch.Tensor) -> torch.nn.Module:
+def _equalized_(model: torch.nn.Module, x: torch.Tensor, std_target: float | None = None) -> torch.nn.Module:
     """``model`` with every linear or conv layer's output channels rescaled, in place, to the
-    layer's RMS of their stds on ``x`` (so the layer's overall scale stays where the start put it),
+    layer's RMS of their stds on ``x`` (so the layer's overall scale stays where the start put it;
+    ``std_target``, when given, instead),
     then shifted to zero mean per channel where the layer has a bias; one forward pass, each layer
     measured on its corrected inputs, as ``worker.engine.centering`` measures. A channel constant on
     the batch (std 0) cannot be rescaled and is left as it is."""
@@ -136,7 +140,7 @@ def _equalized_(model: torch.nn.Module, x: torch.Tensor) -> torch.nn.Module:
             live = torch.isfinite(std) & torch.isfinite(mean) & (std > 0)
             if not bool(live.any()):
                 return out
-            target = std[live].pow(2).mean().sqrt()
+            target = std[live].pow(2).mean().sqrt() if std_target is None else torch.tensor(std_target).double()
             factor = torch.where(live, (target / std).clamp(1 / _CHANNEL_CLIP, _CHANNEL_CLIP), torch.ones_like(std))
             shift = torch.where(live, -mean * factor, torch.zeros_like(mean))
             weight = module.weight
@@ -229,9 +233,11 @@ def run_one(args: tuple[str, dict[str, Any]]) -> str:
             start_model: torch.nn.Module = nas.build_model(candidate.spec, **_tuned_init(result))
         else:
             result = {}
-            start_model = initialize(EQUALIZED.get(name, name), nas.build_model(candidate.spec, seed=0), x, y, seed=0)
+            start_model = nas.build_model(candidate.spec, seed=0)
+            if EQUALIZED.get(name, name) != "spec":
+                start_model = initialize(EQUALIZED.get(name, name), start_model, x, y, seed=0)
         if name in EQUALIZED:
-            start_model = _equalized_(start_model, x)
+            start_model = _equalized_(start_model, x, 1.0 if name in _UNIT_STD else None)
             result.pop("bias_shifts", None)  # the state below holds them; rebuilt from it, not from the scales
         state = start_model.state_dict()
 

@@ -61,6 +61,16 @@ def test_run_one_keeps_a_revalidated_run_without_training(tmp_path, monkeypatch,
     assert tuning_variants.run_one(("default", candidate.to_json())).endswith("cached")
 
 
+SMALL_MLP = {
+    "input_shape": [64],
+    "blocks": [
+        {"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
+        {"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
+        {"layers": [{"type": "linear", "out": 10}]},
+    ],
+}
+
+
 def _channel_moments(model, x):
     """Per linear layer: its output channels' stds and means on ``x``."""
     seen = {}
@@ -83,16 +93,8 @@ def test_equalizing_gives_every_layer_s_channels_one_std_at_the_layer_s_rms_and_
     import nas
     from bench.v2.stages import BATCH, dataset
 
-    spec = {
-        "input_shape": [64],
-        "blocks": [
-            {"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
-            {"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
-            {"layers": [{"type": "linear", "out": 10}]},
-        ],
-    }
     x, _ = dataset("digits").batch(BATCH)
-    model = nas.build_model(spec, seed=0)
+    model = nas.build_model(SMALL_MLP, seed=0)
     before = _channel_moments(model, x)
     after = _channel_moments(tuning_variants._equalized_(model, x), x)
     first = sorted(before)[0]  # its input is the batch itself, so its RMS is the start's
@@ -103,3 +105,14 @@ def test_equalizing_gives_every_layer_s_channels_one_std_at_the_layer_s_rms_and_
         assert before[name][1].abs().max() > 0.05 * before[name][0].max(), name  # and an offset
         assert torch.allclose(std, std.max().expand_as(std), rtol=1e-4), name  # one std for every channel
         assert mean.abs().max() < 1e-4 * float(std.max()), name
+
+
+def test_equalizing_to_a_given_std_puts_every_channel_there():
+    import nas
+    from bench.v2.stages import BATCH, dataset
+
+    x, _ = dataset("digits").batch(BATCH)
+    model = tuning_variants._equalized_(nas.build_model(SMALL_MLP, seed=0), x, std_target=1.0)
+    for name, (std, mean) in _channel_moments(model, x).items():
+        assert torch.allclose(std, torch.ones_like(std), rtol=1e-4), name
+        assert mean.abs().max() < 1e-4, name
