@@ -29,7 +29,7 @@ from bench.pipeline.candidates import Candidate
 from bench.pipeline.inits import initialize
 from bench.pipeline.run import engine_version, read_json, write_json
 from bench.v2.analysis import load_rows, truth
-from bench.v2.candidates import dev_set
+from bench.v2.candidates import dev_set, fresh_set
 from bench.v2.protocols import PROTOCOLS, epochs_for, train
 from bench.v2.stages import BATCH, dataset, same_inputs
 from worker.engine.centering import centering_shifts
@@ -347,6 +347,26 @@ def choose_by_score(first: str, second: str, candidates: list[Candidate]) -> Non
         print(f"protocol {protocol}: share ending lower than LSUV: {shares}")
 
 
+def _has_conv(spec: Any) -> bool:
+    """Whether a spec (or any part of it) holds a convolution."""
+    if isinstance(spec, dict):
+        return str(spec.get("type", "")).startswith("conv") or any(_has_conv(v) for v in spec.values())
+    return isinstance(spec, list) and any(_has_conv(v) for v in spec)
+
+
+# name -> (the variant for networks with a convolution, the variant for those without): a start chosen by
+# the architecture alone, read from the two variants' cached runs (no training of its own)
+RULES: dict[str, tuple[str, str]] = {"conv_ddi": ("ddi", "default")}
+
+
+def _cached_run(name: str, candidate: Candidate) -> dict[str, Any] | None:
+    """A variant's cached run on ``candidate``, a rule's through the variant it picks; None if not run."""
+    if name in RULES:
+        name = RULES[name][0] if _has_conv(candidate.spec) else RULES[name][1]
+    path = OUT / name / f"{candidate.id}.json"
+    return read_json(path) if path.exists() else None
+
+
 def paired(first: str, second: str, candidates: list[Candidate], resamples: int = 2000) -> None:
     """Share of candidates on which ``first`` ends at a lower training loss than ``second`` (ties
     and both diverged count half), with a 95 % bootstrap interval over candidates, per protocol."""
@@ -354,9 +374,9 @@ def paired(first: str, second: str, candidates: list[Candidate], resamples: int 
     for protocol in ("sgd", "adamw"):
         wins = []
         for c in candidates:
-            paths = [OUT / n / f"{c.id}.json" for n in (first, second)]
-            if all(p.exists() for p in paths):
-                a, b = (_best_loss(read_json(p), protocol) for p in paths)
+            runs = [_cached_run(n, c) for n in (first, second)]
+            if runs[0] is not None and runs[1] is not None:
+                a, b = (_best_loss(run, protocol) for run in runs)
                 wins.append(0.5 if a == b or (math.isinf(a) and math.isinf(b)) else float(a < b))
         if not wins:
             print(f"protocol {protocol}: {first} against {second}: no candidate has both")
@@ -389,7 +409,14 @@ def main(argv: list[str] | None = None) -> int:
         "--variant",
         action="append",
         required=True,
-        help=f"one of {sorted(VARIANTS | ZEROED | CENTERED | EQUALIZED)}, lsuv, lsuv_centered (repeatable)",
+        help=f"one of {sorted(VARIANTS | ZEROED | CENTERED | EQUALIZED)}, lsuv, lsuv_centered (repeatable; "
+        f"--paired also takes the rules {sorted(RULES)})",
+    )
+    parser.add_argument(
+        "--set",
+        choices=("dev", "fresh"),
+        default="dev",
+        help="the development set, or fresh candidates of its families (bench.v2.candidates.fresh_set)",
     )
     parser.add_argument("--family", action="append", default=[], help="development families (default: all)")
     parser.add_argument("--every", type=int, default=1, help="take every k-th candidate of each family")
@@ -411,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         help="also: the share of candidates where A ends lower than B, with a bootstrap interval (repeatable)",
     )
     args = parser.parse_args(argv)
-    candidates = [c for c in dev_set() if not args.family or c.family in args.family]
+    pool = dev_set() if args.set == "dev" else fresh_set()
+    candidates = [c for c in pool if not args.family or c.family in args.family]
     by_family: dict[str, list[Candidate]] = defaultdict(list)
     for c in candidates:
         by_family[c.family].append(c)
@@ -422,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
         with get_context("spawn").Pool(args.jobs, initializer=os.nice, initargs=(5,)) as pool:
             for i, message in enumerate(pool.imap_unordered(run_one, tasks)):
                 print(f"{i + 1}/{len(tasks)} {message}", flush=True)
-    compare(names, candidates)
+    if args.set == "dev":  # the references of benchmark v2's cached runs exist for the development set only
+        compare(names, candidates)
     if args.choose:
         choose_by_score(*args.choose, candidates)
     if args.oracle:

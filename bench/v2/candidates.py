@@ -194,6 +194,15 @@ def dev_set(n_v1: int = DEV_V1, n_fashion: int = DEV_FASHION) -> list[Candidate]
     return sample_candidates(n_v1, seed=0) + _fashion(n_fashion, DEV_FAMILIES, seed=100, prefix="")
 
 
+def fresh_set(n_v1: int = 60, n_fashion: int = 42) -> list[Candidate]:
+    """A validation sample for the ablations, never part of benchmark v2's tables: the development
+    set's families drawn at seeds of their own (2 for v1's, 300 for Fashion-MNIST's), so a rule found
+    by looking at the development set can be tested on candidates it has not seen without reading the
+    frozen test set. Every id starts with ``fresh-``."""
+    v1 = [Candidate(f"fresh-{c.id}", c.family, c.dataset, c.spec) for c in sample_candidates(n_v1, seed=2)]
+    return v1 + _fashion(n_fashion, DEV_FAMILIES, seed=300, prefix="fresh-")
+
+
 def test_set(n_digits: int = TEST_DIGITS, n_fashion: int = TEST_FASHION) -> list[Candidate]:
     """The frozen test set: v1's families at seed 1, Fashion-MNIST at seed 200 with two families
     of its own. Every id starts with ``test-``."""
