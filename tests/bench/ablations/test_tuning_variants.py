@@ -11,6 +11,7 @@ import torch
 from bench.ablations import tuning_variants
 from bench.pipeline.run import engine_version, read_json, write_json
 from bench.v2.candidates import dev_set
+from nas.testing import mlp
 
 
 @pytest.fixture(scope="module")
@@ -61,14 +62,7 @@ def test_run_one_keeps_a_revalidated_run_without_training(tmp_path, monkeypatch,
     assert tuning_variants.run_one(("default", candidate.to_json())).endswith("cached")
 
 
-SMALL_MLP = {
-    "input_shape": [64],
-    "blocks": [
-        {"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
-        {"layers": [{"type": "linear", "out": 32}, {"type": "relu"}]},
-        {"layers": [{"type": "linear", "out": 10}]},
-    ],
-}
+SMALL_MLP = mlp(2, "relu")  # two hidden layers of 32 units and a head, on digits' 64 inputs
 
 
 def _channel_moments(model, x):
