@@ -369,15 +369,18 @@ def _cached_run(name: str, candidate: Candidate) -> dict[str, Any] | None:
 
 def paired(first: str, second: str, candidates: list[Candidate], resamples: int = 2000) -> None:
     """Share of candidates on which ``first`` ends at a lower training loss than ``second`` (ties
-    and both diverged count half), with a 95 % bootstrap interval over candidates, per protocol."""
+    and both diverged count half), with a 95 % bootstrap interval over candidates, per protocol; then
+    the share per family (no interval: a family has a few dozen candidates at most)."""
     rng = np.random.default_rng(0)
     for protocol in ("sgd", "adamw"):
-        wins = []
+        wins: list[float] = []
+        per_family: dict[str, list[float]] = defaultdict(list)
         for c in candidates:
             runs = [_cached_run(n, c) for n in (first, second)]
             if runs[0] is not None and runs[1] is not None:
                 a, b = (_best_loss(run, protocol) for run in runs)
                 wins.append(0.5 if a == b or (math.isinf(a) and math.isinf(b)) else float(a < b))
+                per_family[c.family].append(wins[-1])
         if not wins:
             print(f"protocol {protocol}: {first} against {second}: no candidate has both")
             continue
@@ -385,7 +388,8 @@ def paired(first: str, second: str, candidates: list[Candidate], resamples: int 
         boot = share[rng.integers(0, len(share), size=(resamples, len(share)))].mean(axis=1)
         low, high = np.quantile(boot, [0.025, 0.975])
         interval = f"{share.mean():.2f} [{low:.2f}, {high:.2f}] (n={len(share)})"
-        print(f"protocol {protocol}: {first} ends lower than {second} on {interval}")
+        families = " ".join(f"{f}:{np.mean(v):.2f}" for f, v in sorted(per_family.items()))
+        print(f"protocol {protocol}: {first} ends lower than {second} on {interval}  {families}")
 
 
 def oracle(names: list[str], candidates: list[Candidate]) -> None:
