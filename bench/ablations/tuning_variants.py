@@ -273,6 +273,16 @@ def _best_loss(entry: dict[str, Any] | None, protocol: str) -> float:
     return math.inf if loss is None or all(run["diverged"]) else float(loss)
 
 
+def _best_error(entry: dict[str, Any] | None, protocol: str) -> float:
+    """One minus the test accuracy at the rate whose training loss was best (benchmark v2's choice
+    of rate): lower is better, as for the loss; inf when every rate diverged."""
+    if not entry or protocol not in entry:
+        return math.nan
+    run = entry[protocol]
+    accuracy = run["test_accuracy"][run["best"]]
+    return math.inf if accuracy is None or all(run["diverged"]) else 1.0 - float(accuracy)
+
+
 def compare(names: list[str], candidates: list[Candidate]) -> None:
     """Share of candidates where each variant ends at a lower training loss than each reference."""
     rows = {r.candidate.id: r for r in load_rows(candidates, "dev", CACHE, 1, 1.0)}
@@ -367,10 +377,12 @@ def _cached_run(name: str, candidate: Candidate) -> dict[str, Any] | None:
     return read_json(path) if path.exists() else None
 
 
-def paired(first: str, second: str, candidates: list[Candidate], resamples: int = 2000) -> None:
-    """Share of candidates on which ``first`` ends at a lower training loss than ``second`` (ties
-    and both diverged count half), with a 95 % bootstrap interval over candidates, per protocol; then
-    the share per family (no interval: a family has a few dozen candidates at most)."""
+def paired(first: str, second: str, candidates: list[Candidate], resamples: int = 2000, accuracy: bool = False) -> None:
+    """Share of candidates on which ``first`` ends at a lower training loss than ``second`` (with
+    ``accuracy``, a higher test accuracy; ties and both diverged count half), with a 95 % bootstrap
+    interval over candidates, per protocol; then the share per family (no interval: a family has a few
+    dozen candidates at most)."""
+    measure, what = (_best_error, "a higher test accuracy than") if accuracy else (_best_loss, "lower than")
     rng = np.random.default_rng(0)
     for protocol in ("sgd", "adamw"):
         wins: list[float] = []
@@ -378,7 +390,7 @@ def paired(first: str, second: str, candidates: list[Candidate], resamples: int 
         for c in candidates:
             runs = [_cached_run(n, c) for n in (first, second)]
             if runs[0] is not None and runs[1] is not None:
-                a, b = (_best_loss(run, protocol) for run in runs)
+                a, b = (measure(run, protocol) for run in runs)
                 wins.append(0.5 if a == b or (math.isinf(a) and math.isinf(b)) else float(a < b))
                 per_family[c.family].append(wins[-1])
         if not wins:
@@ -389,7 +401,7 @@ def paired(first: str, second: str, candidates: list[Candidate], resamples: int 
         low, high = np.quantile(boot, [0.025, 0.975])
         interval = f"{share.mean():.2f} [{low:.2f}, {high:.2f}] (n={len(share)})"
         families = " ".join(f"{f}:{np.mean(v):.2f}" for f, v in sorted(per_family.items()))
-        print(f"protocol {protocol}: {first} ends lower than {second} on {interval}  {families}")
+        print(f"protocol {protocol}: {first} ends {what} {second} on {interval}  {families}")
 
 
 def oracle(names: list[str], candidates: list[Candidate]) -> None:
@@ -441,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("A", "B"),
         help="also: the share of candidates where A ends lower than B, with a bootstrap interval (repeatable)",
     )
+    parser.add_argument(
+        "--accuracy", action="store_true", help="--paired compares test accuracy instead of the training loss"
+    )
     args = parser.parse_args(argv)
     pool = dev_set() if args.set == "dev" else fresh_set()
     candidates = [c for c in pool if not args.family or c.family in args.family]
@@ -461,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.oracle:
         oracle([n for n in names if n != "lsuv"], candidates)
     for first, second in args.paired:
-        paired(first, second, candidates)
+        paired(first, second, candidates, accuracy=args.accuracy)
     return 0
 
 
