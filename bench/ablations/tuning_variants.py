@@ -377,13 +377,17 @@ def _cached_run(name: str, candidate: Candidate) -> dict[str, Any] | None:
     return read_json(path) if path.exists() else None
 
 
-def paired(first: str, second: str, candidates: list[Candidate], resamples: int = 2000, accuracy: bool = False) -> None:
-    """Share of candidates on which ``first`` ends at a lower training loss than ``second`` (with
-    ``accuracy``, a higher test accuracy; ties and both diverged count half), with a 95 % bootstrap
-    interval over candidates, per protocol; then the share per family (no interval: a family has a few
-    dozen candidates at most)."""
-    measure, what = (_best_error, "a higher test accuracy than") if accuracy else (_best_loss, "lower than")
+def paired_shares(
+    first: str, second: str, candidates: list[Candidate], resamples: int = 2000, accuracy: bool = False
+) -> dict[str, dict[str, Any]]:
+    """Per protocol: the share of candidates on which ``first`` ends at a lower training loss than
+    ``second`` (with ``accuracy``, a higher test accuracy; ties and both diverged count half), its 95 %
+    bootstrap interval over candidates (``low``, ``high``), ``n``, and the share per ``family`` (no
+    interval: a family has a few dozen candidates at most); a protocol no candidate has both runs of
+    is left out."""
+    measure = _best_error if accuracy else _best_loss
     rng = np.random.default_rng(0)
+    out: dict[str, dict[str, Any]] = {}
     for protocol in ("sgd", "adamw"):
         wins: list[float] = []
         per_family: dict[str, list[float]] = defaultdict(list)
@@ -394,13 +398,26 @@ def paired(first: str, second: str, candidates: list[Candidate], resamples: int 
                 wins.append(0.5 if a == b or (math.isinf(a) and math.isinf(b)) else float(a < b))
                 per_family[c.family].append(wins[-1])
         if not wins:
-            print(f"protocol {protocol}: {first} against {second}: no candidate has both")
             continue
         share = np.asarray(wins)
         boot = share[rng.integers(0, len(share), size=(resamples, len(share)))].mean(axis=1)
         low, high = np.quantile(boot, [0.025, 0.975])
-        interval = f"{share.mean():.2f} [{low:.2f}, {high:.2f}] (n={len(share)})"
-        families = " ".join(f"{f}:{np.mean(v):.2f}" for f, v in sorted(per_family.items()))
+        family = {f: float(np.mean(v)) for f, v in sorted(per_family.items())}
+        out[protocol] = {"share": float(share.mean()), "low": float(low), "high": float(high), "n": len(share)}
+        out[protocol]["family"] = family
+    return out
+
+
+def paired(first: str, second: str, candidates: list[Candidate], accuracy: bool = False) -> None:
+    """Prints :func:`paired_shares`."""
+    what = "a higher test accuracy than" if accuracy else "lower than"
+    shares = paired_shares(first, second, candidates, accuracy=accuracy)
+    for protocol in ("sgd", "adamw"):
+        if (r := shares.get(protocol)) is None:
+            print(f"protocol {protocol}: {first} against {second}: no candidate has both")
+            continue
+        interval = f"{r['share']:.2f} [{r['low']:.2f}, {r['high']:.2f}] (n={r['n']})"
+        families = " ".join(f"{f}:{v:.2f}" for f, v in r["family"].items())
         print(f"protocol {protocol}: {first} ends {what} {second} on {interval}  {families}")
 
 

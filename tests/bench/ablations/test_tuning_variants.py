@@ -110,3 +110,31 @@ def test_equalizing_to_a_given_std_puts_every_channel_there():
     for name, (std, mean) in _channel_moments(model, x).items():
         assert torch.allclose(std, torch.ones_like(std), rtol=1e-4), name
         assert mean.abs().max() < 1e-4, name
+
+
+def _rounded(shares: dict, protocol: str) -> tuple[float, float, float]:
+    r = shares[protocol]
+    return round(r["share"], 2), round(r["low"], 2), round(r["high"], 2)
+
+
+def test_the_equalization_figures_docs_quote_are_what_the_committed_caches_give():
+    from bench.v2.candidates import fresh_set
+
+    fresh, dev = fresh_set(), dev_set()
+    h1 = tuning_variants.paired_shares("default_equalized", "default", fresh)
+    assert (_rounded(h1, "sgd"), _rounded(h1, "adamw")) == ((0.66, 0.56, 0.75), (0.67, 0.57, 0.76))
+    assert h1["sgd"]["n"] == 102 and h1["sgd"]["family"]["bn_mlp"] == pytest.approx(4 / 9)
+    h2 = tuning_variants.paired_shares("conv_ddi", "default", fresh)
+    assert (_rounded(h2, "sgd"), _rounded(h2, "adamw")) == ((0.53, 0.47, 0.60), (0.55, 0.49, 0.62))
+    accuracy = tuning_variants.paired_shares("default_equalized", "default", fresh, accuracy=True)
+    assert (_rounded(accuracy, "sgd"), _rounded(accuracy, "adamw")) == ((0.47, 0.37, 0.57), (0.59, 0.50, 0.68))
+    on_dev = tuning_variants.paired_shares("default_equalized", "default", dev)
+    assert (_rounded(on_dev, "sgd"), _rounded(on_dev, "adamw")) == ((0.60, 0.54, 0.66), (0.59, 0.53, 0.65))
+    no_tuning = tuning_variants.paired_shares("ddi", "default", dev)
+    assert (_rounded(no_tuning, "sgd"), _rounded(no_tuning, "adamw")) == ((0.49, 0.43, 0.56), (0.49, 0.43, 0.55))
+
+
+def test_a_rule_picks_its_variant_by_whether_the_network_has_a_convolution():
+    assert tuning_variants._has_conv({"blocks": [{"layers": [{"type": "conv2d", "out": 8}]}]})
+    assert tuning_variants._has_conv({"blocks": [{"residual": {"layers": [{"type": "conv2d"}]}}]})
+    assert not tuning_variants._has_conv(SMALL_MLP)
