@@ -7,7 +7,11 @@ loss with benchmark v2's cached runs of the same candidates (the spec's init, LS
 tuned init). LSUV under W is not part of benchmark v2's development stages and is trained here
 as the variant ``lsuv``. Results are cached per (variant, candidate) under
 ``bench/results/variants/`` so a run resumes; this is how the engine's defaults were chosen
-(docs/conditioning.md, "Choosing the defaults").
+(docs/conditioning.md, "Choosing the defaults"). ``--paired A B`` prints the share of candidates on
+which A ends lower than B with a bootstrap interval (``--accuracy``: a higher test accuracy), where
+A or B may also be a rule that picks a variant by architecture (``RULES``); ``--set fresh`` runs on
+``bench.v2.candidates.fresh_set``, fresh candidates of the development families, to test on
+candidates no choice has seen what was found by looking at the development set.
 """
 
 from __future__ import annotations
@@ -207,7 +211,7 @@ def _revalidated(name: str, candidate: Candidate, cached: dict[str, Any]) -> dic
     engine tunes the same init within 1e-6 (``bench.v2.stages``' rule), so that an engine change
     that keeps the numbers retrains nothing; None when the init moved (the run is stale)."""
     if name in ("lsuv", "lsuv_centered") or name in EQUALIZED:
-        return None  # not the engine's init, or not its scales alone: they carry no engine and are never stale
+        return None  # LSUV's carry no engine and are never stale; an equalized one reruns when its engine changes
     fresh = _conditioned(name, candidate)
     if not same_inputs(_tuned_init(cached), _tuned_init(fresh)):
         return None
