@@ -140,7 +140,7 @@ def search() -> list[str]:
     import optuna
 
     import nas
-    from bench.fashion_search.evaluate import CONDITION_IMAGES, Evaluator, _key
+    from bench.fashion_search.evaluate import Evaluator, _key, conditioning_batch
     from bench.fashion_search.space import search_space
     from bench.pipeline.run import read_json, write_json
     from nas.report import ConditioningReport
@@ -148,7 +148,7 @@ def search() -> list[str]:
     torch.set_num_threads(1)
     root = ROOT / "bench" / "results" / "fashion_search"
     evaluator = Evaluator(root)
-    x, y = evaluator.data.x_train[:CONDITION_IMAGES], evaluator.data.y_train[:CONDITION_IMAGES]
+    x, y = conditioning_batch(evaluator.data)
     lines = []
     for name in ("no gate", "tuned, no gate"):
         counts = {"proposals": 0, "failed": 0, "before": [0, 0, 0], "after": [0, 0, 0], "reprobed": 0}

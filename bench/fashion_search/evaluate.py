@@ -26,7 +26,7 @@ from bench.pipeline.run import engine_version, read_json, write_json
 from nas.report import ConditioningReport
 from nas.training import Dataset, Trainer, accuracy
 
-__all__ = ["DATA", "Epoch", "Evaluator", "load_splits", "search_trainer"]
+__all__ = ["DATA", "Epoch", "Evaluator", "conditioning_batch", "load_splits", "search_trainer"]
 
 # Of the cached records' meaning: bump to retrain and recondition everything. The keys hold DATA, BATCH,
 # MOMENTUM, the spec, the init and the rate (and the engine's source for conditionings), not
@@ -93,6 +93,12 @@ def _key(*parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def conditioning_batch(data: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """The labelled batch the search conditions on (and an init peer draws from): the training
+    split's first ``CONDITION_IMAGES`` images and labels."""
+    return data.x_train[:CONDITION_IMAGES], data.y_train[:CONDITION_IMAGES]
+
+
 def search_trainer(
     spec: dict[str, Any],
     data: Dataset,
@@ -110,7 +116,7 @@ def search_trainer(
     if peer is not None:
         from bench.pipeline.inits import initialize
 
-        model = initialize(peer, model, data.x_train[:CONDITION_IMAGES], data.y_train[:CONDITION_IMAGES], seed=seed)
+        model = initialize(peer, model, *conditioning_batch(data), seed=seed)
     return Trainer(
         model,
         data,
@@ -140,9 +146,9 @@ class Evaluator:
         if path.exists():
             cached = read_json(path)
             return ConditioningReport.model_validate(cached["report"]), float(cached["seconds"])
-        batch = {"x": self.data.x_train[:CONDITION_IMAGES], "y": self.data.y_train[:CONDITION_IMAGES]}
+        x, y = conditioning_batch(self.data)
         started = time.perf_counter()
-        report = condition(spec, data=batch, options={"seed": seed})
+        report = condition(spec, data={"x": x, "y": y}, options={"seed": seed})
         seconds = time.perf_counter() - started
         write_json(path, {"report": report.model_dump(mode="json"), "seconds": seconds, "name": spec.get("name")})
         return report, seconds
@@ -160,7 +166,7 @@ class Evaluator:
             cached = read_json(path)
             return float(cached["seconds"]), float(cached["counted_steps"])
         model = nas.build_model(spec, seed=seed)
-        x, y = self.data.x_train[:CONDITION_IMAGES], self.data.y_train[:CONDITION_IMAGES]
+        x, y = conditioning_batch(self.data)
         started = time.perf_counter()
         if peer == "lsuv":
             counted = FORWARD_COST * lsuv_counted_(model, x, seed=seed)

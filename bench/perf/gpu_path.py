@@ -74,7 +74,7 @@ def prepare(folder: Path, scored: list[Path] | None = None) -> None:
     import optuna
     import torch
 
-    from bench.fashion_search.evaluate import CONDITION_IMAGES, load_splits
+    from bench.fashion_search.evaluate import conditioning_batch, load_splits
     from bench.fashion_search.space import search_space
     from bench.nasbench201.score import _cached_any_engine, cell_batch, sample_cells
     from bench.nasbench201.table import load_table
@@ -91,7 +91,8 @@ def prepare(folder: Path, scored: list[Path] | None = None) -> None:
     specs["vit-tiny-14"] = vit_spec(input_shape=[1, 14, 14], patch=7, width=64, depth=4, heads=4, n_classes=10)
     specs["vit-small-14"] = vit_spec(input_shape=[1, 14, 14], patch=2, width=128, depth=6, heads=4, n_classes=10)
     data, _, _ = load_splits()
-    batch = {"x": data.x_train[:CONDITION_IMAGES].clone(), "y": data.y_train[:CONDITION_IMAGES].clone()}
+    x, y = conditioning_batch(data)
+    batch = {"x": x.clone(), "y": y.clone()}  # a copy: a slice would save the whole split
     torch.save(batch, folder / "search_batch.pt")
     sets = {"x_train": data.x_train, "y_train": data.y_train, "x_val": data.x_val, "y_val": data.y_val}
     torch.save(sets, folder / "search_data.pt")  # the training stage's (the GPU machine has no Fashion-MNIST)
