@@ -33,7 +33,7 @@ from bench.pipeline.candidates import Candidate
 from bench.pipeline.inits import initialize
 from bench.pipeline.run import engine_version, read_json, write_json
 from bench.v2.analysis import load_rows, truth
-from bench.v2.candidates import dev_set, fresh_set
+from bench.v2.candidates import FRESH_SAMPLES, dev_set, fresh_set
 from bench.v2.protocols import PROTOCOLS, epochs_for, train
 from bench.v2.stages import BATCH, dataset, same_inputs
 from worker.engine.centering import centering_shifts
@@ -171,15 +171,20 @@ def _equalized_(model: torch.nn.Module, x: torch.Tensor, std_target: float | Non
 
 def _tuned_init(result: dict[str, Any]) -> dict[str, Any]:
     """``nas.build_model``'s arguments for a variant's tuned network (no bias shifts in a result
-    cached before the centering)."""
-    return {"scales": result["scales"], "seed": 0, "draw": result["draw"], "bias_shifts": result.get("bias_shifts")}
+    cached before the centering; no seed in one of seed 0)."""
+    return {
+        "scales": result["scales"],
+        "seed": result.get("seed", 0),
+        "draw": result["draw"],
+        "bias_shifts": result.get("bias_shifts"),
+    }
 
 
-def _condition(candidate: Candidate, options: dict[str, Any]) -> dict[str, Any]:
+def _condition(candidate: Candidate, options: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     from worker.engine import condition
 
     x, y = dataset(candidate.dataset).batch(BATCH)
-    report = condition(candidate.spec, data={"x": x, "y": y}, options={"seed": 0} | options)
+    report = condition(candidate.spec, data={"x": x, "y": y}, options={"seed": seed} | options)
     budget = report.tuning.budget if report.tuning else {}
     return {
         "scales": dict(report.scales),
@@ -189,17 +194,18 @@ def _condition(candidate: Candidate, options: dict[str, Any]) -> dict[str, Any]:
         "verdict": report.verdict,
         "counted": float(budget.get("counted_steps") or 0.0),  # every stage, the probe included
         "engine": engine_version(),
-    }
+    } | ({"seed": seed} if seed else {})
 
 
-def _conditioned(name: str, candidate: Candidate) -> dict[str, Any]:
-    """A variant's conditioning of ``candidate`` (no training): its tuned init, score and cost."""
+def _conditioned(name: str, candidate: Candidate, seed: int = 0) -> dict[str, Any]:
+    """A variant's conditioning of ``candidate`` (no training) at the engine's ``seed``: its tuned
+    init, score and cost."""
     if name in ZEROED:
         base, where = ZEROED[name]
-        result = _condition(candidate, VARIANTS[base])
+        result = _condition(candidate, VARIANTS[base], seed)
         result["scales"] = _zeroed(candidate.spec, result["scales"], where)
     else:
-        result = _condition(candidate, VARIANTS[CENTERED.get(name, name)])
+        result = _condition(candidate, VARIANTS[CENTERED.get(name, name)], seed)
     if name in CENTERED:
         tuned = nas.build_model(candidate.spec, **_tuned_init(result))
         result["bias_shifts"] = centering_shifts(tuned, dataset(candidate.dataset).batch(BATCH)[0])
@@ -218,28 +224,19 @@ def _revalidated(name: str, candidate: Candidate, cached: dict[str, Any]) -> dic
     return cached | {key: fresh[key] for key in ("score", "verdict", "counted", "engine")}
 
 
-def run_one(args: tuple[str, dict[str, Any]]) -> str:
-    name, cand = args
-    torch.set_num_threads(1)
-    candidate = Candidate(**cand)
-    path = OUT / name / f"{candidate.id}.json"
-    if path.exists() and read_json(path).get("engine", engine_version()) == engine_version():
-        return f"{name} {candidate.id} cached"
-    if path.exists() and (kept := _revalidated(name, candidate, read_json(path))) is not None:
-        write_json(path, kept)
-        return f"{name} {candidate.id} kept (the same init under engine {engine_version()})"
-    start = time.perf_counter()
-    data = dataset(candidate.dataset)
+def _start(name: str, candidate: Candidate, seed: int) -> tuple[Any, dict[str, Any]]:
+    """A factory of ``name``'s starting network on ``candidate`` at ``seed`` (the spec's draw and the
+    engine's or LSUV's seed, as benchmark v2's seed fixes the weights) and the conditioning's figures."""
     if name in ("lsuv", "lsuv_centered") or name in EQUALIZED:
-        x, y = data.batch(BATCH)
+        x, y = dataset(candidate.dataset).batch(BATCH)
         if name == "default_equalized":
-            result: dict[str, Any] = _conditioned("default", candidate)
+            result: dict[str, Any] = _conditioned("default", candidate, seed)
             start_model: torch.nn.Module = nas.build_model(candidate.spec, **_tuned_init(result))
         else:
-            result = {}
-            start_model = nas.build_model(candidate.spec, seed=0)
+            result = {"seed": seed} if seed else {}
+            start_model = nas.build_model(candidate.spec, seed=seed)
             if EQUALIZED.get(name, name) != "spec":
-                start_model = initialize(EQUALIZED.get(name, name), start_model, x, y, seed=0)
+                start_model = initialize(EQUALIZED.get(name, name), start_model, x, y, seed=seed)
         if name in EQUALIZED:
             start_model = _equalized_(start_model, x, 1.0 if name in _UNIT_STD else None)
             result.pop("bias_shifts", None)  # the state below holds them; rebuilt from it, not from the scales
@@ -249,42 +246,88 @@ def run_one(args: tuple[str, dict[str, Any]]) -> str:
             model = nas.build_model(candidate.spec, seed=0)
             model.load_state_dict(state)
             return model
-    else:
-        result = _conditioned(name, candidate)
 
-        def make() -> torch.nn.Module:
-            return nas.build_model(candidate.spec, **_tuned_init(result))
+        return make, result
+    result = _conditioned(name, candidate, seed)
 
-    for protocol in ("sgd", "adamw"):
-        epochs = epochs_for(candidate.dataset, PROTOCOLS[protocol])
-        run = train(make, data, PROTOCOLS[protocol], epochs, seed=0).to_json()
-        result[protocol] = {
-            "final_loss": run["final_loss"],
-            "test_accuracy": run["test_accuracy"],
-            "best": run["best"],
-            "diverged": run["diverged"],
-        }
-    result["seconds"] = time.perf_counter() - start
+    def make_tuned() -> torch.nn.Module:
+        return nas.build_model(candidate.spec, **_tuned_init(result))
+
+    return make_tuned, result
+
+
+def _seed_count(result: dict[str, Any]) -> int:
+    """How many training seeds a cached result holds: seed 0 at its top level, the others under
+    ``seeds`` (each with its own conditioning's figures)."""
+    return ("sgd" in result) + len(result.get("seeds", {}))
+
+
+def run_one(args: tuple[str, dict[str, Any], int]) -> str:
+    """Conditions ``candidate`` with variant ``name`` and trains it under both protocols, at every
+    seed below ``seeds`` its cached run lacks; seed k conditions the spec's draw at seed k and trains
+    with the batch order of seed k, as benchmark v2's seeds do."""
+    name, cand, seeds = args
+    torch.set_num_threads(1)
+    candidate = Candidate(**cand)
+    path = OUT / name / f"{candidate.id}.json"
+    result: dict[str, Any] = {}
+    note = ""
+    if path.exists() and read_json(path).get("engine", engine_version()) == engine_version():
+        result = read_json(path)
+    elif path.exists() and (kept := _revalidated(name, candidate, read_json(path))) is not None:
+        write_json(path, kept)
+        result, note = kept, f" kept (the same init under engine {engine_version()})"
+    if _seed_count(result) >= seeds:
+        return f"{name} {candidate.id}{note or ' cached'}"
+    start = time.perf_counter()
+    data = dataset(candidate.dataset)
+    for seed in range(_seed_count(result), seeds):
+        make, conditioned = _start(name, candidate, seed)
+        runs = {}
+        for protocol in ("sgd", "adamw"):
+            epochs = epochs_for(candidate.dataset, PROTOCOLS[protocol])
+            run = train(make, data, PROTOCOLS[protocol], epochs, seed=seed).to_json()
+            runs[protocol] = {key: run[key] for key in ("final_loss", "test_accuracy", "best", "diverged")}
+        if seed == 0:
+            result = conditioned | runs
+        else:
+            result.setdefault("seeds", {})[str(seed)] = conditioned | runs
+    result["seconds"] = result.get("seconds", 0.0) + time.perf_counter() - start
     write_json(path, result)
-    return f"{name} {candidate.id} {result['seconds']:.1f} s"
+    return f"{name} {candidate.id}{note} {_seed_count(result)} seeds, {result['seconds']:.1f} s"
 
 
-def _best_loss(entry: dict[str, Any] | None, protocol: str) -> float:
+def _seed_runs(entry: dict[str, Any], protocol: str, seeds: int | None) -> list[dict[str, Any]]:
+    """The runs of ``entry`` under ``protocol``, seed 0 first, the first ``seeds`` of them (None: all)."""
+    extra = [entry["seeds"][k][protocol] for k in sorted(entry.get("seeds", {}), key=int)]
+    return [entry[protocol], *extra][:seeds]
+
+
+def _best_loss(entry: dict[str, Any] | None, protocol: str, seeds: int | None = None) -> float:
+    """The final training loss at the best rate (inf when every rate diverged), the median over the
+    first ``seeds`` training seeds, as benchmark v2's ground truth takes it."""
     if not entry or protocol not in entry:
         return math.nan
-    run = entry[protocol]
-    loss = run["final_loss"][run["best"]]
-    return math.inf if loss is None or all(run["diverged"]) else float(loss)
+
+    def one(run: dict[str, Any]) -> float:
+        loss = run["final_loss"][run["best"]]
+        return math.inf if loss is None or all(run["diverged"]) else float(loss)
+
+    return float(np.median([one(run) for run in _seed_runs(entry, protocol, seeds)]))
 
 
-def _best_error(entry: dict[str, Any] | None, protocol: str) -> float:
+def _best_error(entry: dict[str, Any] | None, protocol: str, seeds: int | None = None) -> float:
     """One minus the test accuracy at the rate whose training loss was best (benchmark v2's choice
-    of rate): lower is better, as for the loss; inf when every rate diverged."""
+    of rate): lower is better, as for the loss; inf when every rate diverged; the median over the
+    first ``seeds`` training seeds."""
     if not entry or protocol not in entry:
         return math.nan
-    run = entry[protocol]
-    accuracy = run["test_accuracy"][run["best"]]
-    return math.inf if accuracy is None or all(run["diverged"]) else 1.0 - float(accuracy)
+
+    def one(run: dict[str, Any]) -> float:
+        accuracy = run["test_accuracy"][run["best"]]
+        return math.inf if accuracy is None or all(run["diverged"]) else 1.0 - float(accuracy)
+
+    return float(np.median([one(run) for run in _seed_runs(entry, protocol, seeds)]))
 
 
 def compare(names: list[str], candidates: list[Candidate]) -> None:
@@ -388,17 +431,21 @@ def paired_shares(
     ``second`` (with ``accuracy``, a higher test accuracy; ties and both diverged count half), its 95 %
     bootstrap interval over candidates (``low``, ``high``), ``n``, and the share per ``family`` (no
     interval: a family has a few dozen candidates at most); a protocol no candidate has both runs of
-    is left out."""
+    is left out. Each candidate is read at the training seeds both runs have (the median over them),
+    ``seeds`` the fewest of any candidate."""
     measure = _best_error if accuracy else _best_loss
     rng = np.random.default_rng(0)
     out: dict[str, dict[str, Any]] = {}
     for protocol in ("sgd", "adamw"):
         wins: list[float] = []
         per_family: dict[str, list[float]] = defaultdict(list)
+        least = math.inf
         for c in candidates:
             runs = [_cached_run(n, c) for n in (first, second)]
             if runs[0] is not None and runs[1] is not None:
-                a, b = (measure(run, protocol) for run in runs)
+                common = min(_seed_count(run) for run in runs)  # both read at the same seeds
+                least = min(least, common)
+                a, b = (measure(run, protocol, common) for run in runs)
                 wins.append(0.5 if a == b or (math.isinf(a) and math.isinf(b)) else float(a < b))
                 per_family[c.family].append(wins[-1])
         if not wins:
@@ -408,6 +455,7 @@ def paired_shares(
         low, high = np.quantile(boot, [0.025, 0.975])
         family = {f: float(np.mean(v)) for f, v in sorted(per_family.items())}
         out[protocol] = {"share": float(share.mean()), "low": float(low), "high": float(high), "n": len(share)}
+        out[protocol]["seeds"] = int(least)  # the fewest training seeds a candidate was read at
         out[protocol]["family"] = family
     return out
 
@@ -420,7 +468,8 @@ def paired(first: str, second: str, candidates: list[Candidate], accuracy: bool 
         if (r := shares.get(protocol)) is None:
             print(f"protocol {protocol}: {first} against {second}: no candidate has both")
             continue
-        interval = f"{r['share']:.2f} [{r['low']:.2f}, {r['high']:.2f}] (n={r['n']})"
+        seeds = f"{r['seeds']} seed" + ("s" if r["seeds"] > 1 else "")
+        interval = f"{r['share']:.2f} [{r['low']:.2f}, {r['high']:.2f}] (n={r['n']}, {seeds})"
         families = " ".join(f"{f}:{v:.2f}" for f, v in r["family"].items())
         print(f"protocol {protocol}: {first} ends {what} {second} on {interval}  {families}")
 
@@ -451,9 +500,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--set",
-        choices=("dev", "fresh"),
+        choices=("dev", *FRESH_SAMPLES),
         default="dev",
-        help="the development set, or fresh candidates of its families (bench.v2.candidates.fresh_set)",
+        help="the development set, or a sample of fresh candidates of its families (bench.v2.candidates.fresh_set)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=1, help="training seeds per candidate (the batch order; the start is seed 0's)"
     )
     parser.add_argument("--family", action="append", default=[], help="development families (default: all)")
     parser.add_argument("--every", type=int, default=1, help="take every k-th candidate of each family")
@@ -478,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         "--accuracy", action="store_true", help="--paired compares test accuracy instead of the training loss"
     )
     args = parser.parse_args(argv)
-    pool = dev_set() if args.set == "dev" else fresh_set()
+    pool = dev_set() if args.set == "dev" else fresh_set(sample=args.set)
     candidates = [c for c in pool if not args.family or c.family in args.family]
     by_family: dict[str, list[Candidate]] = defaultdict(list)
     for c in candidates:
@@ -486,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     candidates = [c for fam in by_family.values() for c in fam[args.offset :: args.every]]
     names = args.variant
     if not args.compare_only:
-        tasks = [(n, c.to_json()) for n in names for c in candidates]
+        tasks = [(n, c.to_json(), args.seeds) for n in names for c in candidates]
         with get_context("spawn").Pool(args.jobs, initializer=os.nice, initargs=(5,)) as pool:
             for i, message in enumerate(pool.imap_unordered(run_one, tasks)):
                 print(f"{i + 1}/{len(tasks)} {message}", flush=True)

@@ -55,11 +55,49 @@ def test_run_one_keeps_a_revalidated_run_without_training(tmp_path, monkeypatch,
     monkeypatch.setattr(tuning_variants, "OUT", tmp_path)
     path = tmp_path / "default" / f"{candidate.id}.json"
     write_json(path, _older_run(conditioned))
-    message = tuning_variants.run_one(("default", candidate.to_json()))
+    message = tuning_variants.run_one(("default", candidate.to_json(), 1))
     assert "kept" in message
     stored = read_json(path)
     assert stored["engine"] == engine_version() and stored["seconds"] == 1.0  # not retrained
-    assert tuning_variants.run_one(("default", candidate.to_json())).endswith("cached")
+    assert tuning_variants.run_one(("default", candidate.to_json(), 1)).endswith("cached")
+
+
+def _run(loss: float, accuracy: float = 0.9) -> dict:
+    return {"final_loss": [loss], "best": 0, "diverged": [False], "test_accuracy": [accuracy]}
+
+
+def test_run_one_trains_only_the_seeds_a_cached_run_lacks_each_from_its_own_draw(
+    tmp_path, monkeypatch, candidate, conditioned
+):
+    monkeypatch.setattr(tuning_variants, "OUT", tmp_path)
+    path = tmp_path / "default" / f"{candidate.id}.json"
+    seed_0 = copy.deepcopy(conditioned) | {"seconds": 1.0, "sgd": _run(0.123), "adamw": _run(0.456)}
+    write_json(path, seed_0)
+    message = tuning_variants.run_one(("default", candidate.to_json(), 2))
+    assert message.endswith(" s") and "2 seeds" in message
+    stored = read_json(path)
+    assert stored["sgd"] == seed_0["sgd"] and stored["scales"] == seed_0["scales"]  # seed 0 kept as it was
+    seed_1 = stored["seeds"]["1"]
+    assert seed_1["seed"] == 1 and seed_1["scales"] != seed_0["scales"]  # conditioned on seed 1's draw
+    assert len(seed_1["sgd"]["final_loss"]) == 3 and len(seed_1["adamw"]["final_loss"]) == 3  # trained
+    assert tuning_variants._seed_count(stored) == 2
+    assert tuning_variants.run_one(("default", candidate.to_json(), 2)).endswith("cached")
+
+
+def test_a_paired_share_reads_both_runs_at_the_training_seeds_both_have(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning_variants, "OUT", tmp_path)
+    first = dev_set()[:2]
+    three = {"sgd": _run(1.0), "seeds": {"1": {"sgd": _run(0.1)}, "2": {"sgd": _run(0.1)}}}  # median 0.1
+    for c in first:
+        write_json(tmp_path / "a" / f"{c.id}.json", three)
+        write_json(tmp_path / "b" / f"{c.id}.json", {"sgd": _run(0.5)})
+    one = tuning_variants.paired_shares("a", "b", first)["sgd"]
+    assert one["share"] == 0.0 and one["seeds"] == 1  # seed 0 alone: 1.0 against 0.5
+    for c in first:
+        write_json(tmp_path / "b" / f"{c.id}.json", {"sgd": _run(0.5), "seeds": {"1": {"sgd": _run(0.7)}}})
+    two = tuning_variants.paired_shares("a", "b", first)["sgd"]
+    assert two["share"] == 1.0 and two["seeds"] == 2  # medians of two seeds each: 0.55 against 0.6
+    assert tuning_variants._best_loss(three, "sgd") == pytest.approx(0.1)
 
 
 SMALL_MLP = mlp(2, "relu")  # two hidden layers of 32 units and a head, on digits' 64 inputs

@@ -42,3 +42,17 @@ def test_every_candidate_is_a_valid_spec_for_its_data():
 def test_sampling_is_deterministic():
     assert [c.to_json() for c in frozen_test_set()] == [c.to_json() for c in frozen_test_set()]
     assert [c.to_json() for c in dev_set()] == [c.to_json() for c in dev_set()]
+
+
+def test_the_validation_samples_share_no_candidate_with_the_benchmark_or_each_other():
+    from bench.v2.candidates import FRESH_SAMPLES, fresh_set
+
+    benchmark = {_key(c.spec) for c in dev_set() + frozen_test_set()}
+    seen: set[str] = set()
+    for sample, (_, _, prefix) in FRESH_SAMPLES.items():
+        drawn = fresh_set(sample=sample)
+        keys = {_key(c.spec) for c in drawn}
+        assert len(drawn) == 102 and all(c.id.startswith(prefix) for c in drawn), sample
+        assert not keys & benchmark and not keys & seen, sample
+        assert {c.family for c in drawn} == {c.family for c in dev_set()}, sample
+        seen |= keys
