@@ -59,13 +59,13 @@ bench-v1: $(STAMP)
 	$(BIN)/python -m bench --extra probe_length --extra output_std --extra gaussian_path
 
 # ruff (lint rules and long lines), the formatter's check, mypy (strict on nas, the package
-# controllers import; the default checks on service and worker).
+# controllers import; the default checks on service, worker and every benchmark).
 lint: $(STAMP)
 	$(BIN)/ruff check nas service worker bench tests
 	$(BIN)/ruff format --check nas service worker bench tests
 	$(BIN)/mypy --strict -p nas
 	$(BIN)/mypy -p service -p worker
-	$(BIN)/mypy -p bench.v2
+	$(BIN)/mypy -p bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -69,8 +69,9 @@ def probe_at(curves: dict[str, list[float | None]], reference: float, steps: int
     for rate in rates:
         curve = curves[f"{rate:g}"][: steps + 1]
         # a curve ends at its first divergence (a null): a probe that long diverged too
-        if len(curve) == steps + 1 and all(v is not None for v in curve):
-            best = min(best, curve[-1])
+        last = curve[-1] if len(curve) == steps + 1 else None
+        if last is not None and all(v is not None for v in curve):
+            best = min(best, last)
     return min(best / reference, CAP) if math.isfinite(best) else CAP
 
 

@@ -95,7 +95,8 @@ def benchmark_v2(set_name: str, jobs: int) -> list[str]:
     rows = load_rows(candidates, set_name, ROOT / "bench" / "results" / "v2", 3, 1.0, any_engine=True)
     lines = []
     for protocol in ("sgd", "adamw"):
-        items, best = [], {}
+        items: list[tuple[str, bool, bool, dict[str, Any]]] = []
+        best: dict[str, float] = {}
         for row in rows:
             cached = read_json(OUT / "v2" / f"{row.candidate.id}.json")
             if (t := truth(row, protocol, "tuned")) is None or "probes" not in cached:
@@ -104,8 +105,8 @@ def benchmark_v2(set_name: str, jobs: int) -> list[str]:
             best[row.group] = max(best.get(row.group, 0.0), t["accuracy"])
         bad = [t["untrainable"] for *_, t in items]
         parts = []
-        for label, k in (("without the rule", 1), ("with it", 2)):
-            flags = [item[k] for item in items]
+        for label, with_rule in (("without the rule", False), ("with it", True)):
+            flags = [item[2] if with_rule else item[1] for item in items]
             f = flags_figures(flags, bad)
             near = sum(
                 1
@@ -151,7 +152,8 @@ def search() -> list[str]:
     x, y = conditioning_batch(evaluator.data)
     lines = []
     for name in ("no gate", "tuned, no gate"):
-        counts = {"proposals": 0, "failed": 0, "before": [0, 0, 0], "after": [0, 0, 0], "reprobed": 0}
+        counts = {"proposals": 0, "failed": 0, "reprobed": 0}
+        flagged_by = {"before": [0, 0, 0], "after": [0, 0, 0]}  # flagged, of them failed, of them near the best
         for seed_file in sorted((root / "seeds").glob("seed*.json")):
             record = read_json(seed_file)
             seed, engine, trials = record["seed"], record["config"]["engine"], record["searches"][name]
@@ -179,12 +181,12 @@ def search() -> list[str]:
                 counts["reprobed"] += cached["probes"]["rates"]["best_lr"] in (None, min(RATES)) and before
                 for label, flag in (("before", before), ("after", after)):
                     if flag:
-                        counts[label][0] += 1
-                        counts[label][1] += failed
-                        counts[label][2] += near
+                        flagged_by[label][0] += 1
+                        flagged_by[label][1] += failed
+                        flagged_by[label][2] += near
         parts = []
         for label in ("before", "after"):
-            flagged, hits, near = counts[label]
+            flagged, hits, near = flagged_by[label]
             precision = hits / flagged if flagged else math.nan
             recall = hits / counts["failed"] if counts["failed"] else math.nan
             parts.append(

@@ -47,10 +47,10 @@ def curves(group: str, protocol: str) -> list[str]:
     kept = [(r, t) for r in rows if r.preflight and r.proxies and (t := truth(r, protocol, "tuned"))]
     features = [_features(r) for r, _ in kept]
     accuracy = np.array([t["accuracy"] for _, t in kept])
-    baselines = {
+    baselines: dict[str, list[float]] = {
         "score": [f["score"] if f["score"] is not None else -math.inf for f in features],
         "meco": [f["meco"] if f["meco"] is not None else -math.inf for f in features],
-        "size": [f["log_params"] for f in features],
+        "size": [float(f["log_params"] or 0.0) for f in features],  # always set: the size is known
     }
     whole = ", ".join(f"{name} {spearman(v, accuracy):.2f}" for name, v in baselines.items())
     out = [f"| {group}, {protocol} ({len(kept)}; on all: {whole}) | | | | | |"]

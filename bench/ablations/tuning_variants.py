@@ -349,9 +349,10 @@ def compare(names: list[str], candidates: list[Candidate]) -> None:
                 loss = _best_loss(mine, protocol)
                 row = rows[c.id]
                 lsuv_entry = read_json(q) if (q := OUT / "lsuv" / f"{c.id}.json").exists() else None
-                refs = {
-                    "spec": (t := truth(row, protocol, "spec")) and t["loss"],
-                    "shipped": (t := truth(row, protocol, "tuned")) and t["loss"],
+                from_spec, shipped = truth(row, protocol, "spec"), truth(row, protocol, "tuned")
+                refs: dict[str, float | None] = {
+                    "spec": from_spec["loss"] if from_spec else None,
+                    "shipped": shipped["loss"] if shipped else None,
                     "lsuv": _best_loss(lsuv_entry, protocol),
                 }
                 for peer in ("lsuv_centered", "default"):  # when cached: the centered peer, the engine's tuning
@@ -441,11 +442,11 @@ def paired_shares(
         per_family: dict[str, list[float]] = defaultdict(list)
         least = math.inf
         for c in candidates:
-            runs = [_cached_run(n, c) for n in (first, second)]
-            if runs[0] is not None and runs[1] is not None:
-                common = min(_seed_count(run) for run in runs)  # both read at the same seeds
+            run_a, run_b = _cached_run(first, c), _cached_run(second, c)
+            if run_a is not None and run_b is not None:
+                common = min(_seed_count(run_a), _seed_count(run_b))  # both read at the same seeds
                 least = min(least, common)
-                a, b = (measure(run, protocol, common) for run in runs)
+                a, b = measure(run_a, protocol, common), measure(run_b, protocol, common)
                 wins.append(0.5 if a == b or (math.isinf(a) and math.isinf(b)) else float(a < b))
                 per_family[c.family].append(wins[-1])
         if not wins:
@@ -530,8 +531,8 @@ def main(argv: list[str] | None = None) -> int:
         "--accuracy", action="store_true", help="--paired compares test accuracy instead of the training loss"
     )
     args = parser.parse_args(argv)
-    pool = dev_set() if args.set == "dev" else fresh_set(sample=args.set)
-    candidates = [c for c in pool if not args.family or c.family in args.family]
+    drawn = dev_set() if args.set == "dev" else fresh_set(sample=args.set)
+    candidates = [c for c in drawn if not args.family or c.family in args.family]
     by_family: dict[str, list[Candidate]] = defaultdict(list)
     for c in candidates:
         by_family[c.family].append(c)
@@ -545,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.set == "dev":  # the references of benchmark v2's cached runs exist for the development set only
         compare(names, candidates)
     if args.choose:
-        choose_by_score(*args.choose, candidates)
+        choose_by_score(args.choose[0], args.choose[1], candidates)
     if args.oracle:
         oracle([n for n in names if n != "lsuv"], candidates)
     for first, second in args.paired:

@@ -416,14 +416,14 @@ def _why(per_seed: dict[int, dict[str, Any]], summary: dict[str, Any]) -> list[s
         pairs = [t for f in per_seed.values() for t in f.get(key, [])]
         if not pairs:
             continue
-        spec, tuned = np.array([t["spec"] for t in pairs]), np.array([t["tuned"] for t in pairs])
-        diff = bootstrap(lambda i, d=tuned - spec: float(d[i].mean()), len(pairs))
+        from_spec, from_tuned = np.array([t["spec"] for t in pairs]), np.array([t["tuned"] for t in pairs])
+        diff = bootstrap(lambda i, d=from_tuned - from_spec: float(d[i].mean()), len(pairs))
         lines.append(
             f"- **The same networks, the tuned init at the recommended rate against the spec's init at {rate}** "
             f"(the {len(pairs)} networks both searches proposed at the same trial number, mostly the 10 random "
-            f"start-up trials of each seed, against `tuned, no gate`): mean test accuracy {tuned.mean():.3f} "
-            f"against {spec.mean():.3f}, tuned minus spec {diff.text(3)} (tuned better on "
-            f"{int((tuned > spec).sum())}, worse on {int((tuned < spec).sum())})."
+            f"start-up trials of each seed, against `tuned, no gate`): mean test accuracy {from_tuned.mean():.3f} "
+            f"against {from_spec.mean():.3f}, tuned minus spec {diff.text(3)} (tuned better on "
+            f"{int((from_tuned > from_spec).sum())}, worse on {int((from_tuned < from_spec).sum())})."
         )
     lines.append("")
     return lines

@@ -118,7 +118,7 @@ def _fill(record: TrialRecord, report: ConditioningReport, seconds: float | None
     record.score, record.verdict = _finite(report.score), report.verdict
     if seconds is not None:
         record.condition_seconds = seconds
-        record.condition_steps = float((report.tuning.budget if report.tuning else {}).get("counted_steps", 0.0))
+        record.condition_steps = float((report.tuning.budget if report.tuning else {}).get("counted_steps") or 0.0)
 
 
 def _finite(value: float | None) -> float | None:
@@ -170,8 +170,8 @@ def _objective(
             if trial.should_prune():
                 record.state = "pruned-during"
                 raise optuna.TrialPruned()
-        record.final_val = record.val
-        return float(record.val)
+        record.final_val = done.val
+        return float(done.val)
 
     return objective
 

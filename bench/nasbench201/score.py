@@ -206,7 +206,7 @@ def score_cell(
         kept = _kept_proxies(out, kind, ops, channels, cells_per_stage)
         proxies = compute_proxies(build_model(spec, seed=0), x, y, kept=kept)
         seconds = sum(float(p["seconds"]) for p in proxies.values())  # a kept proxy's own time, not 0
-        stored = {"fingerprint": fingerprint, "proxies": proxies, "proxy_seconds": seconds}
+        stored: dict[str, Any] = {"fingerprint": fingerprint, "proxies": proxies, "proxy_seconds": seconds}
         _store(out, kind, "proxies", ops, stored | {"proxy_revisions": revisions()})
     fingerprint = _fingerprint("expressivity", kind, channels, cells_per_stage)
     if _cached(out, kind, "expressivity", ops, fingerprint) is None:
@@ -215,8 +215,8 @@ def score_cell(
         stored = {"fingerprint": fingerprint, "expressivity": part, "seconds": time.perf_counter() - start}
         _store(out, kind, "expressivity", ops, stored)
     fingerprint = _fingerprint("preflight", kind, channels, cells_per_stage)
-    kept = keep_older_engines and _cached_any_engine(out, kind, ops, channels, cells_per_stage) is not None
-    if not kept and _cached(out, kind, "preflight", ops, fingerprint) is None:
+    kept_preflight = keep_older_engines and _cached_any_engine(out, kind, ops, channels, cells_per_stage) is not None
+    if not kept_preflight and _cached(out, kind, "preflight", ops, fingerprint) is None:
         start = time.perf_counter()
         report = condition(spec, data={"x": x, "y": y}, options={"seed": 0})
         budget = report.tuning.budget

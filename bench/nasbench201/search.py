@@ -114,7 +114,9 @@ def simulate(results: Sequence[dict[str, Any]], repeats: int = REPEATS) -> dict[
             return False
         if len(trained) < AFTER:
             return True
-        decision = rank_among_trained([features[j] for j in trained], accuracy[trained], features[i], below=BELOW)
+        decision = rank_among_trained(
+            [features[j] for j in trained], accuracy[trained].tolist(), features[i], below=BELOW
+        )
         return decision.keep
 
     # each search's rule and what it costs per proposal before any training

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from nas import build_model
+from nas.build import PreflightNet
 from worker.engine.balancing import balance
 from worker.engine.bnp import BNP, neuron_hessian_condition
 from worker.engine.hessian import hessian_figures
@@ -79,7 +80,7 @@ def fig1() -> None:
         )
 
 
-def _msv(net: torch.nn.Module, x: torch.Tensor, per_sample: bool) -> list[float]:
+def _msv(net: PreflightNet, x: torch.Tensor, per_sample: bool) -> list[float]:
     if not per_sample:
         return [h.mean_sq_singular_value for h in hessian_figures(net, x, iterations=1, probes=4, generator=_g(1))]
     sums: dict[str, float] = defaultdict(float)

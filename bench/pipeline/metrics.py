@@ -10,7 +10,7 @@ Every score follows higher = better, so a good method has a *positive* correlati
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -30,7 +30,12 @@ __all__ = [
 ]
 
 
-def _scores(values: Sequence[float] | np.ndarray) -> np.ndarray:
+# what the functions below take: a list or an array, of scores (or losses) and of untrainable flags
+Values = Sequence[float] | np.ndarray
+Flags = Sequence[bool] | np.ndarray
+
+
+def _scores(values: Values) -> np.ndarray:
     array = np.asarray(values, dtype=np.float64)
     return np.where(np.isnan(array), -np.inf, array)
 
@@ -40,7 +45,7 @@ def _finite_ranks(values: np.ndarray) -> np.ndarray:
     return stats.rankdata(values)
 
 
-def spearman(scores: Sequence[float] | np.ndarray, targets: Sequence[float] | np.ndarray) -> float:
+def spearman(scores: Values, targets: Values) -> float:
     """Spearman's rho between scores and targets (nan policy above); nan if constant.
 
     >>> spearman([1, 2, 3], [10, 20, 30])
@@ -52,7 +57,7 @@ def spearman(scores: Sequence[float] | np.ndarray, targets: Sequence[float] | np
     return float(np.corrcoef(a, b)[0, 1])
 
 
-def kendall(scores: Sequence[float] | np.ndarray, targets: Sequence[float] | np.ndarray) -> float:
+def kendall(scores: Values, targets: Values) -> float:
     """Kendall's tau-b between scores and targets (nan policy above); nan if constant."""
     a, b = _finite_ranks(_scores(scores)), _finite_ranks(_scores(targets))
     if np.ptp(a) == 0 or np.ptp(b) == 0:
@@ -74,7 +79,7 @@ def _figures(flag: np.ndarray, bad: np.ndarray) -> PruneFigures:
     return PruneFigures(int(flag.sum()), float(precision), float(recall))
 
 
-def prune_fraction(scores: Sequence[float], untrainable: Sequence[bool], fraction: float = 0.25) -> PruneFigures:
+def prune_fraction(scores: Values, untrainable: Flags, fraction: float = 0.25) -> PruneFigures:
     """Flag the worst ``fraction`` of candidates by score (ties broken by position)."""
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], but got {fraction=}.")
@@ -85,14 +90,12 @@ def prune_fraction(scores: Sequence[float], untrainable: Sequence[bool], fractio
     return _figures(flag, np.asarray(untrainable, dtype=bool))
 
 
-def flags_figures(flags: Sequence[bool], untrainable: Sequence[bool]) -> PruneFigures:
+def flags_figures(flags: Flags, untrainable: Flags) -> PruneFigures:
     """Precision and recall of an explicit set of flags (e.g. Preflight's ``prune`` verdict)."""
     return _figures(np.asarray(flags, dtype=bool), np.asarray(untrainable, dtype=bool))
 
 
-def precision_recall_curve(
-    scores: Sequence[float] | np.ndarray, untrainable: Sequence[bool]
-) -> tuple[np.ndarray, np.ndarray]:
+def precision_recall_curve(scores: Values, untrainable: Flags) -> tuple[np.ndarray, np.ndarray]:
     """Precision and recall when pruning the worst k candidates, k = 1..n."""
     s = _scores(scores)
     bad = np.asarray(untrainable, dtype=bool)[np.argsort(s, kind="stable")]
@@ -102,14 +105,14 @@ def precision_recall_curve(
     return hits / k, recall
 
 
-def precision_at_recall(scores: Sequence[float], untrainable: Sequence[bool], recall: float = 0.8) -> float:
+def precision_at_recall(scores: Values, untrainable: Flags, recall: float = 0.8) -> float:
     """The best precision any pruning threshold reaches with at least ``recall``."""
     p, r = precision_recall_curve(scores, untrainable)
     ok = r >= recall
     return float(p[ok].max()) if ok.any() else math.nan
 
 
-def tuning_comparison(tuned: Sequence[float], other: Sequence[float]) -> dict[str, float]:
+def tuning_comparison(tuned: Values, other: Values) -> dict[str, float]:
     """Per candidate, tuned vs another initialization's trained loss (lower is better).
 
     ``better``: fraction where tuned is strictly lower; ``median_improvement``: median of
@@ -139,11 +142,11 @@ def tuning_comparison(tuned: Sequence[float], other: Sequence[float]) -> dict[st
 
 def ranking_curve(
     features: Sequence[dict[str, float | None]],
-    values: Sequence[float],
+    values: Values,
     trained: int,
     draws: int,
     rng: np.random.Generator,
-    baselines: dict[str, Sequence[float]] | None = None,
+    baselines: Mapping[str, Values] | None = None,
 ) -> dict[str, list[float]]:
     """``nas.ranking.Ranker`` fitted on ``trained`` candidates drawn at random, ``draws`` times: its
     Spearman with ``values`` on the other candidates (``"fit"``), and each baseline score's on the

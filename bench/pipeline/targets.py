@@ -162,11 +162,11 @@ def _e2e_why(e2e: dict[str, Any]) -> str:
         else:
             reach = f"reached it at {gated['ratio_to_ungated']:.2f} x the ungated compute"
         cond = gated.get("conditioning_seconds")
-        share = f", conditioning {cond:.1f} s of its {gated['total_compute']:.1f} s" if cond is not None else ""
+        cond_text = f", conditioning {cond:.1f} s of its {gated['total_compute']:.1f} s" if cond is not None else ""
         parts.append(
             f"seed {seed}: the ungated search reached {best:.3f} after {ungated['compute_to_ungated_best']:.1f} s; "
             f"the gated one {reach}, {gated['pruned_before']} trial{'s' if gated['pruned_before'] != 1 else ''} "
-            f"pruned{share}"
+            f"pruned{cond_text}"
         )
     gated = [f["preflight gate"] for f in e2e["seeds"].values() if isinstance(f.get("preflight gate"), dict)]
     epochs = statistics.median(g["epochs_ratio_to_ungated"] for g in gated) if gated else math.nan
