@@ -176,3 +176,22 @@ def test_a_rule_picks_its_variant_by_whether_the_network_has_a_convolution():
     assert tuning_variants._has_conv({"blocks": [{"layers": [{"type": "conv2d", "out": 8}]}]})
     assert tuning_variants._has_conv({"blocks": [{"residual": {"layers": [{"type": "conv2d"}]}}]})
     assert not tuning_variants._has_conv(SMALL_MLP)
+
+
+def test_the_second_fresh_samples_figures_docs_quote_are_what_the_committed_caches_give():
+    from bench.v2.candidates import fresh_set
+
+    fresh2 = fresh_set(sample="fresh2")
+    h1 = tuning_variants.paired_shares("default_equalized", "default", fresh2)
+    assert (_rounded(h1, "sgd"), _rounded(h1, "adamw")) == ((0.58, 0.49, 0.68), (0.67, 0.58, 0.75))
+    assert h1["sgd"]["n"] == 102 and h1["sgd"]["seeds"] == 3 and h1["adamw"]["seeds"] == 3
+    h2 = tuning_variants.paired_shares("default_equalized", "default", fresh2, accuracy=True)
+    assert (_rounded(h2, "sgd"), _rounded(h2, "adamw")) == ((0.50, 0.40, 0.59), (0.58, 0.49, 0.67))
+    h3 = tuning_variants.paired_shares("default_equalized", "lsuv_equalized", fresh2)
+    assert (_rounded(h3, "sgd"), _rounded(h3, "adamw")) == ((0.53, 0.44, 0.63), (0.46, 0.36, 0.56))
+    h4 = tuning_variants.paired_shares("default", "lsuv", fresh2)
+    assert (_rounded(h4, "sgd"), _rounded(h4, "adamw")) == ((0.59, 0.49, 0.69), (0.73, 0.64, 0.80))
+    on_accuracy = tuning_variants.paired_shares("default", "lsuv", fresh2, accuracy=True)
+    assert (_rounded(on_accuracy, "sgd"), _rounded(on_accuracy, "adamw")) == ((0.61, 0.51, 0.70), (0.69, 0.60, 0.77))
+    lsuv_gain = tuning_variants.paired_shares("lsuv_equalized", "lsuv", fresh2, accuracy=True)
+    assert (_rounded(lsuv_gain, "sgd"), _rounded(lsuv_gain, "adamw")) == ((0.61, 0.51, 0.70), (0.73, 0.64, 0.80))
