@@ -218,13 +218,21 @@ def _conditioned(name: str, candidate: Candidate, seed: int = 0) -> dict[str, An
 def _revalidated(name: str, candidate: Candidate, cached: dict[str, Any]) -> dict[str, Any] | None:
     """``cached`` (a run of another engine) with this engine's conditioning figures, when this
     engine tunes the same init within 1e-6 (``bench.v2.stages``' rule), so that an engine change
-    that keeps the numbers retrains nothing; None when the init moved (the run is stale)."""
+    that keeps the numbers retrains nothing; None when the init of any of its training seeds moved
+    (the run is stale)."""
     if name in ("lsuv", "lsuv_centered") or name in EQUALIZED:
         return None  # LSUV's carry no engine and are never stale; an equalized one reruns when its engine changes
-    fresh = _conditioned(name, candidate)
-    if not same_inputs(_tuned_init(cached), _tuned_init(fresh)):
-        return None
-    return cached | {key: fresh[key] for key in ("score", "verdict", "counted", "engine")}
+    figures = ("score", "verdict", "counted", "engine")
+    kept = dict(cached)
+    for seed, entry in [(0, cached), *((int(k), v) for k, v in cached.get("seeds", {}).items())]:
+        fresh = _conditioned(name, candidate, seed)
+        if not same_inputs(_tuned_init(entry), _tuned_init(fresh)):
+            return None
+        if seed:
+            kept["seeds"] = {**kept["seeds"], str(seed): entry | {key: fresh[key] for key in figures}}
+        else:
+            kept |= {key: fresh[key] for key in figures}
+    return kept
 
 
 def _start(name: str, candidate: Candidate, seed: int) -> tuple[Any, dict[str, Any]]:

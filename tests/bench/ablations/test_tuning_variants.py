@@ -51,6 +51,16 @@ def test_a_run_whose_init_moved_beyond_the_tolerance_is_stale(candidate, conditi
     assert tuning_variants._revalidated("default", candidate, shifted) is None
 
 
+def test_a_run_is_stale_when_the_init_of_any_of_its_training_seeds_moved(candidate, conditioned):
+    seed_1 = tuning_variants._conditioned("default", candidate, 1)
+    older = _older_run(conditioned) | {"seeds": {"1": copy.deepcopy(seed_1) | {"engine": "0123456789abcdef"}}}
+    kept = tuning_variants._revalidated("default", candidate, older)
+    assert kept is not None and kept["seeds"]["1"]["engine"] == engine_version()
+    first = sorted(seed_1["scales"])[0]
+    older["seeds"]["1"]["scales"][first] *= 1 + 1e-4  # seed 0's init is the same; seed 1's moved
+    assert tuning_variants._revalidated("default", candidate, older) is None
+
+
 def test_run_one_keeps_a_revalidated_run_without_training(tmp_path, monkeypatch, candidate, conditioned):
     monkeypatch.setattr(tuning_variants, "OUT", tmp_path)
     path = tmp_path / "default" / f"{candidate.id}.json"
