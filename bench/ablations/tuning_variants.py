@@ -24,6 +24,7 @@ import math
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -224,7 +225,7 @@ def _revalidated(name: str, candidate: Candidate, cached: dict[str, Any]) -> dic
         return None  # LSUV's carry no engine and are never stale; an equalized one reruns when its engine changes
     figures = ("score", "verdict", "counted", "engine")
     kept = dict(cached)
-    for seed, entry in [(0, cached), *((int(k), v) for k, v in cached.get("seeds", {}).items())]:
+    for seed, entry in _seed_entries(cached):
         fresh = _conditioned(name, candidate, seed)
         if not same_inputs(_tuned_init(entry), _tuned_init(fresh)):
             return None
@@ -267,10 +268,16 @@ def _start(name: str, candidate: Candidate, seed: int) -> tuple[Any, dict[str, A
     return make_tuned, result
 
 
+def _seed_entries(result: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """The training seeds a cached result holds, in order, each with its entry: seed 0 at the
+    result's top level (once trained), the others under ``seeds`` (each with its own conditioning's
+    figures)."""
+    first = [(0, result)] if "sgd" in result else []
+    return first + sorted((int(k), v) for k, v in result.get("seeds", {}).items())
+
+
 def _seed_count(result: dict[str, Any]) -> int:
-    """How many training seeds a cached result holds: seed 0 at its top level, the others under
-    ``seeds`` (each with its own conditioning's figures)."""
-    return ("sgd" in result) + len(result.get("seeds", {}))
+    return len(_seed_entries(result))
 
 
 def run_one(args: tuple[str, dict[str, Any], int]) -> str:
@@ -281,13 +288,14 @@ def run_one(args: tuple[str, dict[str, Any], int]) -> str:
     torch.set_num_threads(1)
     candidate = Candidate(**cand)
     path = OUT / name / f"{candidate.id}.json"
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = read_json(path) if path.exists() else {}
     note = ""
-    if path.exists() and read_json(path).get("engine", engine_version()) == engine_version():
-        result = read_json(path)
-    elif path.exists() and (kept := _revalidated(name, candidate, read_json(path))) is not None:
-        write_json(path, kept)
-        result, note = kept, f" kept (the same init under engine {engine_version()})"
+    if result and result.get("engine", engine_version()) != engine_version():
+        kept = _revalidated(name, candidate, result)
+        result = {} if kept is None else kept  # a stale run trains anew
+        if kept is not None:
+            write_json(path, kept)
+            note = f" kept (the same init under engine {engine_version()})"
     if _seed_count(result) >= seeds:
         return f"{name} {candidate.id}{note or ' cached'}"
     start = time.perf_counter()
@@ -308,37 +316,38 @@ def run_one(args: tuple[str, dict[str, Any], int]) -> str:
     return f"{name} {candidate.id}{note} {_seed_count(result)} seeds, {result['seconds']:.1f} s"
 
 
-def _seed_runs(entry: dict[str, Any], protocol: str, seeds: int | None) -> list[dict[str, Any]]:
-    """The runs of ``entry`` under ``protocol``, seed 0 first, the first ``seeds`` of them (None: all)."""
-    extra = [entry["seeds"][k][protocol] for k in sorted(entry.get("seeds", {}), key=int)]
-    return [entry[protocol], *extra][:seeds]
+def _median_over_seeds(
+    entry: dict[str, Any] | None, protocol: str, seeds: int | None, figure: Callable[[dict[str, Any]], float]
+) -> float:
+    """The median of ``figure`` over the runs of ``entry`` under ``protocol``, its first ``seeds``
+    training seeds (None: all); nan when it has no run under ``protocol``."""
+    if not entry or protocol not in entry:
+        return math.nan
+    runs = [e[protocol] for _, e in _seed_entries(entry)][:seeds]
+    return float(np.median([figure(run) for run in runs]))
+
+
+def _final_loss(run: dict[str, Any]) -> float:
+    loss = run["final_loss"][run["best"]]
+    return math.inf if loss is None or all(run["diverged"]) else float(loss)
+
+
+def _test_error(run: dict[str, Any]) -> float:
+    accuracy = run["test_accuracy"][run["best"]]
+    return math.inf if accuracy is None or all(run["diverged"]) else 1.0 - float(accuracy)
 
 
 def _best_loss(entry: dict[str, Any] | None, protocol: str, seeds: int | None = None) -> float:
     """The final training loss at the best rate (inf when every rate diverged), the median over the
     first ``seeds`` training seeds, as benchmark v2's ground truth takes it."""
-    if not entry or protocol not in entry:
-        return math.nan
-
-    def one(run: dict[str, Any]) -> float:
-        loss = run["final_loss"][run["best"]]
-        return math.inf if loss is None or all(run["diverged"]) else float(loss)
-
-    return float(np.median([one(run) for run in _seed_runs(entry, protocol, seeds)]))
+    return _median_over_seeds(entry, protocol, seeds, _final_loss)
 
 
 def _best_error(entry: dict[str, Any] | None, protocol: str, seeds: int | None = None) -> float:
     """One minus the test accuracy at the rate whose training loss was best (benchmark v2's choice
     of rate): lower is better, as for the loss; inf when every rate diverged; the median over the
     first ``seeds`` training seeds."""
-    if not entry or protocol not in entry:
-        return math.nan
-
-    def one(run: dict[str, Any]) -> float:
-        accuracy = run["test_accuracy"][run["best"]]
-        return math.inf if accuracy is None or all(run["diverged"]) else 1.0 - float(accuracy)
-
-    return float(np.median([one(run) for run in _seed_runs(entry, protocol, seeds)]))
+    return _median_over_seeds(entry, protocol, seeds, _test_error)
 
 
 def compare(names: list[str], candidates: list[Candidate]) -> None:
