@@ -202,9 +202,9 @@ FRESH_SAMPLES = {"fresh": (2, 300, "fresh-"), "fresh2": (3, 301, "fresh2-"), "fr
 def fresh_set(n_v1: int = 60, n_fashion: int = 42, sample: str = "fresh") -> list[Candidate]:
     """A validation sample for the ablations, never part of benchmark v2's tables: the development
     set's families drawn at seeds of their own (``FRESH_SAMPLES``: 2 for v1's, 300 for Fashion-MNIST's;
-    a second sample at 3 and 301, a third at 4 and 302), so a rule found by looking at the development set can be tested on
-    candidates it has not seen without reading the frozen test set. Every id starts with the sample's
-    prefix (``fresh-``, ``fresh2-``, ``fresh3-``)."""
+    a second sample at 3 and 301, a third at 4 and 302), so a rule found by looking at the development
+    set can be tested on candidates it has not seen without reading the frozen test set. Every id
+    starts with the sample's prefix (``fresh-``, ``fresh2-``, ``fresh3-``)."""
     v1_seed, fashion_seed, prefix = FRESH_SAMPLES[sample]
     v1 = [Candidate(f"{prefix}{c.id}", c.family, c.dataset, c.spec) for c in sample_candidates(n_v1, seed=v1_seed)]
     return v1 + _fashion(n_fashion, DEV_FAMILIES, seed=fashion_seed, prefix=prefix)
