@@ -210,3 +210,23 @@ def test_the_second_fresh_samples_figures_docs_quote_are_what_the_committed_cach
     assert _both(on_accuracy) == ((0.61, 0.51, 0.70), (0.69, 0.60, 0.77))
     lsuv_gain = tuning_variants.paired_shares("lsuv_equalized", "lsuv", fresh2, accuracy=True)
     assert _both(lsuv_gain) == ((0.61, 0.51, 0.70), (0.73, 0.64, 0.80))
+
+
+def test_the_third_fresh_samples_figures_docs_quote_are_what_the_committed_caches_give():
+    """Read through the rule ``conv_equalized``: only the sample's networks with a convolution were run."""
+    from bench.v2.candidates import fresh_set
+
+    fresh3 = fresh_set(sample="fresh3")
+    h1 = tuning_variants.paired_shares("conv_equalized", "default", fresh3)
+    assert _both(h1) == ((0.70, 0.57, 0.83), (0.72, 0.60, 0.85))
+    assert (
+        h1["sgd"]["n"] == 47 and h1["sgd"]["seeds"] == 3 and set(h1["sgd"]["family"]) == {"cnn", "fm_cnn", "fm_rescnn"}
+    )
+    h2 = tuning_variants.paired_shares("conv_equalized", "default", fresh3, accuracy=True)
+    assert _both(h2) == ((0.62, 0.49, 0.76), (0.62, 0.47, 0.74))
+    level = tuning_variants.paired_shares("conv_equalized", "lsuv_equalized", fresh3)
+    assert _both(level) == ((0.57, 0.43, 0.72), (0.47, 0.32, 0.62))
+    against_lsuv = tuning_variants.paired_shares("conv_equalized", "lsuv", fresh3)
+    assert _both(against_lsuv) == ((0.77, 0.64, 0.87), (0.85, 0.74, 0.94))
+    lsuv_gain = tuning_variants.paired_shares("lsuv_equalized", "lsuv", fresh3, accuracy=True)
+    assert _both(lsuv_gain) == ((0.72, 0.60, 0.84), (0.82, 0.72, 0.91))
