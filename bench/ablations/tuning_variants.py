@@ -10,11 +10,11 @@ as the variant ``lsuv``. Results are cached per (variant, candidate) under
 (docs/conditioning.md, "Choosing the defaults"). ``--paired A B`` prints the share of candidates on
 which A ends lower than B with a bootstrap interval (``--accuracy``: a higher test accuracy), where
 A or B may also be a rule that picks a variant by architecture (``RULES``); ``--set fresh`` (or
-``fresh2``, ``fresh3``: a second and a third sample) runs on ``bench.v2.candidates.fresh_set``, fresh candidates of the
-development families, to test on candidates no choice has seen what was found by looking at the
-development set. ``--seeds k`` trains k seeds per candidate (seed k conditions the spec's draw at seed k
-and trains in seed k's batch order, as benchmark v2's seeds do); a comparison reads each candidate at
-the seeds both runs have, the median over them.
+``fresh2``, ``fresh3``: a second and a third sample) runs on ``bench.v2.candidates.fresh_set``,
+fresh candidates of the development families, to test on candidates no choice has seen what was
+found by looking at the development set. ``--seeds k`` trains k seeds per candidate (seed k
+conditions the spec's draw at seed k and trains in seed k's batch order, as benchmark v2's seeds
+do); a comparison reads each candidate at the seeds both runs have, the median over them.
 """
 
 from __future__ import annotations

@@ -170,63 +170,55 @@ def _both(shares: dict) -> tuple[tuple[float, float, float], ...]:
     return _rounded(shares, "sgd"), _rounded(shares, "adamw")
 
 
-def test_the_equalization_figures_docs_quote_are_what_the_committed_caches_give():
-    from bench.v2.candidates import fresh_set
-
-    fresh, dev = fresh_set(), dev_set()
-    h1 = tuning_variants.paired_shares("default_equalized", "default", fresh)
-    assert _both(h1) == ((0.66, 0.56, 0.75), (0.67, 0.57, 0.76))
-    assert h1["sgd"]["n"] == 102 and h1["sgd"]["family"]["bn_mlp"] == pytest.approx(4 / 9)
-    h2 = tuning_variants.paired_shares("conv_ddi", "default", fresh)
-    assert _both(h2) == ((0.53, 0.47, 0.60), (0.55, 0.49, 0.62))
-    accuracy = tuning_variants.paired_shares("default_equalized", "default", fresh, accuracy=True)
-    assert _both(accuracy) == ((0.47, 0.37, 0.57), (0.59, 0.50, 0.68))
-    on_dev = tuning_variants.paired_shares("default_equalized", "default", dev)
-    assert _both(on_dev) == ((0.60, 0.54, 0.66), (0.59, 0.53, 0.65))
-    no_tuning = tuning_variants.paired_shares("ddi", "default", dev)
-    assert _both(no_tuning) == ((0.49, 0.43, 0.56), (0.49, 0.43, 0.55))
-
-
 def test_a_rule_picks_its_variant_by_whether_the_network_has_a_convolution():
     assert tuning_variants._has_conv({"blocks": [{"layers": [{"type": "conv2d", "out": 8}]}]})
     assert tuning_variants._has_conv({"blocks": [{"residual": {"layers": [{"type": "conv2d"}]}}]})
     assert not tuning_variants._has_conv(SMALL_MLP)
 
 
-def test_the_second_fresh_samples_figures_docs_quote_are_what_the_committed_caches_give():
+# every share docs/conditioning.md quotes from the committed caches: (sample, A, B, on test accuracy,
+# (S, W)), each the share of candidates where A does better than B and its interval, rounded as quoted
+QUOTED_SHARES = [
+    ("fresh", "default_equalized", "default", False, ((0.66, 0.56, 0.75), (0.67, 0.57, 0.76))),
+    ("fresh", "conv_ddi", "default", False, ((0.53, 0.47, 0.60), (0.55, 0.49, 0.62))),
+    ("fresh", "default_equalized", "default", True, ((0.47, 0.37, 0.57), (0.59, 0.50, 0.68))),
+    ("dev", "default_equalized", "default", False, ((0.60, 0.54, 0.66), (0.59, 0.53, 0.65))),
+    ("dev", "ddi", "default", False, ((0.49, 0.43, 0.56), (0.49, 0.43, 0.55))),
+    ("fresh2", "default_equalized", "default", False, ((0.58, 0.49, 0.68), (0.67, 0.58, 0.75))),
+    ("fresh2", "default_equalized", "default", True, ((0.50, 0.40, 0.59), (0.58, 0.49, 0.67))),
+    ("fresh2", "default_equalized", "lsuv_equalized", False, ((0.53, 0.44, 0.63), (0.46, 0.36, 0.56))),
+    ("fresh2", "default", "lsuv", False, ((0.59, 0.49, 0.69), (0.73, 0.64, 0.80))),
+    ("fresh2", "default", "lsuv", True, ((0.61, 0.51, 0.70), (0.69, 0.60, 0.77))),
+    ("fresh2", "lsuv_equalized", "lsuv", True, ((0.61, 0.51, 0.70), (0.73, 0.64, 0.80))),
+    # the third sample ran only its networks with a convolution, read through the rule it tested
+    ("fresh3", "conv_equalized", "default", False, ((0.70, 0.57, 0.83), (0.72, 0.60, 0.85))),
+    ("fresh3", "conv_equalized", "default", True, ((0.62, 0.49, 0.76), (0.62, 0.47, 0.74))),
+    ("fresh3", "conv_equalized", "lsuv_equalized", False, ((0.57, 0.43, 0.72), (0.47, 0.32, 0.62))),
+    ("fresh3", "conv_equalized", "lsuv", False, ((0.77, 0.64, 0.87), (0.85, 0.74, 0.94))),
+    ("fresh3", "lsuv_equalized", "lsuv", True, ((0.72, 0.60, 0.84), (0.82, 0.72, 0.91))),
+]
+
+
+def _sample(name: str) -> list:
     from bench.v2.candidates import fresh_set
 
-    fresh2 = fresh_set(sample="fresh2")
-    h1 = tuning_variants.paired_shares("default_equalized", "default", fresh2)
-    assert _both(h1) == ((0.58, 0.49, 0.68), (0.67, 0.58, 0.75))
-    assert h1["sgd"]["n"] == 102 and h1["sgd"]["seeds"] == 3 and h1["adamw"]["seeds"] == 3
-    h2 = tuning_variants.paired_shares("default_equalized", "default", fresh2, accuracy=True)
-    assert _both(h2) == ((0.50, 0.40, 0.59), (0.58, 0.49, 0.67))
-    h3 = tuning_variants.paired_shares("default_equalized", "lsuv_equalized", fresh2)
-    assert _both(h3) == ((0.53, 0.44, 0.63), (0.46, 0.36, 0.56))
-    h4 = tuning_variants.paired_shares("default", "lsuv", fresh2)
-    assert _both(h4) == ((0.59, 0.49, 0.69), (0.73, 0.64, 0.80))
-    on_accuracy = tuning_variants.paired_shares("default", "lsuv", fresh2, accuracy=True)
-    assert _both(on_accuracy) == ((0.61, 0.51, 0.70), (0.69, 0.60, 0.77))
-    lsuv_gain = tuning_variants.paired_shares("lsuv_equalized", "lsuv", fresh2, accuracy=True)
-    assert _both(lsuv_gain) == ((0.61, 0.51, 0.70), (0.73, 0.64, 0.80))
+    return dev_set() if name == "dev" else fresh_set(sample=name)
 
 
-def test_the_third_fresh_samples_figures_docs_quote_are_what_the_committed_caches_give():
-    """Read through the rule ``conv_equalized``: only the sample's networks with a convolution were run."""
-    from bench.v2.candidates import fresh_set
+@pytest.mark.parametrize(
+    ("sample", "first", "second", "accuracy", "quoted"),
+    QUOTED_SHARES,
+    ids=[f"{s}-{a}-vs-{b}-{'accuracy' if acc else 'loss'}" for s, a, b, acc, _ in QUOTED_SHARES],
+)
+def test_the_shares_docs_quote_are_what_the_committed_caches_give(sample, first, second, accuracy, quoted):
+    assert _both(tuning_variants.paired_shares(first, second, _sample(sample), accuracy=accuracy)) == quoted
 
-    fresh3 = fresh_set(sample="fresh3")
-    h1 = tuning_variants.paired_shares("conv_equalized", "default", fresh3)
-    assert _both(h1) == ((0.70, 0.57, 0.83), (0.72, 0.60, 0.85))
-    assert (
-        h1["sgd"]["n"] == 47 and h1["sgd"]["seeds"] == 3 and set(h1["sgd"]["family"]) == {"cnn", "fm_cnn", "fm_rescnn"}
-    )
-    h2 = tuning_variants.paired_shares("conv_equalized", "default", fresh3, accuracy=True)
-    assert _both(h2) == ((0.62, 0.49, 0.76), (0.62, 0.47, 0.74))
-    level = tuning_variants.paired_shares("conv_equalized", "lsuv_equalized", fresh3)
-    assert _both(level) == ((0.57, 0.43, 0.72), (0.47, 0.32, 0.62))
-    against_lsuv = tuning_variants.paired_shares("conv_equalized", "lsuv", fresh3)
-    assert _both(against_lsuv) == ((0.77, 0.64, 0.87), (0.85, 0.74, 0.94))
-    lsuv_gain = tuning_variants.paired_shares("lsuv_equalized", "lsuv", fresh3, accuracy=True)
-    assert _both(lsuv_gain) == ((0.72, 0.60, 0.84), (0.82, 0.72, 0.91))
+
+def test_each_sample_is_read_at_the_candidates_and_seeds_docs_state():
+    fresh = tuning_variants.paired_shares("default_equalized", "default", _sample("fresh"))
+    assert fresh["sgd"]["n"] == 102 and fresh["sgd"]["family"]["bn_mlp"] == pytest.approx(4 / 9)
+    fresh2 = tuning_variants.paired_shares("default_equalized", "default", _sample("fresh2"))
+    assert fresh2["sgd"]["n"] == 102 and fresh2["sgd"]["seeds"] == 3 and fresh2["adamw"]["seeds"] == 3
+    fresh3 = tuning_variants.paired_shares("conv_equalized", "default", _sample("fresh3"))
+    assert fresh3["sgd"]["n"] == 47 and fresh3["sgd"]["seeds"] == 3
+    assert set(fresh3["sgd"]["family"]) == {"cnn", "fm_cnn", "fm_rescnn"}
