@@ -32,9 +32,10 @@ DEMO_DATASET = $(shell $(BIN)/python -c "import nas.fashion_mnist as f; print('f
 demo: $(STAMP)
 	$(BIN)/preflight demo --dataset $(DEMO_DATASET)
 
-# The whole suite, after the static checks (lint): CI runs this (.ci/run).
+# The whole suite, after the static checks (lint): CI runs this (.ci/run). It ends with the 25
+# slowest tests and their seconds, so a test that grows slow shows in every CI log.
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # Benchmark v2 (docs/benchmarks.md), the Fashion-MNIST search (docs/fashion-search.md) and the
 # NAS-Bench-201 cells (docs/nasbench201.md): resumable from the committed caches (what an older engine
