@@ -23,9 +23,12 @@ __all__ = [
     "LayerReport",
     "TuningReport",
     "UnitReport",
+    "Verdict",
     "finite_or_none",
     "float_or_nan",
 ]
+
+Verdict = Literal["keep", "prune"]  # a report's verdict; the API's candidate list filters by it
 
 
 # The rate to train at is the probe's best rate times this: one step of the probe's grid (0.1, 0.03)
@@ -167,7 +170,7 @@ class ConditioningReport(_Model):
 
     spec_hash: str
     score: float | None
-    verdict: Literal["keep", "prune"]
+    verdict: Verdict
     reasons: list[str]  # the verdict's cause first, then the others worst first
     scales: dict[str, float]
     # per-channel values added to named biases after the scales (the engine's centering, one forward

@@ -1,13 +1,19 @@
-"""Request-size limit, enforced before the body is parsed (413 problem+json)."""
+"""Checks on the request's envelope before any route reads it: the body's size (413), its media
+type (415) and the URL's percent-escapes (422), each answered as problem+json."""
 
 from __future__ import annotations
 
+from urllib.parse import unquote_to_bytes
+
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.problems import problem_response
+from service.api.problems import ProblemIssue, problem_response
 
-__all__ = ["BodyLimitMiddleware"]
+__all__ = ["BodyLimitMiddleware", "RequestFormatMiddleware"]
+
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
 class BodyLimitMiddleware:
@@ -25,8 +31,6 @@ class BodyLimitMiddleware:
         detail = f"request body over the limit of {self.max_bytes} bytes (setting PREFLIGHT_MAX_BODY_BYTES)"
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            from starlette.requests import Request
-
             await problem_response(Request(scope), 413, detail, kind="too-large")(scope, receive, send)
             return
         received = 0
@@ -41,3 +45,40 @@ class BodyLimitMiddleware:
             return message
 
         await self.app(scope, limited_receive, send)
+
+
+class RequestFormatMiddleware:
+    """Refuse what a route would misread: a body sent as another media type than JSON (a form or
+    text body would be reported as "not an object", 415 names the header instead), and a path or
+    query whose percent-escapes are not UTF-8 (decoded leniently, ``%ff`` and ``%fe`` would both
+    become U+FFFD and name the same study)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            if (refusal := _refusal(scope)) is not None:
+                status, where, message = refusal
+                issues = [ProblemIssue(path=where, message=message)]
+                response = problem_response(
+                    Request(scope), status, f"{where}: {message}", kind="invalid-request", errors=issues
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _refusal(scope: Scope) -> tuple[int, str, str] | None:
+    """(status, where, why) for a request to refuse, else None."""
+    for where, raw in (("path", scope.get("raw_path") or b""), ("query", scope.get("query_string") or b"")):
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as error:
+            return 422, where, f"percent-escapes that are not UTF-8 text (byte {error.object[error.start]:#04x})"
+    if scope["method"] in _WITH_BODY:
+        media_type = dict(scope["headers"]).get(b"content-type", b"").split(b";")[0].strip().lower()
+        if media_type and media_type != b"application/json" and not media_type.endswith(b"+json"):
+            shown = media_type.decode("latin-1")[:100]
+            return 415, "header.content-type", f"the body must be JSON (application/json), not {shown}"
+    return None

@@ -98,12 +98,12 @@ class ProblemError(Exception):
     @classmethod
     def from_invalid_batch(cls, exc: InvalidBatch) -> ProblemError:
         """The store's :class:`InvalidBatch` as a 422 naming the JSON path at fault."""
-        return cls(
-            422,
-            f"{exc.path}: {exc.message}",
-            kind="invalid-request",
-            errors=[ProblemIssue(path=exc.path, message=exc.message)],
-        )
+        return cls.at(exc.path, exc.message)
+
+    @classmethod
+    def at(cls, path: str, message: str) -> ProblemError:
+        """A 422 for one fault of the request at ``path`` (``query.cursor``, ``path.study``, ``x[0][1]``)."""
+        return cls(422, f"{path}: {message}", kind="invalid-request", errors=[ProblemIssue(path=path, message=message)])
 
 
 MAX_ISSUES = 50  # listed in errors; the detail names the first few
@@ -162,8 +162,22 @@ async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request, exc.status, exc.detail, kind=exc.kind, errors=exc.errors, headers=exc.headers)
 
 
+def _unparsable_body(cause: BaseException | None) -> str | None:
+    """Why FastAPI could not parse a body that is not a JSON syntax error (it answers those with a
+    bare 400 "There was an error parsing the body"): the reason, or None for another 400."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the body is not UTF-8 (byte {cause.object[cause.start : cause.start + 1]!r} at offset {cause.start})"
+    if isinstance(cause, RecursionError):
+        return "invalid JSON: nested too deeply for this server to parse (arrays or objects within each other)"
+    if isinstance(cause, ValueError):  # e.g. an integer literal of more digits than Python converts
+        return f"invalid JSON: {str(cause).splitlines()[0][:200]}"
+    return None
+
+
 async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and (reason := _unparsable_body(exc.__cause__)) is not None:
+        return await _on_problem(request, ProblemError.at("$", reason))
     kind = {401: "unauthorized", 404: "not-found", 409: "conflict", 413: "too-large"}.get(exc.status_code)
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
     if exc.status_code == 404 and detail == "Not Found":

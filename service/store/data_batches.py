@@ -75,7 +75,9 @@ def _fast_shape(value: Any) -> list[int] | None:
         return None
     if array.dtype.kind == "f" and not bool(np.isfinite(array).all()):
         return None
-    if array.dtype.kind == "i" and int(np.abs(array).max()) > MAX_INTEGER:
+    # beyond 2**53 the walk decides (an integer there is refused, a float kept); in Python numbers,
+    # since numpy's abs of int64's minimum is itself, and an integer mixed with floats is a float here
+    if max(array.max().item(), -array.min().item()) > MAX_INTEGER:
         return None
     if _has_bool(value):  # numpy reads True as 1: JSON's true is not a number here
         return None

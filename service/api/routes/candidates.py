@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from nas import SpecError, SpecLimits, spec_hash
 from nas.canonical import key_options
+from nas.report import Verdict
 from nas.spec import storable_text
 from nas.validate import count_layers, job_limit_issue, parse_and_trace
 from service.api.deps import (
@@ -248,7 +249,9 @@ async def wait_for_candidate(
     settings: SettingsDep,
     engine: EngineDep,
     caller: CallerDep,
-    timeout: Annotated[float, Query(ge=0, le=3600, description="seconds; capped by the server")] = 30.0,
+    timeout: Annotated[
+        float, Query(ge=0, le=3600, allow_inf_nan=False, description="seconds; capped by the server")
+    ] = 30.0,
 ) -> Response:
     """Answer when the candidate is done, failed or cancelled, or when ``timeout`` seconds
     have passed (then with its current status). Polls the store; costs no worker time."""
@@ -277,9 +280,7 @@ def _decode_cursor(cursor: str) -> int:
             raise ValueError(cursor)
         return int(text[1:])
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise ProblemError(
-            422, "invalid cursor; pass next_cursor from the previous page", kind="invalid-request"
-        ) from None
+        raise ProblemError.at("query.cursor", "invalid cursor; pass next_cursor from the previous page") from None
 
 
 @router.get("", summary="List candidates, oldest first, with cursor pagination")
@@ -289,19 +290,17 @@ def list_candidates(
     caller: CallerDep,
     study: Annotated[str | None, Query(max_length=200)] = None,
     status: Status | None = None,
-    verdict: Annotated[str | None, Query(max_length=16)] = None,
+    verdict: Verdict | None = None,
     limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
     cursor: Annotated[str | None, Query(max_length=100)] = None,
     include_report: bool = False,
 ) -> CandidateList:
     page = limit or settings.page_size
-    for name, text in (("study", study), ("verdict", verdict)):
-        if text is None:
-            continue
+    if study is not None:
         try:
-            storable_text(text)
+            storable_text(study)
         except ValueError as error:  # a NUL or a lone surrogate: no database can be asked for it
-            raise ProblemError(422, f"{name} {error}", kind="invalid-request") from None
+            raise ProblemError.at("query.study", f"study {error}") from None
     after_id = _decode_cursor(cursor) if cursor is not None else None
     rows = list(
         reports.list_candidates(

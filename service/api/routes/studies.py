@@ -50,11 +50,11 @@ def study_summary(
     try:
         storable_text(study)
     except ValueError as error:
-        raise ProblemError(422, f"study name {error}", kind="invalid-request") from None
+        raise ProblemError.at("path.study", f"study name {error}") from None
     quantiles = q if q else DEFAULT_QUANTILES
-    for value in quantiles:
+    for i, value in enumerate(quantiles):
         if not 0.0 <= value <= 1.0 or math.isnan(value):
-            raise ProblemError(422, f"quantile {value} is outside [0, 1]", kind="invalid-request")
+            raise ProblemError.at(f"query.q[{i}]", f"quantile {value} is outside [0, 1]")
     figures = study_figures(session, study=study, caller=caller)
     counts, verdicts, scores = figures.counts, figures.verdicts, figures.scores
     if not counts and not caller.anonymous:

@@ -181,6 +181,54 @@ def test_a_json_syntax_error_names_its_line_and_column(sqlite_api: httpx.Client)
     assert "line 3, column 24" in problem["errors"][0]["message"], problem
 
 
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"spec": "\xff\xfe"}', "not UTF-8 (byte b'\\xff' at offset 10)"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"spec": {"input_shape": [' + b"9" * 5000 + b"]}}", "digits"),
+    ],
+    ids=["not-utf8", "nested-100000-deep", "5000-digit-integer"],
+)
+def test_a_body_that_cannot_be_parsed_is_a_422_at_the_root_saying_why(
+    sqlite_api: httpx.Client, body: bytes, reason: str
+) -> None:
+    """FastAPI answers these with a bare 400 "There was an error parsing the body"."""
+    for route in ("/v1/candidates", "/v1/batches"):
+        response = sqlite_api.post(route, content=body, headers={"content-type": "application/json"})
+        problem = assert_problem(response, 422)
+        assert problem["errors"][0]["path"] == "$" and reason in problem["errors"][0]["message"], problem
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("/v1/candidates?cursor=garbage", "query.cursor"),
+        ("/v1/candidates?verdict=bogus", "query.verdict"),
+        ("/v1/candidates?study=%00", "query.study"),
+        ("/v1/candidates/1/wait?timeout=NaN", "query.timeout"),
+        ("/v1/studies/s/summary?q=0.5&q=2", "query.q[1]"),
+        ("/v1/studies/%00/summary", "path.study"),
+        ("/v1/studies/%ff%fe/summary", "path"),
+        ("/v1/candidates?study=%ff", "query"),
+    ],
+)
+def test_a_bad_parameter_is_a_422_naming_where_it_is(sqlite_api: httpx.Client, url: str, path: str) -> None:
+    problem = assert_problem(sqlite_api.get(url), 422)
+    assert problem["errors"][0]["path"] == path and problem["detail"].startswith(path), problem
+
+
+def test_a_body_of_another_media_type_than_json_is_a_415_naming_the_header(sqlite_api: httpx.Client) -> None:
+    body = json.dumps({"spec": spec()}).encode()
+    for media_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+        response = sqlite_api.post("/v1/candidates", content=body, headers={"content-type": media_type})
+        problem = assert_problem(response, 415)
+        assert problem["errors"][0]["path"] == "header.content-type" and media_type.split(";")[0] in problem["detail"]
+    for media_type in ("application/json; charset=utf-8", "application/merge-patch+json"):
+        response = sqlite_api.post("/v1/candidates", content=body, headers={"content-type": media_type})
+        assert response.status_code == 202, response.text
+
+
 def test_a_bare_spec_gets_a_hint_to_wrap_it(sqlite_api: httpx.Client) -> None:
     problem = assert_problem(sqlite_api.post("/v1/candidates", json=spec()), 422)
     assert problem["errors"][0]["path"] == "$" and '{"spec": <your spec>' in problem["errors"][0]["message"]

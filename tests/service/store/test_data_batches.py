@@ -91,8 +91,30 @@ def test_the_numpy_shape_agrees_with_the_walk_on_well_formed_batches(value: Any)
 
 @pytest.mark.parametrize(
     "value",
-    [[[1.0, True]], [[1, 2], [3]], [[1.0, float("nan")]], [[2**60, 1]], [[1, "2"]], [[]], [[1.0, None]], 3.0],
-    ids=["bool", "ragged", "nan", "beyond-2**53", "string", "empty", "null", "scalar"],
+    [
+        [[1.0, True]],
+        [[1, 2], [3]],
+        [[1.0, float("nan")]],
+        [[2**60, 1]],
+        [[-(2**63), 1]],  # np.abs of int64's minimum is itself, negative: it passed as small
+        [[2**60, 1.0]],  # among floats numpy makes it a float: it passed
+        [[1, "2"]],
+        [[]],
+        [[1.0, None]],
+        3.0,
+    ],
+    ids=[
+        "bool",
+        "ragged",
+        "nan",
+        "beyond-2**53",
+        "int64-minimum",
+        "big-int-among-floats",
+        "string",
+        "empty",
+        "null",
+        "scalar",
+    ],
 )
 def test_anything_off_leaves_the_numpy_path_for_the_walk_that_names_it(value: Any) -> None:
     from service.store.data_batches import _fast_shape
