@@ -327,7 +327,8 @@ def _trace_cell(
             )
     fed = {edge.to for edge in cell.edges}
     if missing := [j for j in range(1, n) if j not in fed]:
-        raise SpecError.at(f"{label}.edges", f"node(s) {missing} have no incoming edge; every node after 0 needs one")
+        shown = f"{missing}" if len(missing) <= 10 else f"{missing[:10]} and {len(missing) - 10} more"
+        raise SpecError.at(f"{label}.edges", f"node(s) {shown} have no incoming edge; every node after 0 needs one")
     index = len(out)
     out.append(LayerInfo(label, module, cell.type, block, x, x, 0, 0, None, None))  # placeholder
     names = cell_edge_modules(cell, ctx.init)

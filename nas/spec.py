@@ -49,8 +49,17 @@ def storable_text(value: str) -> str:
 
 
 Name = Annotated[str, AfterValidator(storable_text)]
-PositiveInt = Annotated[int, BeforeValidator(_integer), Field(gt=0)]
-NonNegativeInt = Annotated[int, BeforeValidator(_integer), Field(ge=0)]
+# Bounds that keep every accepted spec buildable: PyTorch's kernels take sizes, strides and paddings
+# as 32-bit integers (a stride of 2**63 passed validation and broke the forward pass), and a factor
+# of the network's scale is squared on the way (a std or a residual's beta of 1e155 overflowed)
+MAX_SPEC_INT = 2**31 - 1
+MAX_SPEC_MAGNITUDE = 1e6
+MAX_CELL_NODES = 1024
+
+PositiveInt = Annotated[int, BeforeValidator(_integer), Field(gt=0, le=MAX_SPEC_INT)]
+NonNegativeInt = Annotated[int, BeforeValidator(_integer), Field(ge=0, le=MAX_SPEC_INT)]
+PositiveFactor = Annotated[float, Field(gt=0, le=MAX_SPEC_MAGNITUDE, allow_inf_nan=False)]
+Factor = Annotated[float, Field(ge=-MAX_SPEC_MAGNITUDE, le=MAX_SPEC_MAGNITUDE, allow_inf_nan=False)]
 
 __all__ = [
     "ActivationLayer",
@@ -70,6 +79,9 @@ __all__ = [
     "LayerNormLayer",
     "LeakyReluLayer",
     "LinearLayer",
+    "MAX_CELL_NODES",
+    "MAX_SPEC_INT",
+    "MAX_SPEC_MAGNITUDE",
     "NormLayer",
     "PatchEmbedLayer",
     "PoolLayer",
@@ -112,8 +124,8 @@ class Init(_Strict):
     """Weight initialization: Gaussian, mean 0, the scheme's variance times ``gain**2``."""
 
     scheme: InitScheme = "fan_in"
-    gain: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
-    std: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    gain: PositiveFactor = 1.0
+    std: PositiveFactor | None = None
 
     @model_validator(mode="after")
     def _std_only_for_normal(self) -> Init:
@@ -182,7 +194,7 @@ class ActivationLayer(_Strict):
 
 class LeakyReluLayer(_Strict):
     type: Literal["leaky_relu"]
-    slope: Annotated[float, Field(allow_inf_nan=False)] = 0.01
+    slope: Factor = 0.01
 
 
 class PoolLayer(_Strict):
@@ -217,7 +229,7 @@ class DropoutLayer(_Strict):
 
 class ScaleLayer(_Strict):
     type: Literal["scale"]
-    factor: Annotated[float, Field(allow_inf_nan=False)]
+    factor: Factor
 
 
 class ResidualLayer(_Strict):
@@ -226,8 +238,8 @@ class ResidualLayer(_Strict):
     type: Literal["residual"]
     body: Annotated[list[Layer], Field(min_length=1)]
     shortcut: list[Layer] = Field(default_factory=list)
-    alpha: Annotated[float, Field(allow_inf_nan=False)] = 1.0
-    beta: Annotated[float, Field(allow_inf_nan=False)] = 1.0
+    alpha: Factor = 1.0
+    beta: Factor = 1.0
 
 
 class ZeroLayer(_Strict):
@@ -261,7 +273,7 @@ class PosEmbedLayer(_Strict):
     """Adds a learned [T, D] tensor drawn N(0, std^2); v1.1."""
 
     type: Literal["pos_embed"]
-    std: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 0.02
+    std: PositiveFactor = 0.02
 
 
 class TokenMeanLayer(_Strict):
@@ -285,7 +297,7 @@ class CellLayer(_Strict):
     incoming edges' ops; ``"last"`` returns the last node, ``"concat"`` nodes 1.. along dim 0."""
 
     type: Literal["cell"]
-    nodes: Annotated[int, BeforeValidator(_integer), Field(ge=2)]
+    nodes: Annotated[int, BeforeValidator(_integer), Field(ge=2, le=MAX_CELL_NODES)]
     edges: Annotated[list[CellEdge], Field(min_length=1)]
     output: Literal["last", "concat"] = "last"
 
@@ -453,7 +465,10 @@ def _message(error: Mapping[str, Any]) -> str:
 def _short(value: Any, limit: int = 80) -> str:
     """The offending input as the message quotes it, cut to ``limit`` characters: an error about a
     large value must not echo it back whole."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # pydantic hands back the input it could not descend into
+        return "a value nested too deeply to show"
     return text if len(text) <= limit else f"{text[: limit - 12]}... ({len(text)} characters)"
 
 
@@ -462,10 +477,20 @@ def issues_from_validation_error(exc: ValidationError) -> list[SpecIssue]:
     alternatives of a union at one path become one issue ("... or ...")."""
     by_path: dict[str, list[str]] = {}
     for error in exc.errors(include_url=False):
-        messages = by_path.setdefault(json_path(tuple(error["loc"])), [])
+        messages = by_path.setdefault(_error_path(error), [])
         if (message := _message(error)) not in messages:
             messages.append(message)
     return [SpecIssue(path=path, message=" or ".join(messages)) for path, messages in by_path.items()]
+
+
+def _error_path(error: Any) -> str:
+    """Where a pydantic error is; an unknown key that is not a name (``"x-y"``, ``"out "``) is
+    quoted, since ``json_path`` drops such parts (they are how pydantic labels union members)."""
+    loc = tuple(error["loc"])
+    if error["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str) and not loc[-1].isidentifier():
+        parent = json_path(loc[:-1])
+        return f"{'' if parent == '$' else parent}[{json.dumps(loc[-1])}]"
+    return json_path(loc)
 
 
 def load_spec_json(text: str | bytes) -> Any:
@@ -474,3 +499,5 @@ def load_spec_json(text: str | bytes) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError.at("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise SpecError.at("$", "JSON nested too deeply to parse (arrays or objects within each other)") from None

@@ -88,10 +88,7 @@ class ProblemError(Exception):
 
     @classmethod
     def from_spec_error(cls, exc: SpecError, *, field: str) -> ProblemError:
-        issues = [
-            ProblemIssue(path=field if issue.path == "$" else f"{field}.{issue.path}", message=issue.message)
-            for issue in exc.issues
-        ]
+        issues = [ProblemIssue(path=_under(field, issue.path), message=issue.message) for issue in exc.issues]
         detail, issues = bounded(issues, "invalid spec")
         return cls(422, detail, kind="invalid-spec", errors=issues)
 
@@ -104,6 +101,14 @@ class ProblemError(Exception):
     def at(cls, path: str, message: str) -> ProblemError:
         """A 422 for one fault of the request at ``path`` (``query.cursor``, ``path.study``, ``x[0][1]``)."""
         return cls(422, f"{path}: {message}", kind="invalid-request", errors=[ProblemIssue(path=path, message=message)])
+
+
+def _under(field: str, path: str) -> str:
+    """A spec validator's path under the body field that holds the spec: ``spec.blocks[0]``,
+    ``spec["x-y"]`` (a quoted key), ``spec`` (the root)."""
+    if path == "$":
+        return field
+    return f"{field}{path}" if path.startswith("[") else f"{field}.{path}"
 
 
 MAX_ISSUES = 50  # listed in errors; the detail names the first few

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import pytest
@@ -315,3 +316,80 @@ def test_an_error_about_a_large_value_quotes_it_cut_short() -> None:
         parse_spec(spec)
     (issue,) = error.value.issues
     assert len(issue.message) < 300 and "characters)" in issue.message
+
+
+def _cell(nodes: int) -> dict[str, Any]:
+    cell = {"type": "cell", "nodes": nodes, "edges": [{"from": 0, "to": 1}]}
+    return {"format": "1.1", "input_shape": [4], "blocks": [{"layers": [cell]}]}
+
+
+# values a fuzzer found accepted and then breaking the build, the forward pass or the engine
+BREAKING: list[tuple[str, Any, str]] = [
+    ("stride 2**63", _mlp({"type": "conv2d", "out": 1, "kernel": 1, "stride": 2**63}, input_shape=[1, 1, 1]), "stride"),
+    ("pool stride 2**63", _mlp({"type": "maxpool", "kernel": 1, "stride": 2**63}, input_shape=[1, 1, 1]), "stride"),
+    (
+        "padding 2**62",
+        _mlp({"type": "conv2d", "out": 1, "kernel": 1, "padding": 2**62}, input_shape=[1, 1, 1]),
+        "padding",
+    ),
+    ("slope beyond float32", _mlp({"type": "leaky_relu", "slope": 1e39}), "(leaky_relu).slope"),
+    ("std squared overflows", {**_mlp(LINEAR), "init": {"scheme": "normal", "std": 1e155}}, "init.std"),
+    ("gain squared overflows", {**_mlp(LINEAR), "init": {"gain": 1e155}}, "init.gain"),
+    ("beta squared overflows", _mlp({"type": "residual", "body": [LINEAR], "beta": 1e308}), "(residual).beta"),
+    ("alpha below -10**6", _mlp({"type": "residual", "body": [LINEAR], "alpha": -1e7}), "(residual).alpha"),
+    ("a cell of 2**31 nodes", _cell(2**31), "(cell).nodes"),
+]
+
+
+@pytest.mark.parametrize(("spec", "field"), [case[1:] for case in BREAKING], ids=[case[0] for case in BREAKING])
+def test_a_value_that_would_break_the_build_is_refused_at_its_path(spec: Any, field: str) -> None:
+    with pytest.raises(SpecError) as error:
+        parse_spec(spec)
+    (issue,) = error.value.issues
+    assert issue.path.endswith(field) and ("less than or equal" in issue.message or "greater than" in issue.message)
+
+
+def test_the_largest_accepted_values_build_run_and_condition_without_overflow() -> None:
+    import torch
+
+    from nas import build_model, spec_hash
+    from worker.engine.structure import block_log_rho
+
+    big = 2**31 - 1
+    specs = [
+        _mlp({"type": "conv2d", "out": 1, "kernel": 1, "stride": big, "padding": big}, input_shape=[1, 1, 1]),
+        _mlp({"type": "maxpool", "kernel": 1, "stride": big}, input_shape=[1, 1, 1]),
+        {**_mlp(LINEAR, {"type": "leaky_relu", "slope": 1e6}), "init": {"scheme": "normal", "std": 1e6, "gain": 1e6}},
+        _mlp({"type": "residual", "body": [{"type": "linear", "out": 16}], "alpha": -1e6, "beta": 1e6}),
+    ]
+    for spec in specs:
+        parsed = parse_spec(spec)
+        assert len(spec_hash(parsed)) == 64
+        model = build_model(spec, seed=0)
+        out = model(torch.randn(2, *spec["input_shape"]))
+        assert out.shape[0] == 2
+        assert all(math.isfinite(value) for value in block_log_rho(model))
+
+
+def test_input_nested_too_deeply_is_refused_not_a_recursion_error() -> None:
+    deep: Any = 1
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(SpecError):
+        parse_spec({**_mlp(LINEAR), "name": deep})
+    with pytest.raises(SpecError, match=r"^\$: JSON nested too deeply"):
+        parse_spec("[" * 100_000)
+
+
+def test_an_unknown_key_that_is_not_a_name_is_quoted_in_its_path() -> None:
+    with pytest.raises(SpecError) as error:
+        parse_spec({**_mlp({"type": "relu", "x-y": 1}), "out ": 2})
+    paths = {issue.path for issue in error.value.issues}
+    assert paths == {'["out "]', 'blocks[0].layers[0] (relu)["x-y"]'}, paths
+
+
+def test_a_cell_with_many_unfed_nodes_names_the_first_ten() -> None:
+    with pytest.raises(SpecError) as error:
+        parse_spec(_cell(1000))
+    (issue,) = error.value.issues
+    assert "[2, 3, 4, 5, 6, 7, 8, 9, 10, 11] and 988 more" in issue.message and len(issue.message) < 200

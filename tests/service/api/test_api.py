@@ -218,6 +218,19 @@ def test_a_bad_parameter_is_a_422_naming_where_it_is(sqlite_api: httpx.Client, u
     assert problem["errors"][0]["path"] == path and problem["detail"].startswith(path), problem
 
 
+def test_a_spec_error_is_located_under_the_field_that_holds_the_spec(sqlite_api: httpx.Client) -> None:
+    overflowing = {
+        "input_shape": [4],
+        "blocks": [{"layers": [{"type": "residual", "body": [{"type": "relu"}], "beta": 1e308}]}],
+    }
+    for body, path in [
+        ({"spec": {**spec(), "x-y": 1}}, 'spec["x-y"]'),  # a key that is not a name, quoted
+        ({"spec": overflowing}, "spec.blocks[0].layers[0] (residual).beta"),  # was queued, then failed in the worker
+    ]:
+        problem = assert_problem(sqlite_api.post("/v1/candidates", json=body), 422)
+        assert [issue["path"] for issue in problem["errors"]] == [path], problem
+
+
 def test_a_body_of_another_media_type_than_json_is_a_415_naming_the_header(sqlite_api: httpx.Client) -> None:
     body = json.dumps({"spec": spec()}).encode()
     for media_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
