@@ -215,9 +215,16 @@ class ConditioningReport(_Model):
     def build_model(self, spec: Any) -> Any:
         """The network at its tuned initialization: ``nas.build_model`` of ``spec`` (the spec this
         report is for) with the report's scales, seed and draw, the three that the scales belong to,
-        and its bias shifts."""
+        and its bias shifts. Another spec is refused: another activation or gain takes the same
+        scales without an error, and they would not be its tuned ones."""
         from nas.build import build_model
+        from nas.canonical import spec_hash
 
+        if (given := spec_hash(spec)) != self.spec_hash:
+            raise ValueError(
+                f"this report is for the spec with hash {self.spec_hash[:12]}..., not for the one given "
+                f"({given[:12]}...): build from the spec that was conditioned"
+            )
         env = self.environment
         return build_model(
             spec, scales=self.scales or None, seed=env.seed, draw=env.draw, bias_shifts=self.bias_shifts or None
