@@ -83,8 +83,8 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         attempts, backoff, multiplier = self.attempts, self.backoff, self.multiplier
         max_backoff, jitter = self.max_backoff, self.jitter
-        if attempts < 1:
-            raise ValueError(f"attempts must be at least 1, but got {attempts=}.")
+        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+            raise ValueError(f"attempts must be an integer of at least 1, but got {attempts=}.")
         if not (math.isfinite(backoff) and backoff >= 0):
             raise ValueError(f"backoff must be a finite number >= 0, but got {backoff=}.")
         if not (math.isfinite(multiplier) and multiplier >= 1):
@@ -199,6 +199,11 @@ def spec_payload(spec: SpecLike) -> Any:
         return spec.model_dump(mode="json", exclude_none=True)
     if isinstance(spec, (str, bytes)):
         return json.loads(spec)
+    if not isinstance(spec, Mapping):  # dict() of a list of specs makes a nonsense spec of its first keys
+        raise TypeError(
+            f"a spec is a dict, JSON text or nas.ArchitectureSpec, but got a {type(spec).__name__}; "
+            "several specs go to submit_many / condition_many"
+        )
     return dict(spec)
 
 
@@ -244,6 +249,10 @@ class _Core:
         max_poll: float,
         rng: random.Random | None,
     ) -> None:
+        if url is not None and not isinstance(url, str):
+            raise TypeError(f"url must be the service's base URL as a string, but got {url!r}.")
+        if not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a nas.client.RetryPolicy, e.g. RetryPolicy(attempts=1), but got {retry!r}.")
         if not (math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds, but got {timeout=}.")
         if not (math.isfinite(max_poll) and max_poll > 0):
@@ -300,6 +309,8 @@ class _Core:
         return Candidate.from_json((yield from self.request("POST", "/v1/candidates", body=body)))
 
     def submit_many(self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None) -> _Operation[list[Candidate]]:
+        if isinstance(specs, Mapping | str | bytes | ArchitectureSpec):
+            raise TypeError("submit_many takes a list of specs; one spec goes to submit / condition")
         body = {"specs": [spec_payload(s) for s in specs], "options": dict(options or {})}
         if not body["specs"]:
             return []

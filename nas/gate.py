@@ -144,6 +144,11 @@ class ConditioningGate:
         rank_after: int | None = None,
         rank_below: float = 0.5,
     ) -> None:
+        for name, flag in (("prune", prune), ("constraint", constraint)):
+            if not isinstance(flag, bool):  # prune="no" is truthy: it would prune
+                raise TypeError(f"{name} must be True or False, but got {name}={flag!r}.")
+        if client is not None and not hasattr(client, "condition"):
+            raise TypeError(f"client must be a nas.client.PreflightClient, but got {client!r}; the URL goes to it")
         if timeout is not None and not (timeout > 0):
             raise ValueError(f"timeout must be positive seconds or None, but got {timeout=}.")
         if threshold is not None and not math.isfinite(threshold):
@@ -232,8 +237,13 @@ class ConditioningGate:
             raise ValueError(f"n_trials must be at least 1, but got {n_trials=}.")
         self._check_rank_study(study)
         trials = [study.ask() for _ in range(n_trials)]
-        specs = [spec_payload(space(trial)) for trial in trials]
-        candidates = self.client.condition_many(specs, self.job_options(study.study_name), self.timeout)
+        try:
+            specs = [spec_payload(space(trial)) for trial in trials]
+            candidates = self.client.condition_many(specs, self.job_options(study.study_name), self.timeout)
+        except BaseException:  # the space, the connection or a refusal: no asked trial is left running
+            for trial in trials:
+                study.tell(trial, state=TrialState.FAIL)
+            raise
         kept, failure = [], None
         for trial, spec, candidate in zip(trials, specs, candidates, strict=True):
             try:

@@ -55,6 +55,7 @@ def test_jitter_spreads_the_delay_within_its_fraction_and_retry_after_wins() -> 
     ("kwargs", "message"),
     [
         ({"attempts": 0}, "attempts"),
+        ({"attempts": 2.5}, "attempts must be an integer"),
         ({"backoff": -1.0}, "backoff"),
         ({"multiplier": 0.5}, "multiplier"),
         ({"backoff": 2.0, "max_backoff": 1.0}, "max_backoff"),
@@ -64,6 +65,26 @@ def test_jitter_spreads_the_delay_within_its_fraction_and_retry_after_wins() -> 
 def test_bad_retry_policies_are_refused_and_quoted(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RetryPolicy(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"retry": {"attempts": 1}}, "retry must be a nas.client.RetryPolicy"), ({"url": 123}, "url must be")],
+)
+def test_a_client_argument_of_the_wrong_kind_is_refused_when_the_client_is_made(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(TypeError, match=message):
+        PreflightClient(**kwargs)
+
+
+def test_a_list_given_as_one_spec_or_one_spec_given_as_a_list_is_refused_before_any_request() -> None:
+    client = PreflightClient("http://127.0.0.1:1", retry=RetryPolicy(attempts=1))
+    spec = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 2}]}]}
+    with pytest.raises(TypeError, match="submit_many"):
+        client.submit([spec])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes a list of specs"):
+        client.submit_many(spec)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import nas
-from nas.client import PreflightClient
+from nas.client import PreflightClient, RetryPolicy
 from nas.gate import (
     ATTR_CANDIDATE_ID,
     ATTR_FEATURES,
@@ -46,6 +46,29 @@ SPECS = {"well": WELL, "ill": ILL}
 def test_bad_gate_arguments_are_refused_and_quoted(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ConditioningGate(PreflightClient("http://unused.invalid"), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"prune": "no"}, "prune must be True or False"), ({"constraint": None}, "constraint must be True or False")],
+)
+def test_a_flag_that_is_not_a_bool_is_refused_not_read_as_truthy(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        ConditioningGate(PreflightClient("http://unused.invalid"), **kwargs)
+
+
+def test_a_url_where_the_client_belongs_is_refused_saying_so() -> None:
+    with pytest.raises(TypeError, match="the URL goes to it"):
+        ConditioningGate("http://localhost:8000")  # type: ignore[arg-type]
+
+
+def test_a_prescreen_that_cannot_submit_leaves_no_trial_running() -> None:
+    client = PreflightClient("http://127.0.0.1:1", retry=RetryPolicy(attempts=1))
+    gate = ConditioningGate(client, options=TINY_OPTIONS)
+    study = enqueued_study(["well", "ill"], direction="maximize")
+    with pytest.raises(Exception, match="127.0.0.1:1"):
+        gate.prescreen(study, arch_space, n_trials=2)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2
 
 
 def enqueued_study(archs: list[str], **kwargs: Any) -> optuna.Study:
