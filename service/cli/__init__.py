@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Exit statuses of the failures a user can fix, each with one line on stderr (2 is argparse's usage error).
+EXIT_USAGE = 2  # bad input: an argument, a file, a setting (argparse's own status)
 EXIT_SERVICE = 3  # the service could not be reached, or answered with an error
 EXIT_AUTH = 4  # the service refused the token
 EXIT_DATABASE = 5  # the database could not be reached or is not migrated
@@ -79,19 +80,26 @@ def _failure(error: Exception) -> tuple[int, str] | None:
 
     if isinstance(error, FashionMNISTMissing):
         return EXIT_MISSING_DATA, _one_line(error)  # the message says how to get the files
+    if isinstance(error, OSError) and error.filename is not None:  # a file or folder a command writes or reads
+        return EXIT_USAGE, f"{error.strerror or _one_line(error)}: {error.filename}"
+    if type(error).__name__ == "ValidationError" and getattr(error, "title", None) == "Settings":  # PREFLIGHT_*
+        fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or '$'}: {e['msg']}" for e in error.errors()[:5])
+        return EXIT_USAGE, f"invalid settings (PREFLIGHT_* or the options that set them): {fields}"
     if isinstance(error, ModuleNotFoundError) and error.name:
         extra = _EXTRAS.get(error.name.split(".")[0])
         fix = f'pip install "nas-preflight[{extra}]"' if extra else f"pip install {error.name.split('.')[0]}"
         return EXIT_MISSING_EXTRA, f"this command needs {error.name.split('.')[0]!r}, which is not installed: {fix}"
     try:
-        from sqlalchemy.exc import OperationalError
+        from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
     except ModuleNotFoundError:
         return None
-    if isinstance(error, OperationalError):
-        return (
-            EXIT_DATABASE,
-            f"the database is unavailable: {_one_line(error.orig or error)}; check PREFLIGHT_DATABASE_URL",
-        )
+    if isinstance(error, ArgumentError):
+        return EXIT_DATABASE, f"PREFLIGHT_DATABASE_URL is not a database URL ({_one_line(error)})"
+    if isinstance(error, OperationalError | ProgrammingError):
+        reason = _one_line(error.orig or error)
+        if "no such table" in reason or "does not exist" in reason:
+            return EXIT_DATABASE, f"the database is not migrated ({reason}); run `preflight db upgrade`"
+        return EXIT_DATABASE, f"the database is unavailable: {reason}; check PREFLIGHT_DATABASE_URL"
     return None
 
 

@@ -35,14 +35,26 @@ def _load_data(path: str) -> dict[str, Any]:
     file = Path(path)
     if not file.is_file():
         raise SystemExit(f"preflight: no such data file: {path}")
-    with np.load(file) as archive:
+    try:
+        archive = np.load(file)  # allow_pickle stays False: an archive runs no code
+    except (OSError, ValueError, EOFError) as exc:
+        raise SystemExit(f"preflight: {path} is not an .npz archive numpy can read ({exc})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise SystemExit(f"preflight: {path} is a single array; save x (and y) with numpy.savez(path, x=x, y=y)")
+    with archive:
         names = list(archive.files)
-        if not names:
-            raise SystemExit(f"preflight: {path} holds no arrays")
-        x_name = "x" if "x" in names else names[0]
-        data = {"x": archive[x_name]}
-        if "y" in names:
-            data["y"] = archive["y"]
+        x_name = "x" if "x" in names else names[0] if len(names) == 1 else None
+        if x_name is None:
+            raise SystemExit(f"preflight: {path} has no array named x (it has {', '.join(names) or 'none'})")
+        try:
+            data = {"x": archive[x_name]} | ({"y": archive["y"]} if "y" in names else {})
+        except ValueError as exc:  # an object array, which would need pickle
+            raise SystemExit(f"preflight: {path}: {exc}") from None
+    for name, array in data.items():
+        if array.dtype.kind not in "biuf":
+            raise SystemExit(f"preflight: {path}: {name} must hold numbers, not {array.dtype}")
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise SystemExit(f"preflight: {path}: {name} holds NaN or infinite values")
     return data
 
 

@@ -17,6 +17,17 @@ __all__ = ["register"]
 log = logging.getLogger("preflight")
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _positive(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = subparsers.add_parser("serve", help="run the REST API (optionally with a worker)")
     serve.add_argument("--host", help="listen address (default 127.0.0.1; beyond localhost tokens are required)")
@@ -30,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="apply pending migrations first (always done on SQLite, which is created on first start)",
     )
-    serve.add_argument("--workers", type=int, default=1, help="API processes (default 1)")
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--workers", type=_positive, default=1, help="API processes (default 1)")
+    serve.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     serve.set_defaults(handler=_serve)
 
     worker = subparsers.add_parser("worker", help="claim and condition queued candidates")
@@ -41,9 +52,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--devices", choices=["all"], help="one child process per visible GPU (one CPU worker when there is none)"
     )
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
-    worker.add_argument("--max-jobs", type=int, help="exit after this many jobs")
+    worker.add_argument("--max-jobs", type=_positive, help="exit after this many jobs")
     worker.add_argument("--name", help="worker name stored with its jobs (default host:pid)")
-    worker.add_argument("--log-level", default="info")
+    worker.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     worker.set_defaults(handler=_worker)
 
     db = subparsers.add_parser("db", help="database migrations")
@@ -78,6 +89,19 @@ def _logging(level: str) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
+def _device_usable(device: str) -> bool:
+    """Whether a worker can run on ``device``; says why not. Checked before the worker starts: its
+    engine process would otherwise fail on it and be restarted with backoff, forever."""
+    from worker.engine.device import DeviceUnavailable, resolve_device
+
+    try:
+        resolve_device(device)
+    except (DeviceUnavailable, RuntimeError) as exc:
+        print(f"preflight: --device {device!r}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
+        return False
+    return True
+
+
 def _check_schema(settings: Any) -> bool:
     from service.store.db import make_engine
     from service.store.migrations import MigrationsPending, check_current
@@ -102,6 +126,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings(host=args.host, port=args.port)
     _logging(args.log_level)
+    if args.embedded_worker and not _device_usable(args.device):
+        return 2
     sqlite = make_url(settings.database_url).get_backend_name() == "sqlite"
     if args.migrate or sqlite:  # an embedded SQLite file is created and migrated on first start
         from service.store.migrations import upgrade
@@ -161,6 +187,8 @@ def _any_token(settings: Any) -> bool:
 def _worker(args: argparse.Namespace) -> int:
     settings = _settings()
     _logging(args.log_level)
+    if args.devices != "all" and not _device_usable(args.device):
+        return 2
     if not _check_schema(settings):
         return 2
     if args.devices == "all":
@@ -213,7 +241,11 @@ def _with_session(work: Any) -> Any:
 def _token_create(args: argparse.Namespace) -> int:
     from service.store.tokens import create_token
 
-    created = _with_session(lambda session: create_token(session, name=args.name, admin=args.admin))
+    try:
+        created = _with_session(lambda session: create_token(session, name=args.name, admin=args.admin))
+    except ValueError as exc:  # the name: empty, too long, control characters, digits only, taken
+        print(f"preflight token create: {exc}", file=sys.stderr)
+        return 2
     print(created.token)
     kind = "admin token" if created.admin else "token"
     print(f"{kind} {created.id} ({created.name}) created; it is shown only this once", file=sys.stderr)

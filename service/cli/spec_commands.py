@@ -35,11 +35,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def read_spec_argument(argument: str) -> str:
     """The text of a spec given on the command line as a path or ``-``."""
     if argument == "-":
-        return sys.stdin.read()
-    path = Path(argument)
-    if not path.is_file():
-        raise SystemExit(f"preflight: no such spec file: {argument}")
-    return path.read_text()
+        raw, where = sys.stdin.buffer.read(), "standard input"
+    else:
+        path = Path(argument)
+        if path.is_dir():
+            raise SystemExit(f"preflight: {argument} is a folder, not a spec file")
+        if not path.is_file():
+            raise SystemExit(f"preflight: no such spec file: {argument}")
+        try:
+            raw, where = path.read_bytes(), argument
+        except OSError as exc:
+            raise SystemExit(f"preflight: cannot read {argument}: {exc.strerror}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SystemExit(
+            f"preflight: {where} is not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})"
+        ) from None
 
 
 def _schema(args: argparse.Namespace) -> int:

@@ -68,11 +68,33 @@ def hash_token(token: str) -> str:
 
 
 def create_token(session: Session, *, name: str, admin: bool = False) -> CreatedToken:
+    """A new token under ``name``, which must say who holds it and name one active token only:
+    ``preflight token revoke NAME`` revokes by it, and reads a number as an id."""
+    _check_name(session, name)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken(name=name, token_hash=hash_token(token), prefix=token[:10], admin=admin, created_at=utcnow())
     session.add(row)
     session.flush()
     return CreatedToken(id=row.id, name=name, token=token, admin=admin)
+
+
+MAX_NAME = 200  # the column's length
+
+
+def _check_name(session: Session, name: str) -> None:
+    if not name.strip():
+        raise ValueError("a token's name must not be empty: say who or what uses it")
+    if len(name) > MAX_NAME:
+        raise ValueError(f"a token's name is at most {MAX_NAME} characters, got {len(name)}")
+    if any(not character.isprintable() for character in name):
+        raise ValueError(f"a token's name must be printable, without tabs or newlines: {name!r}")
+    if name.isdigit():
+        raise ValueError(
+            f"a token's name must not be a number ({name!r}): `token revoke {name}` would read it as an id"
+        )
+    taken = select(ApiToken.id).where(ApiToken.name == name, ApiToken.revoked_at.is_(None)).limit(1)
+    if session.scalar(taken) is not None:
+        raise ValueError(f"an active token is named {name!r} already; pick another name or revoke that one first")
 
 
 def revoke_token(session: Session, *, token_id: int | None = None, name: str | None = None) -> int:

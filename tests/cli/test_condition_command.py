@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -111,3 +113,33 @@ def test_the_progress_display_rewrites_one_line_on_a_terminal() -> None:
     display.done()
     text = stream.getvalue()
     assert "\n" not in text and text.count("\r") >= 3 and "scoring" in text
+
+
+def _npy(array: np.ndarray) -> bytes:
+    """One array as numpy.save writes it (a .npy file, not an archive)."""
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("write", "message"),
+    [
+        (lambda path: path.write_text("not an archive"), "not an .npz archive"),
+        (lambda path: path.write_bytes(b""), "not an .npz archive"),
+        (lambda path: path.write_bytes(_npy(np.zeros((4, 64)))), "a single array"),
+        (lambda path: np.savez(path, x=np.array([{}] * 4, dtype=object)), "allow_pickle"),
+        (lambda path: np.savez(path, x=np.array(["a"] * 4)), "x must hold numbers"),
+        (lambda path: np.savez(path, x=np.full((4, 64), np.nan)), "x holds NaN or infinite values"),
+        (lambda path: np.savez(path, labels=np.zeros(4), inputs=np.zeros((4, 64))), "no array named x"),
+    ],
+    ids=["text", "empty", "npy", "object-array", "strings", "nan", "no-x"],
+)
+def test_a_data_file_that_cannot_be_used_is_one_line_naming_why(
+    spec_file: Path, tmp_path: Path, write: Any, message: str
+) -> None:
+    """These were tracebacks (EOFError, TypeError, ValueError), or, for NaN, a report that pruned."""
+    data = tmp_path / "data.npz"
+    write(data)
+    with pytest.raises(SystemExit, match=message):
+        main(["condition", str(spec_file), "--data", str(data)])

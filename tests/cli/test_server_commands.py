@@ -89,6 +89,44 @@ def test_tokens_are_created_once_listed_and_revoked(tmp_path: Path) -> None:
     assert preflight(db, "token", "revoke", "optuna-box").returncode == 1
 
 
+@pytest.mark.slow
+def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    preflight(db, "db", "upgrade")
+    assert preflight(db, "token", "create", "alice").returncode == 0
+    for name, words in [
+        ("1", "must not be a number"),  # `token revoke 1` revoked token id 1, alice, not this one
+        ("alice", "named 'alice' already"),  # revoking by name revoked both
+        ("   ", "must not be empty"),
+        ("a\tb\nc", "printable"),  # broke the tab-separated list
+        ("x" * 201, "at most 200 characters"),
+    ]:
+        result = preflight(db, "token", "create", name)
+        assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert preflight(db, "token", "list").stdout.count("\n") == 1  # alice alone
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "words"),
+    [
+        (["token", "list"], {"PREFLIGHT_DATABASE_URL": "bogus"}, "PREFLIGHT_DATABASE_URL is not a database URL"),
+        (["token", "list"], {}, "run `preflight db upgrade`"),  # a new SQLite file: no tables yet
+        (["serve", "--port", "70000"], {}, "invalid settings"),
+        (["worker", "--device", "bogus", "--burst"], {}, "--device 'bogus'"),  # retried the engine forever
+        (["worker", "--device", "cuda", "--burst"], {"CUDA_VISIBLE_DEVICES": ""}, "CUDA is not available"),
+        (["demo", "--out", "/proc/forbidden", "--no-progress"], {}, "/proc/forbidden"),
+    ],
+    ids=["bad-url", "not-migrated", "port", "device-bogus", "device-cuda", "out"],
+)
+def test_a_setting_or_argument_that_cannot_work_is_one_line_and_a_non_zero_status(
+    tmp_path: Path, args: list[str], env: dict[str, str], words: str
+) -> None:
+    result = preflight(tmp_path / "p.db", *args, **env)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and len(lines) == 1 and words in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_an_unreachable_database_is_one_line_naming_the_setting_and_its_own_exit_status(tmp_path: Path) -> None:
     closed = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing?connect_timeout=5"
     result = preflight(tmp_path / "unused.db", "token", "list", PREFLIGHT_DATABASE_URL=closed)

@@ -64,3 +64,12 @@ def test_an_unknown_example_is_refused_with_the_names_there_are(capsys: pytest.C
     assert (
         exit_.value.code == 2 and "choose from 'cnn', 'mlp', 'nasbench201', 'resnet', 'vit'" in capsys.readouterr().err
     )
+
+
+def test_a_spec_file_that_is_not_utf8_or_is_a_folder_is_one_line_naming_it(tmp_path: Path) -> None:
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'\xff\xfe{"input_shape": [4]}')
+    with pytest.raises(SystemExit, match=r"latin.json is not UTF-8 text \(byte 0xff at offset 0\)"):
+        main(["validate", str(latin)])
+    with pytest.raises(SystemExit, match="is a folder, not a spec file"):
+        main(["validate", str(tmp_path)])
