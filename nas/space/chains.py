@@ -117,8 +117,14 @@ def norm_layer(kind: str, channels: int | None = None) -> list[Layer]:
     return [{"type": kind}]
 
 
-def _check_range(name: str, value: tuple[float, float], low: float) -> None:
-    if len(value) != 2 or not (low <= value[0] <= value[1]) or not math.isfinite(value[1]):
+def _check_range(name: str, value: tuple[float, float], low: float, *, integer: bool = False) -> None:
+    """A (low, high) pair of numbers (integers where ``integer``) with ``low`` <= low <= high."""
+    kind = int if integer else (int, float)
+    pair = isinstance(value, tuple | list) and len(value) == 2
+    if not pair or any(isinstance(v, bool) or not isinstance(v, kind) for v in value):
+        what = "integers" if integer else "numbers"
+        raise ValueError(f"{name} must be a (low, high) pair of {what}, but got {name}={value!r}.")
+    if not (low <= value[0] <= value[1]) or not math.isfinite(value[1]):
         raise ValueError(f"{name} must be a (low, high) pair with {low} <= low <= high, but got {name}={value!r}.")
 
 
@@ -128,12 +134,28 @@ def _check_choices(name: str, value: Sequence[str], allowed: Sequence[str]) -> N
 
 
 def _check_common(space: Any) -> None:
-    if space.n_classes < 1:
-        raise ValueError(f"n_classes must be at least 1, but got n_classes={space.n_classes}.")
+    _check_input_shape(space.input_shape)
+    if isinstance(space.n_classes, bool) or not isinstance(space.n_classes, int) or space.n_classes < 1:
+        raise ValueError(f"n_classes must be an integer of at least 1, but got n_classes={space.n_classes!r}.")
     _check_choices("activations", space.activations, _ALL_ACTIVATIONS)
     _check_choices("norms", space.norms, NORMS)
+    if len(space.input_shape) == 1 and "groupnorm" in space.norms:  # it would be dropped without a word
+        raise ValueError(
+            f"groupnorm needs image inputs [C, H, W] (channels to group); drop it from norms={space.norms!r}."
+        )
     _check_choices("init_schemes", space.init_schemes, INIT_SCHEMES)
     _check_range("gain", space.gain, 1e-6)
+
+
+def _odd_size(kernel: Any) -> bool:
+    return isinstance(kernel, int) and not isinstance(kernel, bool) and kernel >= 1 and kernel % 2 == 1
+
+
+def _check_input_shape(shape: Any) -> None:
+    if not isinstance(shape, tuple | list) or any(
+        isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in shape
+    ):
+        raise ValueError(f"input_shape must be a list of positive integers, but got input_shape={shape!r}.")
 
 
 def _suggest_int(trial: _Trial, name: str, bounds: tuple[int, int], log: bool = False) -> int:
@@ -162,8 +184,8 @@ class MLPSpace:
         if len(self.input_shape) != 1:
             raise ValueError(f"MLPSpace needs a vector input [D], but got input_shape={list(self.input_shape)}.")
         _check_common(self)
-        _check_range("depth", self.depth, 1)
-        _check_range("width", self.width, 1)
+        _check_range("depth", self.depth, 1, integer=True)
+        _check_range("width", self.width, 1, integer=True)
 
     def __call__(self, trial: _Trial) -> Spec:
         p = self.prefix
@@ -209,13 +231,19 @@ class CNNSpace:
         if len(self.input_shape) != 3:
             raise ValueError(f"CNNSpace needs an image input [C, H, W], but got input_shape={list(self.input_shape)}.")
         _check_common(self)
-        _check_range("stages", self.stages, 1)
-        _check_range("convs_per_stage", self.convs_per_stage, 1)
-        _check_range("channels", self.channels, 1)
+        _check_range("stages", self.stages, 1, integer=True)
+        _check_range("convs_per_stage", self.convs_per_stage, 1, integer=True)
+        _check_range("channels", self.channels, 1, integer=True)
         _check_choices("pooling", self.pooling, ("maxpool", "avgpool", "stride"))
         _check_choices("heads", self.heads, ("global_avgpool", "flatten"))
-        if not self.kernels or any(k < 1 or k % 2 == 0 for k in self.kernels):
+        if not self.kernels or any(not _odd_size(k) for k in self.kernels):
             raise ValueError(f"kernels must be odd sizes >= 1, but got kernels={list(self.kernels)!r}.")
+        most = max(1, int(math.log2(min(self.input_shape[1:]))) + 1)  # halving the map down to 1 x 1
+        if self.stages[0] > most:
+            raise ValueError(
+                f"a {self.input_shape[1]}x{self.input_shape[2]} image has room for at most {most} stages, "
+                f"but got stages={self.stages!r}."
+            )
 
     def __call__(self, trial: _Trial) -> Spec:
         p = self.prefix
@@ -273,12 +301,14 @@ class ResidualSpace:
         if len(self.input_shape) not in (1, 3):
             raise ValueError(f"ResidualSpace needs [D] or [C, H, W], but got input_shape={list(self.input_shape)}.")
         _check_common(self)
-        _check_range("depth", self.depth, 1)
-        _check_range("width", self.width, 1)
-        _check_range("body_layers", self.body_layers, 1)
+        _check_range("depth", self.depth, 1, integer=True)
+        _check_range("width", self.width, 1, integer=True)
+        _check_range("body_layers", self.body_layers, 1, integer=True)
         _check_range("beta", self.beta, 1e-6)
         if not math.isfinite(self.alpha):
             raise ValueError(f"alpha must be finite, but got alpha={self.alpha!r}.")
+        if not _odd_size(self.kernel):  # "same" padding keeps the residual's shape only for odd kernels
+            raise ValueError(f"kernel must be an odd size >= 1, but got kernel={self.kernel!r}.")
 
     def __call__(self, trial: _Trial) -> Spec:
         p = self.prefix

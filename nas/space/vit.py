@@ -77,7 +77,13 @@ class ViTSpace:
     def __post_init__(self) -> None:
         if len(self.input_shape) != 3:
             raise ValueError(f"input_shape must be [C, H, W], but got input_shape={list(self.input_shape)}.")
-        _check_range("depth", self.depth, 1)
+        _check_range("depth", self.depth, 1, integer=True)
+        if isinstance(self.n_classes, bool) or not isinstance(self.n_classes, int) or self.n_classes < 1:
+            raise ValueError(f"n_classes must be an integer of at least 1, but got n_classes={self.n_classes!r}.")
+        for name in ("widths", "head_dims", "patches"):  # Optuna refuses an empty choice only at the first trial
+            choices = getattr(self, name)
+            if not choices or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in choices):
+                raise ValueError(f"{name} must be a non-empty list of positive integers, but got {name}={choices!r}.")
         h, w = self.input_shape[1:]
         for patch in self.patches:
             if patch < 1 or h % patch or w % patch:

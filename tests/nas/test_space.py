@@ -134,6 +134,16 @@ def test_prefix_keeps_two_parts_of_one_space_apart() -> None:
         (lambda: CNNSpace([1, 8, 8], 10, pooling=("lppool",)), "pooling"),
         (lambda: ResidualSpace([1, 8], 10), "input_shape"),
         (lambda: ResidualSpace([64], 10, beta=(0.0, 1.0)), "beta"),
+        # each was accepted and then searched something else, or failed later with another library's words
+        (lambda: MLPSpace([64], 10, norms=("none", "groupnorm")), "groupnorm needs image inputs"),  # dropped
+        (lambda: ResidualSpace([64], 10, norms=("groupnorm",)), "groupnorm needs image inputs"),
+        (lambda: MLPSpace([64], 10, depth=(1.5, 3.5)), "pair of integers"),
+        (lambda: MLPSpace([64], 10, depth=("1", "3")), "pair of integers"),  # '<' not supported
+        (lambda: MLPSpace([64], None), "n_classes"),  # type: ignore[arg-type]
+        (lambda: CNNSpace([1, 2, 2], 10, stages=(3, 3)), "room for at most 2 stages"),  # Optuna's low <= high
+        (lambda: CNNSpace([1, 0, 0], 10), "input_shape"),  # math domain error
+        (lambda: ResidualSpace([1, 8, 8], 10, kernel=4), "kernel"),  # CNNSpace refused even kernels already
+        (lambda: ResidualSpace([1, 8, 8], 10, kernel=0), "kernel"),
     ],
 )
 def test_bad_space_arguments_are_refused_and_quoted(make: Any, message: str) -> None:

@@ -82,3 +82,10 @@ def test_vit_space_runs_in_an_optuna_study_and_refuses_impossible_ranges() -> No
         ViTSpace(patches=(5,))
     with pytest.raises(ValueError, match="every head_dim must divide every width"):
         ViTSpace(widths=(48,), head_dims=(32,))
+
+
+@pytest.mark.parametrize("field", ["widths", "head_dims", "patches"])
+def test_an_empty_choice_of_the_vit_space_is_refused_when_the_space_is_made(field: str) -> None:
+    """Optuna refused it only at the first trial, in its own words."""
+    with pytest.raises(ValueError, match=f"{field} must be a non-empty list"):
+        ViTSpace(**{field: ()})
