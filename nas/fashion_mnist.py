@@ -118,6 +118,9 @@ def standardized_subsets(
     images, int64 labels). The demo's split and the benchmark's are both cut from here."""
     if resolution < 1 or 28 % resolution:
         raise ValueError(f"resolution must divide 28, but got {resolution=}")
+    for name, count in (("train_per_class", train_per_class), ("test_per_class", test_per_class)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:  # -1 sliced to 59,990 images
+            raise ValueError(f"{name} must be an integer of at least 1, but got {name}={count!r}")
     arrays = read_arrays(folder)
     train = stratified(arrays["train_y"], train_per_class, seed)
     test = stratified(arrays["test_y"], test_per_class, seed)

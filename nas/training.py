@@ -136,8 +136,14 @@ class Trainer:
     ) -> None:
         if not (math.isfinite(lr) and lr > 0):
             raise ValueError(f"lr must be a positive number, but got {lr=}.")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, but got {batch_size=}.")
+        if batch_size < 2:  # a batch of one is skipped (BatchNorm needs two samples): nothing would train
+            raise ValueError(f"batch_size must be at least 2, but got {batch_size=}.")
+        if not all(hasattr(data, name) for name in ("x_train", "y_train", "x_val", "y_val")):
+            raise TypeError(f"data must be a nas.training.Dataset (x_train, y_train, x_val, y_val), got {type(data)}.")
+        for split in ("train", "val"):
+            x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
+            if len(x) != len(y):
+                raise ValueError(f"data.x_{split} has {len(x)} samples but data.y_{split} has {len(y)} labels.")
         self.device = torch.device(device) if device is not None else _device_of(model)
         self.model = model.to(self.device)
         self.data = data

@@ -92,8 +92,10 @@ class ConditioningPruner(BasePruner):
             raise ValueError(f"threshold must be a finite number, but got {threshold=}.")
         if percentile is not None and not 0.0 <= percentile <= 100.0:
             raise ValueError(f"percentile must be between 0 and 100 inclusive, but got {percentile=}.")
-        if n_startup_trials < 0:
-            raise ValueError(f"n_startup_trials cannot be negative, but got {n_startup_trials=}.")
+        if isinstance(n_startup_trials, bool) or not isinstance(n_startup_trials, int) or n_startup_trials < 0:
+            raise ValueError(f"n_startup_trials must be an integer >= 0, but got {n_startup_trials=}.")
+        if client is not None and not hasattr(client, "wait"):
+            raise TypeError(f"client must be a nas.client.PreflightClient or None, but got {client!r}.")
         if wrapped is not None and not isinstance(wrapped, BasePruner):
             raise TypeError(f"wrapped must be an optuna.pruners.BasePruner or None, but got {wrapped=}.")
         if timeout is not None and not timeout > 0:

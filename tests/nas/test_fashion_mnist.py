@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from nas.fashion_mnist import load_fashion_mnist
@@ -19,3 +20,10 @@ def test_the_demo_split_is_stratified_downsampled_and_standardized(fashion_mnist
     assert torch.equal(again.x_train, data.x_train)  # the same images for the same seed
     other = load_fashion_mnist(fashion_mnist_dir, train_per_class=30, val_per_class=10, resolution=14, seed=1)
     assert not torch.equal(other.x_train, data.x_train)
+
+
+@pytest.mark.parametrize("count", [-1, 0])
+def test_a_subset_of_no_images_per_class_is_refused(fashion_mnist_dir: Path, count: int) -> None:
+    """-1 sliced the stratified order to 59,990 images; 0 gave an empty set with a NaN deviation."""
+    with pytest.raises(ValueError, match="train_per_class must be an integer of at least 1"):
+        load_fashion_mnist(fashion_mnist_dir, train_per_class=count)

@@ -53,7 +53,10 @@ def test_non_finite_logits_never_count_as_correct() -> None:
     assert accuracy(NaNModel(), torch.zeros(4, 64), torch.zeros(4, dtype=torch.int64)) == 0.0
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [({"lr": 0.0}, "lr"), ({"batch_size": 0}, "batch_size")])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"lr": 0.0}, "lr"), ({"batch_size": 0}, "batch_size"), ({"batch_size": 1}, "at least 2")],  # 1 trained nothing
+)
 def test_bad_trainer_arguments_are_refused(kwargs: dict, message: str, data: Dataset) -> None:
     with pytest.raises(ValueError, match=message):
         Trainer(nas.build_model(SMALL), data, **kwargs)
@@ -124,3 +127,11 @@ def test_a_trainer_on_a_gpu_moves_the_model_and_draws_the_cpu_s_minibatches(data
     assert gpu.steps == cpu.steps
     # the model on the GPU is scored on data kept on the CPU
     assert accuracy(gpu.model, data.x_val, data.y_val) == gpu.history[-1]
+
+
+def test_data_that_is_not_a_dataset_or_whose_labels_do_not_match_is_refused(data: Dataset) -> None:
+    with pytest.raises(TypeError, match="nas.training.Dataset"):
+        Trainer(nas.build_model(SMALL), (data.x_train, data.y_train))  # type: ignore[arg-type]
+    short = Dataset(data.x_train, data.y_train[:-1], data.x_val, data.y_val, data.n_classes)
+    with pytest.raises(ValueError, match="x_train has .* samples but data.y_train has"):
+        Trainer(nas.build_model(SMALL), short)

@@ -163,12 +163,18 @@ def test_two_controllers_share_scores_through_rdb_storage(tmp_path: Path) -> Non
         ({"percentile": 101.0}, "percentile"),
         ({"percentile": -1.0}, "percentile"),
         ({"n_startup_trials": -1}, "n_startup_trials"),
+        ({"n_startup_trials": 2.5}, "n_startup_trials must be an integer"),
         ({"timeout": 0.0}, "timeout"),
     ],
 )
 def test_bad_arguments_are_refused_and_quoted(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ConditioningPruner(**kwargs)
+
+
+def test_a_url_where_the_client_belongs_is_refused() -> None:
+    with pytest.raises(TypeError, match="client must be a nas.client.PreflightClient"):
+        ConditioningPruner(client="http://localhost:8000")  # type: ignore[arg-type]
 
 
 def test_wrapped_must_be_a_pruner() -> None:
