@@ -82,7 +82,9 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         return EXIT_MISSING_DATA, _one_line(error)  # the message says how to get the files
     if isinstance(error, OSError) and error.filename is not None:  # a file or folder a command writes or reads
         return EXIT_USAGE, f"{error.strerror or _one_line(error)}: {error.filename}"
-    if type(error).__name__ == "ValidationError" and getattr(error, "title", None) == "Settings":  # PREFLIGHT_*
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError) and error.title == "Settings":  # PREFLIGHT_* or the options that set them
         fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or '$'}: {e['msg']}" for e in error.errors()[:5])
         return EXIT_USAGE, f"invalid settings (PREFLIGHT_* or the options that set them): {fields}"
     if isinstance(error, ModuleNotFoundError) and error.name:
