@@ -75,17 +75,14 @@ def _needs_v11_nested(layer: Layer) -> bool:
     return False  # a cell needs 1.1 itself
 
 
-def canonical_json(spec: ArchitectureSpec | Mapping[str, Any] | str | bytes) -> str:
-    """Compact, key-sorted JSON of :func:`canonical_dict`; a dict or JSON text is validated first
-    (``nas.parse_spec``: a SpecError names what is wrong)."""
-    if not isinstance(spec, ArchitectureSpec):
-        from nas.validate import parse_spec  # nas.validate needs this module's tracing, through nas.shapes
-
-        spec = parse_spec(spec if isinstance(spec, str | bytes) else dict(spec))
+def canonical_json(spec: ArchitectureSpec) -> str:
+    """Compact, key-sorted JSON of :func:`canonical_dict`."""
+    if not isinstance(spec, ArchitectureSpec):  # a dict has no .blocks: say what to pass instead
+        raise TypeError(f"expected a parsed spec, got a {type(spec).__name__}: pass nas.parse_spec(spec)")
     return json.dumps(canonical_dict(spec), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def spec_hash(spec: ArchitectureSpec | Mapping[str, Any] | str | bytes) -> str:
+def spec_hash(spec: ArchitectureSpec) -> str:
     """SHA-256 of the canonical JSON, hex: the same for every way of writing one network."""
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()
 

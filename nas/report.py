@@ -219,8 +219,9 @@ class ConditioningReport(_Model):
         scales without an error, and they would not be its tuned ones."""
         from nas.build import build_model
         from nas.canonical import spec_hash
+        from nas.validate import parse_spec
 
-        if (given := spec_hash(spec)) != self.spec_hash:
+        if (given := spec_hash(parse_spec(spec))) != self.spec_hash:
             raise ValueError(
                 f"this report is for the spec with hash {self.spec_hash[:12]}..., not for the one given "
                 f"({given[:12]}...): build from the spec that was conditioned"

@@ -60,12 +60,14 @@ def test_the_engine_recommends_a_rate_below_the_one_its_probe_found_best() -> No
 def test_a_report_builds_its_own_spec_and_refuses_another() -> None:
     import torch
 
-    from nas import spec_hash
+    from nas import parse_spec, spec_hash
     from worker.engine import condition
 
     spec = well_conditioned_mlp()
     report = condition(spec, options={"seed": 0, "probe_steps": 0})
-    assert report.spec_hash == spec_hash(spec) == spec_hash(json.dumps(spec))  # a dict and its JSON text hash alike
+    assert report.spec_hash == spec_hash(parse_spec(spec))
+    with pytest.raises(TypeError, match=r"pass nas.parse_spec\(spec\)"):  # it raised AttributeError: .blocks
+        spec_hash(spec)  # type: ignore[arg-type]
     model = report.build_model(spec)
     assert model(torch.randn(2, 64)).shape == (2, 10)
     other = json.loads(json.dumps(spec).replace('"relu"', '"tanh"'))  # the same shapes: its scales would fit
