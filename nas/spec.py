@@ -489,7 +489,7 @@ def _error_path(error: Any) -> str:
     loc = tuple(error["loc"])
     if error["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str) and not loc[-1].isidentifier():
         parent = json_path(loc[:-1])
-        return f"{'' if parent == '$' else parent}[{json.dumps(loc[-1])}]"
+        return f"{'' if parent == '$' else parent}[{json.dumps(loc[-1], ensure_ascii=False)}]"
     return json_path(loc)
 
 

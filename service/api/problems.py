@@ -175,7 +175,7 @@ def _unparsable_body(cause: BaseException | None) -> str | None:
     if isinstance(cause, RecursionError):
         return "invalid JSON: nested too deeply for this server to parse (arrays or objects within each other)"
     if isinstance(cause, ValueError):  # e.g. an integer literal of more digits than Python converts
-        return f"invalid JSON: {str(cause).splitlines()[0][:200]}"
+        return f"invalid JSON: {(str(cause).splitlines() or [type(cause).__name__])[0][:200]}"
     return None
 
 

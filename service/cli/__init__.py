@@ -99,7 +99,7 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         return EXIT_DATABASE, f"PREFLIGHT_DATABASE_URL is not a database URL ({_one_line(error)})"
     if isinstance(error, OperationalError | ProgrammingError):
         reason = _one_line(error.orig or error)
-        if "no such table" in reason or "does not exist" in reason:
+        if "no such table" in reason or ("relation" in reason and "does not exist" in reason):
             return EXIT_DATABASE, f"the database is not migrated ({reason}); run `preflight db upgrade`"
         return EXIT_DATABASE, f"the database is unavailable: {reason}; check PREFLIGHT_DATABASE_URL"
     return None

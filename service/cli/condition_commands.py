@@ -4,8 +4,10 @@ conditioning engine locally (no service) and print the report as JSON."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +38,15 @@ def _load_data(path: str) -> dict[str, Any]:
     if not file.is_file():
         raise SystemExit(f"preflight: no such data file: {path}")
     try:
-        archive = np.load(file)  # allow_pickle stays False: an archive runs no code
-    except (OSError, ValueError, EOFError) as exc:
+        archive = np.load(io.BytesIO(file.read_bytes()))  # allow_pickle stays False; no file left open on a fault
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # text, empty, truncated
         raise SystemExit(f"preflight: {path} is not an .npz archive numpy can read ({exc})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise SystemExit(f"preflight: {path} is a single array; save x (and y) with numpy.savez(path, x=x, y=y)")
     with archive:
         names = list(archive.files)
-        x_name = "x" if "x" in names else names[0] if len(names) == 1 else None
+        others = [name for name in names if name != "y"]  # numpy.savez(path, x, y=y) names x arr_0
+        x_name = "x" if "x" in names else others[0] if len(others) == 1 else None
         if x_name is None:
             raise SystemExit(f"preflight: {path} has no array named x (it has {', '.join(names) or 'none'})")
         try:

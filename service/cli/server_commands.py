@@ -20,8 +20,8 @@ log = logging.getLogger("preflight")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
-def _positive(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
+def positive_integer(text: str) -> int:
+    """An argparse type: an integer of at least 1 (argparse names it in its error)."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
@@ -41,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="apply pending migrations first (always done on SQLite, which is created on first start)",
     )
-    serve.add_argument("--workers", type=_positive, default=1, help="API processes (default 1)")
-    serve.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    serve.add_argument("--workers", type=positive_integer, default=1, help="API processes (default 1)")
+    serve.add_argument("--log-level", default="info", type=str.lower, choices=LOG_LEVELS)
     serve.set_defaults(handler=_serve)
 
     worker = subparsers.add_parser("worker", help="claim and condition queued candidates")
@@ -52,9 +52,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--devices", choices=["all"], help="one child process per visible GPU (one CPU worker when there is none)"
     )
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
-    worker.add_argument("--max-jobs", type=_positive, help="exit after this many jobs")
+    worker.add_argument("--max-jobs", type=positive_integer, help="exit after this many jobs")
     worker.add_argument("--name", help="worker name stored with its jobs (default host:pid)")
-    worker.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    worker.add_argument("--log-level", default="info", type=str.lower, choices=LOG_LEVELS)
     worker.set_defaults(handler=_worker)
 
     db = subparsers.add_parser("db", help="database migrations")
@@ -92,12 +92,20 @@ def _logging(level: str) -> None:
 def _device_usable(device: str) -> bool:
     """Whether a worker can run on ``device``; says why not. Checked before the worker starts: its
     engine process would otherwise fail on it and be restarted with backoff, forever."""
+    import torch
+
     from worker.engine.device import DeviceUnavailable, resolve_device
 
     try:
-        resolve_device(device)
+        resolved = resolve_device(device)
     except (DeviceUnavailable, RuntimeError) as exc:
         print(f"preflight: --device {device!r}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
+        return False
+    if resolved.type not in ("cpu", "cuda"):
+        print(f"preflight: --device {device!r}: the worker runs on cpu or cuda[:N]", file=sys.stderr)
+        return False
+    if resolved.type == "cuda" and (resolved.index or 0) >= torch.cuda.device_count():
+        print(f"preflight: --device {device!r}: this machine has {torch.cuda.device_count()} GPU(s)", file=sys.stderr)
         return False
     return True
 
@@ -255,7 +263,7 @@ def _token_create(args: argparse.Namespace) -> int:
 def _token_revoke(args: argparse.Namespace) -> int:
     from service.store.tokens import revoke_token
 
-    if args.token.isdigit():
+    if args.token.isdecimal():
         count = _with_session(lambda session: revoke_token(session, token_id=int(args.token)))
     else:
         count = _with_session(lambda session: revoke_token(session, name=args.token))

@@ -88,7 +88,7 @@ def _check_name(session: Session, name: str) -> None:
         raise ValueError(f"a token's name is at most {MAX_NAME} characters, got {len(name)}")
     if any(not character.isprintable() for character in name):
         raise ValueError(f"a token's name must be printable, without tabs or newlines: {name!r}")
-    if name.isdigit():
+    if name.isdecimal():
         raise ValueError(
             f"a token's name must not be a number ({name!r}): `token revoke {name}` would read it as an id"
         )

@@ -127,13 +127,14 @@ def _npy(array: np.ndarray) -> bytes:
     [
         (lambda path: path.write_text("not an archive"), "not an .npz archive"),
         (lambda path: path.write_bytes(b""), "not an .npz archive"),
+        (lambda path: path.write_bytes(b"PK\x03\x04" + b"\x00" * 40), "not an .npz archive"),  # truncated zip
         (lambda path: path.write_bytes(_npy(np.zeros((4, 64)))), "a single array"),
         (lambda path: np.savez(path, x=np.array([{}] * 4, dtype=object)), "allow_pickle"),
         (lambda path: np.savez(path, x=np.array(["a"] * 4)), "x must hold numbers"),
         (lambda path: np.savez(path, x=np.full((4, 64), np.nan)), "x holds NaN or infinite values"),
         (lambda path: np.savez(path, labels=np.zeros(4), inputs=np.zeros((4, 64))), "no array named x"),
     ],
-    ids=["text", "empty", "npy", "object-array", "strings", "nan", "no-x"],
+    ids=["text", "empty", "truncated", "npy", "object-array", "strings", "nan", "no-x"],
 )
 def test_a_data_file_that_cannot_be_used_is_one_line_naming_why(
     spec_file: Path, tmp_path: Path, write: Any, message: str
@@ -143,3 +144,12 @@ def test_a_data_file_that_cannot_be_used_is_one_line_naming_why(
     write(data)
     with pytest.raises(SystemExit, match=message):
         main(["condition", str(spec_file), "--data", str(data)])
+
+
+def test_an_archive_saved_without_naming_x_is_read_with_its_y(tmp_path: Path) -> None:
+    from service.cli.condition_commands import _load_data
+
+    data = tmp_path / "positional.npz"
+    np.savez(data, np.ones((4, 64)), y=np.arange(4))  # x is stored as arr_0
+    loaded = _load_data(str(data))
+    assert loaded["x"].shape == (4, 64) and loaded["y"].tolist() == [0, 1, 2, 3]

@@ -1,7 +1,7 @@
-"""Hostile edits of the example specs: each is refused with a located SpecError, or it builds and
-runs. Before the bounds of docs/spec.md, such edits found specs the validator accepted and PyTorch
-or the engine then broke on (a stride of 2**63, a residual beta of 1e308), and inputs that raised
-RecursionError or hung instead of a SpecError."""
+"""Hostile edits of the example specs: each is refused with a SpecError (no other exception, no
+hang), or it builds and runs. Before the bounds of docs/spec.md, such edits found specs the
+validator accepted and PyTorch or the engine then broke on (a stride of 2**63, a residual beta of
+1e308), and inputs that raised RecursionError or hung instead of a SpecError."""
 
 from __future__ import annotations
 
