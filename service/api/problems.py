@@ -26,6 +26,7 @@ from service.api.schemas import SUBMISSION_TAGS
 from service.store.errors import InvalidBatch
 
 __all__ = [
+    "NOT_JSON",
     "PROBLEM_TYPES",
     "Problem",
     "ProblemError",
@@ -110,6 +111,11 @@ def _under(field: str, path: str) -> str:
         return field
     return f"{field}{path}" if path.startswith("[") else f"{field}.{path}"
 
+
+# what a POST route answers when service.api.middleware.RequestFormatMiddleware refuses the body's media type
+NOT_JSON: dict[int | str, dict[str, Any]] = {
+    415: {"model": Problem, "description": "the body is sent as another media type than application/json"}
+}
 
 MAX_ISSUES = 50  # listed in errors; the detail names the first few
 DETAIL_ISSUES = 3

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from nas.targets import imbalance_warning
 from service.api.deps import AuthDep, CallerDep, EngineDep, SessionsDep
-from service.api.problems import Problem, ProblemError
+from service.api.problems import NOT_JSON, Problem, ProblemError
 from service.store import data_batches
 from service.store.db import read_connection, session_scope
 from service.store.owners import Caller
@@ -50,7 +50,7 @@ def _store(sessions: sessionmaker[Session], body: Any, caller: Caller) -> tuple[
         return _public(row.shape, row.id), created
 
 
-@router.post("", status_code=201, response_model=DataBatchPublic, summary="Upload a data batch")
+@router.post("", status_code=201, response_model=DataBatchPublic, summary="Upload a data batch", responses=NOT_JSON)
 async def upload_batch(sessions: SessionsDep, caller: CallerDep, body: Annotated[Any, Body()]) -> Response:
     """Store ``{"x": [N, *input_shape], "y": [N]?}`` under the SHA-256 of its content (201; 200
     when the caller had already uploaded it: whether another token did is never told).

@@ -33,7 +33,7 @@ from service.api.deps import (
     SettingsDep,
     SpecLimitsDep,
 )
-from service.api.problems import Problem, ProblemError, ProblemIssue
+from service.api.problems import NOT_JSON, Problem, ProblemError, ProblemIssue
 from service.api.schemas import (
     CandidateBatchCreate,
     CandidateBatchPublic,
@@ -154,6 +154,7 @@ def _json(model: BaseModel, status_code: int = 200) -> Response:
     status_code=202,
     response_model=CandidatePublic | CandidateBatchPublic,
     summary="Submit one candidate ({spec, options}) or a batch ({specs, options})",
+    responses=NOT_JSON,
 )
 async def submit_candidates(
     settings: SettingsDep,

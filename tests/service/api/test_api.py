@@ -534,4 +534,5 @@ def test_the_openapi_declares_the_bearer_scheme_and_problem_json_errors(sqlite_a
     assert submit["security"] == [{"HTTPBearer": []}]
     errors = {code: response for code, response in submit["responses"].items() if code[0] in "45"}
     assert errors and all(list(r["content"]) == ["application/problem+json"] for r in errors.values())
+    assert "415" in errors and "415" in spec["paths"]["/v1/batches"]["post"]["responses"]  # the middleware's refusal
     assert "security" not in spec["paths"]["/healthz"]["get"]
