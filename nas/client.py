@@ -371,11 +371,15 @@ class _Core:
         return [c if c.finished else next(waited) for c in submitted]
 
     def study_summary(self, study: str) -> _Operation[dict[str, Any]]:
+        if not isinstance(study, str):
+            raise TypeError(f"study is the study's name, a string, but got {study!r}")
         summary: dict[str, Any] = yield from self.request("GET", f"/v1/studies/{quote(study, safe='')}/summary")
         return summary
 
     def upload_batch(self, x: Any, y: Any) -> _Operation[str]:
         body = {"x": _nested(x)} | ({} if y is None else {"y": _nested(y)})
+        for name, value in body.items():
+            _refuse_non_finite(name, value)
         stored = yield from self.request("POST", "/v1/batches", body=body)
         for warning in stored.get("warnings", []):  # e.g. imbalanced labels: the probe's figure flatters
             warnings.warn(f"data batch {stored['id']}: {warning}", BatchWarning, stacklevel=4)
@@ -385,6 +389,22 @@ class _Core:
 def _nested(array: Any) -> Any:
     """Nested lists from an array-like (a tensor, a NumPy array) or a list as is."""
     return array.tolist() if hasattr(array, "tolist") else array
+
+
+def _refuse_non_finite(name: str, value: Any) -> None:
+    """Name the first NaN or infinity of a batch: JSON cannot carry one, so httpx would refuse the
+    whole body with "Out of range float values are not JSON compliant". Ragged or non-numeric
+    input passes, for the service to name where it is."""
+    import numpy as np
+
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (ValueError, TypeError, OverflowError):
+        return
+    bad = np.argwhere(~np.isfinite(array))
+    if len(bad):
+        where = "".join(f"[{int(i)}]" for i in bad[0])
+        raise ValueError(f"{name}{where} is {array[tuple(bad[0])]}: a data batch holds finite numbers only")
 
 
 def _candidate_path(candidate_id: str) -> str:

@@ -256,3 +256,11 @@ def test_a_known_report_key_of_the_wrong_type_still_fails() -> None:
     broken["report"]["score"] = "high"
     with pytest.raises(ValueError, match="score"):
         Candidate.from_json(broken)
+
+
+def test_a_batch_with_a_nan_or_a_study_name_that_is_no_string_is_refused_naming_it() -> None:
+    client = PreflightClient("http://127.0.0.1:1", retry=RetryPolicy(attempts=1))
+    with pytest.raises(ValueError, match=r"x\[1\]\[0\] is nan: a data batch holds finite numbers only"):
+        client.upload_batch([[1.0, 2.0], [float("nan"), 3.0]], [0, 1])  # httpx: "not JSON compliant"
+    with pytest.raises(TypeError, match="study is the study's name"):
+        client.study_summary(5)  # type: ignore[arg-type]
