@@ -65,6 +65,11 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())[:500]
 
 
+# what a path the user chose can do wrong (a missing folder, no permission, a file where a folder goes);
+# other OS errors keep their traceback, since they are this program's faults more often than the user's
+_PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+
+
 def _failure(error: Exception) -> tuple[int, str] | None:
     """(exit status, one-line message with the fix) for the failures a user can act on."""
     from nas.errors import AuthenticationError, PreflightConnectionError, PreflightError
@@ -80,7 +85,7 @@ def _failure(error: Exception) -> tuple[int, str] | None:
 
     if isinstance(error, FashionMNISTMissing):
         return EXIT_MISSING_DATA, _one_line(error)  # the message says how to get the files
-    if isinstance(error, OSError) and error.filename is not None:  # a file or folder a command writes or reads
+    if isinstance(error, _PATH_ERRORS) and error.filename is not None:  # a path the user gave, or its folder
         return EXIT_USAGE, f"{error.strerror or _one_line(error)}: {error.filename}"
     from pydantic import ValidationError
 

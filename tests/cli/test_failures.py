@@ -17,6 +17,7 @@ from nas.errors import AuthenticationError, PreflightConnectionError, ServerErro
         (AuthenticationError(401, {"title": "Unauthorized", "detail": "bad token"}), cli.EXIT_AUTH, "token create"),
         (ServerError(503, {"title": "Service Unavailable"}), cli.EXIT_SERVICE, "HTTP 503"),
         (ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"), cli.EXIT_MISSING_EXTRA, "[demo]"),
+        (PermissionError(13, "Permission denied", "/root/out"), cli.EXIT_USAGE, "Permission denied: /root/out"),
     ],
 )
 def test_each_fixable_failure_has_its_exit_status_and_one_line(
@@ -34,13 +35,14 @@ def test_each_fixable_failure_has_its_exit_status_and_one_line(
     assert len(err.strip().splitlines()) == 1 and words in err and err.startswith("preflight schema: ")
 
 
-def test_a_bug_still_raises_with_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("bug", [ZeroDivisionError("a bug"), OSError(5, "Input/output error", "/usr/lib/libx.so")])
+def test_a_bug_still_raises_with_its_traceback(monkeypatch: pytest.MonkeyPatch, bug: Exception) -> None:
     def fail(_args: argparse.Namespace) -> int:
-        raise ZeroDivisionError("a bug")
+        raise bug
 
     parser = cli.build_parser()
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     args = parser.parse_args(["schema"])
     monkeypatch.setattr(parser, "parse_args", lambda _argv=None: argparse.Namespace(**{**vars(args), "handler": fail}))
-    with pytest.raises(ZeroDivisionError):
+    with pytest.raises(type(bug)):
         cli.main(["schema"])
