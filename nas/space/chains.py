@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -119,7 +120,7 @@ def norm_layer(kind: str, channels: int | None = None) -> list[Layer]:
 
 def _check_range(name: str, value: tuple[float, float], low: float, *, integer: bool = False) -> None:
     """A (low, high) pair of numbers (integers where ``integer``) with ``low`` <= low <= high."""
-    kind = int if integer else (int, float)
+    kind = numbers.Integral if integer else numbers.Real  # numpy's numbers too
     pair = isinstance(value, tuple | list) and len(value) == 2
     if not pair or any(isinstance(v, bool) or not isinstance(v, kind) for v in value):
         what = "integers" if integer else "numbers"
@@ -135,7 +136,7 @@ def _check_choices(name: str, value: Sequence[str], allowed: Sequence[str]) -> N
 
 def _check_common(space: Any) -> None:
     _check_input_shape(space.input_shape)
-    if isinstance(space.n_classes, bool) or not isinstance(space.n_classes, int) or space.n_classes < 1:
+    if not _count(space.n_classes, 1):
         raise ValueError(f"n_classes must be an integer of at least 1, but got n_classes={space.n_classes!r}.")
     _check_choices("activations", space.activations, _ALL_ACTIVATIONS)
     _check_choices("norms", space.norms, NORMS)
@@ -147,14 +148,17 @@ def _check_common(space: Any) -> None:
     _check_range("gain", space.gain, 1e-6)
 
 
+def _count(value: Any, low: int) -> bool:
+    """An integer (numpy's too, not a bool) of at least ``low``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= low
+
+
 def _odd_size(kernel: Any) -> bool:
-    return isinstance(kernel, int) and not isinstance(kernel, bool) and kernel >= 1 and kernel % 2 == 1
+    return _count(kernel, 1) and kernel % 2 == 1
 
 
 def _check_input_shape(shape: Any) -> None:
-    if not isinstance(shape, tuple | list) or any(
-        isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in shape
-    ):
+    if not isinstance(shape, tuple | list) or any(not _count(n, 1) for n in shape):
         raise ValueError(f"input_shape must be a list of positive integers, but got input_shape={shape!r}.")
 
 

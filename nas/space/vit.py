@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nas.space.chains import Layer, Spec, _check_range, _suggest_int, _Trial
+from nas.space.chains import Layer, Spec, _check_range, _count, _suggest_int, _Trial
 
 __all__ = ["ViTSpace", "transformer_block", "vit_spec"]
 
@@ -78,11 +78,11 @@ class ViTSpace:
         if len(self.input_shape) != 3:
             raise ValueError(f"input_shape must be [C, H, W], but got input_shape={list(self.input_shape)}.")
         _check_range("depth", self.depth, 1, integer=True)
-        if isinstance(self.n_classes, bool) or not isinstance(self.n_classes, int) or self.n_classes < 1:
+        if not _count(self.n_classes, 1):
             raise ValueError(f"n_classes must be an integer of at least 1, but got n_classes={self.n_classes!r}.")
         for name in ("widths", "head_dims", "patches"):  # Optuna refuses an empty choice only at the first trial
             choices = getattr(self, name)
-            if not choices or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in choices):
+            if not choices or any(not _count(v, 1) for v in choices):
                 raise ValueError(f"{name} must be a non-empty list of positive integers, but got {name}={choices!r}.")
         h, w = self.input_shape[1:]
         for patch in self.patches:

@@ -149,3 +149,15 @@ def test_prefix_keeps_two_parts_of_one_space_apart() -> None:
 def test_bad_space_arguments_are_refused_and_quoted(make: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_numpy_integers_are_integers_to_a_space() -> None:
+    import numpy as np
+
+    labels = np.array([0, 3, 9])
+    space = MLPSpace([np.int64(64)], labels.max() + 1, depth=(np.int64(1), np.int64(3)))  # n_classes: a numpy int
+    assert space(
+        optuna.trial.FixedTrial(
+            {"depth": 2, "width": 32, "activation": "relu", "norm": "none", "init_scheme": "fan_in", "init_gain": 1.0}
+        )
+    )["blocks"][-1]
