@@ -145,6 +145,8 @@ class Trainer:
             if len(x) != len(y):
                 raise ValueError(f"data.x_{split} has {len(x)} samples but data.y_{split} has {len(y)} labels.")
         self.device = torch.device(device) if device is not None else _device_of(model)
+        if self.device.type == "cuda" and not torch.cuda.is_available():  # torch: "not compiled with CUDA"
+            raise ValueError(f"device {str(self.device)!r} was asked for but CUDA is not available; use 'cpu'.")
         self.model = model.to(self.device)
         self.data = data
         # the sets on the device once (no copy where they already are), not a copy per minibatch

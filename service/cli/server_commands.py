@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import make_url
@@ -224,7 +225,13 @@ def _db_current(args: argparse.Namespace) -> int:
     from service.store.db import make_engine
     from service.store.migrations import current_revision, head_revision
 
-    engine = make_engine(_settings().database_url)
+    database_url = _settings().database_url
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        if not Path(url.database).exists():  # connecting would create the file: a check must not
+            print(f"empty: no database file at {url.database} (run `preflight db upgrade` or `preflight serve`)")
+            return 1
+    engine = make_engine(database_url)
     try:
         current = current_revision(engine)
     finally:

@@ -64,6 +64,7 @@ def test_db_current_and_upgrade(tmp_path: Path) -> None:
     db = tmp_path / "p.db"
     empty = preflight(db, "db", "current")
     assert empty.returncode == 1 and "empty" in empty.stdout and "preflight db upgrade" in empty.stdout
+    assert not db.exists()  # the check made an empty database file
     assert preflight(db, "db", "upgrade").returncode == 0
     current = preflight(db, "db", "current")
     assert current.returncode == 0 and "up to date" in current.stdout

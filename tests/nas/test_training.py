@@ -135,3 +135,9 @@ def test_data_that_is_not_a_dataset_or_whose_labels_do_not_match_is_refused(data
     short = Dataset(data.x_train, data.y_train[:-1], data.x_val, data.y_val, data.n_classes)
     with pytest.raises(ValueError, match="x_train has .* samples but data.y_train has"):
         Trainer(nas.build_model(SMALL), short)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_cuda_device_on_a_machine_without_one_is_refused_saying_so(data: Dataset) -> None:
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        Trainer(nas.build_model(SMALL), data, device="cuda")  # it was torch's AssertionError
