@@ -221,12 +221,13 @@ class ConditioningReport(_Model):
         from nas.canonical import spec_hash
         from nas.validate import parse_spec
 
-        if (given := spec_hash(parse_spec(spec))) != self.spec_hash:
+        parsed = parse_spec(spec)  # once: the hash and the build read the same validated spec
+        if (given := spec_hash(parsed)) != self.spec_hash:
             raise ValueError(
                 f"this report is for the spec with hash {self.spec_hash[:12]}..., not for the one given "
                 f"({given[:12]}...): build from the spec that was conditioned"
             )
         env = self.environment
         return build_model(
-            spec, scales=self.scales or None, seed=env.seed, draw=env.draw, bias_shifts=self.bias_shifts or None
+            parsed, scales=self.scales or None, seed=env.seed, draw=env.draw, bias_shifts=self.bias_shifts or None
         )

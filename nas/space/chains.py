@@ -136,8 +136,7 @@ def _check_choices(name: str, value: Sequence[str], allowed: Sequence[str]) -> N
 
 def _check_common(space: Any) -> None:
     _check_input_shape(space.input_shape)
-    if not _count(space.n_classes, 1):
-        raise ValueError(f"n_classes must be an integer of at least 1, but got n_classes={space.n_classes!r}.")
+    _check_n_classes(space.n_classes)
     _check_choices("activations", space.activations, _ALL_ACTIVATIONS)
     _check_choices("norms", space.norms, NORMS)
     if len(space.input_shape) == 1 and "groupnorm" in space.norms:  # it would be dropped without a word
@@ -146,6 +145,16 @@ def _check_common(space: Any) -> None:
         )
     _check_choices("init_schemes", space.init_schemes, INIT_SCHEMES)
     _check_range("gain", space.gain, 1e-6)
+
+
+def _check_n_classes(n_classes: Any) -> None:
+    if not _count(n_classes, 1):
+        raise ValueError(f"n_classes must be an integer of at least 1, but got n_classes={n_classes!r}.")
+
+
+def _most_stages(height: int, width: int) -> int:
+    """How many stages an image has room for, each but the first halving the map, down to 1 x 1."""
+    return max(1, int(math.log2(min(height, width))) + 1)
 
 
 def _count(value: Any, low: int) -> bool:
@@ -242,7 +251,7 @@ class CNNSpace:
         _check_choices("heads", self.heads, ("global_avgpool", "flatten"))
         if not self.kernels or any(not _odd_size(k) for k in self.kernels):
             raise ValueError(f"kernels must be odd sizes >= 1, but got kernels={list(self.kernels)!r}.")
-        most = max(1, int(math.log2(min(self.input_shape[1:]))) + 1)  # halving the map down to 1 x 1
+        most = _most_stages(*self.input_shape[1:])
         if self.stages[0] > most:
             raise ValueError(
                 f"a {self.input_shape[1]}x{self.input_shape[2]} image has room for at most {most} stages, "
@@ -252,8 +261,7 @@ class CNNSpace:
     def __call__(self, trial: _Trial) -> Spec:
         p = self.prefix
         _, height, width = self.input_shape
-        max_stages = max(1, int(math.log2(min(height, width))) + 1)
-        stages = _suggest_int(trial, f"{p}stages", (self.stages[0], min(self.stages[1], max_stages)))
+        stages = _suggest_int(trial, f"{p}stages", (self.stages[0], min(self.stages[1], _most_stages(height, width))))
         per_stage = _suggest_int(trial, f"{p}convs_per_stage", self.convs_per_stage)
         channels = _suggest_int(trial, f"{p}channels", self.channels, log=True)
         kernel = trial.suggest_categorical(f"{p}kernel", list(self.kernels))

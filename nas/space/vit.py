@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nas.space.chains import Layer, Spec, _check_range, _count, _suggest_int, _Trial
+from nas.space.chains import Layer, Spec, _check_n_classes, _check_range, _count, _suggest_int, _Trial
 
 __all__ = ["ViTSpace", "transformer_block", "vit_spec"]
 
@@ -78,18 +78,17 @@ class ViTSpace:
         if len(self.input_shape) != 3:
             raise ValueError(f"input_shape must be [C, H, W], but got input_shape={list(self.input_shape)}.")
         _check_range("depth", self.depth, 1, integer=True)
-        if not _count(self.n_classes, 1):
-            raise ValueError(f"n_classes must be an integer of at least 1, but got n_classes={self.n_classes!r}.")
+        _check_n_classes(self.n_classes)
         for name in ("widths", "head_dims", "patches"):  # Optuna refuses an empty choice only at the first trial
             choices = getattr(self, name)
             if not choices or any(not _count(v, 1) for v in choices):
                 raise ValueError(f"{name} must be a non-empty list of positive integers, but got {name}={choices!r}.")
         h, w = self.input_shape[1:]
         for patch in self.patches:
-            if patch < 1 or h % patch or w % patch:
+            if h % patch or w % patch:  # each is a positive integer (checked above)
                 raise ValueError(f"patch {patch} must divide the {h}x{w} image, but got patches={self.patches}.")
         for width in self.widths:  # fixed choices per parameter, as Optuna's samplers need
-            if any(d < 1 or width % d for d in self.head_dims):
+            if any(width % d for d in self.head_dims):
                 raise ValueError(f"every head_dim must divide every width, but {width} and head_dims={self.head_dims}.")
         if not self.mlp_ratios or any(r <= 0 for r in self.mlp_ratios):
             raise ValueError(f"mlp_ratios must be positive, but got mlp_ratios={self.mlp_ratios}.")
