@@ -13,6 +13,7 @@ are the keys of ``scales``.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast, overload
 
@@ -287,6 +288,8 @@ def build_model(
     """
     if draw not in DRAWS:
         raise ValueError(f"draw must be one of {list(DRAWS)}, got {draw!r}")
+    if seed is not None:
+        seed = _checked_seed(seed)
     spec, trace = parse_and_trace(spec)
     if seed is None:
         model = _build(spec, trace, scales, draw)
@@ -458,17 +461,30 @@ def apply_scales_(model: nn.Module, scales: Mapping[str, float]) -> None:
         tensors[name].mul_(factor)
 
 
+def _checked_seed(seed: Any) -> int:
+    """``seed`` as an int in torch's range [0, 2**64), or a ValueError: torch would take -1 as
+    2**64 - 1 and 1.5 or "3" would fail deep inside it (numpy's integers are integers)."""
+    try:
+        value = operator.index(seed) if not isinstance(seed, bool) else None
+    except TypeError:
+        value = None
+    if value is None or not 0 <= value < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+    return value
+
+
 @torch.no_grad()
 def apply_bias_shifts_(model: nn.Module, shifts: Mapping[str, Sequence[float]]) -> None:
     """Add per-channel values to named biases, in place (after the scales: the centering's
-    shifts are measured on the scaled network)."""
-    tensors = dict(model.named_parameters())
+    shifts are measured on the scaled network). A name must end in ``bias``: a norm's weight is a
+    vector too, and shifting it would rescale the layer."""
+    tensors = {n: t for n, t in model.named_parameters() if n.rsplit(".", 1)[-1] == "bias" and t.dim() == 1}
     for name, values in shifts.items():
         bias = tensors.get(name)
-        if bias is None or bias.dim() != 1:
+        if bias is None:
             raise KeyError(
                 f"bias_shifts name {name!r}, which is not a bias of this model; "
-                f"valid names look like {sorted(n for n, t in tensors.items() if t.dim() == 1)[:3]}"
+                f"valid names look like {sorted(tensors)[:3]}"
             )
         if len(values) != bias.numel():
             raise ValueError(f"bias_shifts[{name!r}] has {len(values)} values for {bias.numel()} channels")

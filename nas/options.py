@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 __all__ = ["HEAD_STD", "HEAD_STD_NORMALIZED", "ConditionOptions", "Thresholds"]
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# an SGD learning rate: 10 is far above any a network trains at (1e308 overflowed the probe)
+LearningRate = Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)]
 
 # output_std "auto": networks without BatchNorm trained better from 0.5, those with it from 1.0, on
 # benchmark v2's development set (docs/conditioning.md, section 8, "The head's std")
@@ -107,13 +109,13 @@ class ConditionOptions(BaseModel):
     # rates ranked benchmark v2's development set about as well as 15 at three, for a quarter of
     # the cost (bench/ablations/probe_design.py). Set the rates to the ones your training uses
     probe_steps: Annotated[int, Field(ge=0, le=1000)] = 5
-    probe_lrs: Annotated[tuple[Positive, ...], Field(min_length=1, max_length=8)] = (0.1, 0.03)
+    probe_lrs: Annotated[tuple[LearningRate, ...], Field(min_length=1, max_length=8)] = (0.1, 0.03)
     probe_momentum: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.9
     # before a prune verdict whose probe did best at its lowest rate, the probe runs once more at this
     # lower rate (probe_steps steps, counted, past budget_steps when it must) and keeps the lower loss:
     # a network that trains below the probe's rates is not pruned for it (docs/conditioning.md,
     # section 7). None, or a rate not below every one of probe_lrs: never
-    probe_lower_lr: Positive | None = 0.01
+    probe_lower_lr: LearningRate | None = 0.01
     thresholds: Thresholds = Field(default_factory=Thresholds)
 
     @property

@@ -143,23 +143,17 @@ def _check_args(args: argparse.Namespace) -> str | None:
 
 def _check_device(args: argparse.Namespace) -> str | None:
     """Sets ``args.train_device``, where the trainings run (and the embedded worker conditions): the CPU
-    or a CUDA device that is present, refused before any work otherwise (torch parses ``mps`` or
-    ``cuda:99`` as devices; they would fail only after the service had started)."""
-    import torch
-
+    or a CUDA device that is present (``worker.engine.device.resolve_device``'s rule), refused before
+    any work otherwise (torch parses ``mps`` or ``cuda:99`` as devices; they would fail only after the
+    service had started)."""
     from worker.engine.device import DeviceUnavailable, resolve_device
 
-    expected = f"--device must be auto, cpu, cuda or cuda:N, but got {args.device!r}"
     try:
         device = resolve_device(args.device)
     except DeviceUnavailable as unavailable:
         return f"--device: {unavailable}"
-    except RuntimeError:  # torch.device's own parse error
-        return expected
-    if device.type not in ("cpu", "cuda") or (device.type == "cpu" and device.index not in (None, 0)):
-        return expected
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        return f"--device: {args.device!r} is not present ({torch.cuda.device_count()} CUDA device(s) visible)"
+    except ValueError as unknown:
+        return f"--{unknown}"
     args.train_device = str(device)  # recorded in results.json with the other arguments
     return None
 

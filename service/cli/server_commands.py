@@ -91,22 +91,15 @@ def _logging(level: str) -> None:
 
 
 def _device_usable(device: str) -> bool:
-    """Whether a worker can run on ``device``; says why not. Checked before the worker starts: its
-    engine process would otherwise fail on it and be restarted with backoff, forever."""
-    import torch
-
-    from worker.engine.device import DeviceUnavailable, resolve_device
+    """Whether a worker can run on ``device`` (``worker.engine.device.resolve_device``'s rule); says
+    why not. Checked before the worker starts: its engine process would otherwise fail on it and be
+    restarted with backoff, forever."""
+    from worker.engine.device import resolve_device
 
     try:
-        resolved = resolve_device(device)
-    except (DeviceUnavailable, RuntimeError) as exc:
+        resolve_device(device)
+    except ValueError as exc:  # DeviceUnavailable is one too
         print(f"preflight: --device {device!r}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
-        return False
-    if resolved.type not in ("cpu", "cuda"):
-        print(f"preflight: --device {device!r}: the worker runs on cpu or cuda[:N]", file=sys.stderr)
-        return False
-    if resolved.type == "cuda" and (resolved.index or 0) >= torch.cuda.device_count():
-        print(f"preflight: --device {device!r}: this machine has {torch.cuda.device_count()} GPU(s)", file=sys.stderr)
         return False
     return True
 

@@ -131,19 +131,30 @@ def _npy(array: np.ndarray) -> bytes:
         (lambda path: path.write_bytes(_npy(np.zeros((4, 64)))), "a single array"),
         (lambda path: np.savez(path, x=np.array([{}] * 4, dtype=object)), "allow_pickle"),
         (lambda path: np.savez(path, x=np.array(["a"] * 4)), "x must hold numbers"),
-        (lambda path: np.savez(path, x=np.full((4, 64), np.nan)), "x holds NaN or infinite values"),
         (lambda path: np.savez(path, labels=np.zeros(4), inputs=np.zeros((4, 64))), "no array named x"),
     ],
-    ids=["text", "empty", "truncated", "npy", "object-array", "strings", "nan", "no-x"],
+    ids=["text", "empty", "truncated", "npy", "object-array", "strings", "no-x"],
 )
 def test_a_data_file_that_cannot_be_used_is_one_line_naming_why(
     spec_file: Path, tmp_path: Path, write: Any, message: str
 ) -> None:
-    """These were tracebacks (EOFError, TypeError, ValueError), or, for NaN, a report that pruned."""
+    """These were tracebacks (EOFError, TypeError, ValueError)."""
     data = tmp_path / "data.npz"
     write(data)
     with pytest.raises(SystemExit, match=message):
         main(["condition", str(spec_file), "--data", str(data)])
+
+
+def test_data_holding_nan_is_refused_by_the_engine_in_one_line_and_no_report(
+    spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was conditioned and pruned at score -100; the engine's own check now refuses it for every caller."""
+    data = tmp_path / "data.npz"
+    np.savez(data, x=np.full((4, 64), np.nan))
+    assert main(["condition", str(spec_file), "--data", str(data)]) == 2
+    captured = capsys.readouterr()
+    assert "preflight condition: data 'x' holds NaN or infinite values" in captured.err
+    assert captured.out == ""
 
 
 def test_an_archive_saved_without_naming_x_is_read_with_its_y(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def test_a_gpu_beyond_those_present_is_refused_before_any_work(
 ) -> None:
     absent = f"cuda:{torch.cuda.device_count()}"
     assert main(["demo", "--device", absent, "--out", str(tmp_path / "demo")]) == 2
-    assert "is not present" in capsys.readouterr().err
+    assert "CUDA device(s)" in capsys.readouterr().err
 
 
 def test_make_demo_runs_the_demo_on_fashion_mnist_where_it_is_installed() -> None:

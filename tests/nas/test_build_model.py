@@ -179,6 +179,20 @@ def test_same_seed_builds_identical_weights_and_leaves_global_rng_alone() -> Non
     assert not torch.equal(a.blocks[0][0].weight, c.blocks[0][0].weight)
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, "3", True, 2**64], ids=["negative", "float", "text", "bool", "too-large"])
+def test_a_seed_torch_would_misread_is_refused(seed: object) -> None:
+    """torch takes -1 as 2**64 - 1 (another network, silently); the others failed deep inside it."""
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*64\)"):
+        build_model(EXAMPLE_MLP, seed=seed)  # type: ignore[arg-type]
+
+
+def test_numpy_integer_seeds_build_the_same_network_as_python_ints() -> None:
+    import numpy as np
+
+    a, b = build_model(EXAMPLE_MLP, seed=np.int64(5)), build_model(EXAMPLE_MLP, seed=5)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
 def test_scales_multiply_the_named_initial_values() -> None:
     scales = {"blocks.0.0.weight": 0.5, "blocks.1.0.body.0.weight": 3.0, "blocks.1.0.body.0.bias": 2.0}
     plain, scaled = build_model(EXAMPLE_MLP, seed=1), build_model(EXAMPLE_MLP, scales=scales, seed=1)

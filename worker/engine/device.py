@@ -19,15 +19,24 @@ def resolve_device(preference: str = "auto", *, pin_index: bool = False) -> torc
 
     ``pin_index``: a bare ``cuda`` (and ``auto`` on a GPU machine) becomes ``cuda:0``, the
     form a worker process that owns one device reports; without it ``auto`` gives ``cuda``.
-    Raises :class:`DeviceUnavailable` when CUDA is asked for and absent.
+    Raises ValueError for any other device, and :class:`DeviceUnavailable` when CUDA, or the
+    GPU index asked for, is absent.
     """
     if preference == "auto":
         if not torch.cuda.is_available():
             return torch.device("cpu")
         return torch.device("cuda:0" if pin_index else "cuda")
-    device = torch.device(preference)
+    try:
+        device = torch.device(preference)
+    except RuntimeError:  # torch's message names the list of every device type it knows
+        device = None
+    if device is None or device.type not in ("cpu", "cuda") or (device.type == "cpu" and device.index not in (None, 0)):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, but got {preference!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise DeviceUnavailable(f"device {preference!r} was asked for but CUDA is not available; use 'auto' or 'cpu'")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise DeviceUnavailable(f"device {preference!r} was asked for but this machine has {count} CUDA device(s)")
     if pin_index and device.type == "cuda" and device.index is None:
         return torch.device("cuda:0")
     return device

@@ -26,35 +26,59 @@ def batch(
     ``"gaussian"`` (no data: a standard normal batch from the ``seeds.DATA`` stream, filtered by
     ``pink_noise`` when ``opts.synthetic_inputs`` is "pink") or
     ``"given"``. ``data``: a tensor or array ``[N >= 2, *input_shape]``, or a mapping with
-    ``"x"`` and optionally ``"y"``. Raises ValueError for data of the wrong shape."""
+    ``"x"`` and optionally ``"y"`` (one row per sample of ``x``). Raises ValueError for data of
+    the wrong shape, with NaN or infinite values, or not numbers."""
     shape = tuple(spec.input_shape)
     if data is None:
         g = torch.Generator().manual_seed(opts.seed + seeds.DATA)
         white = torch.randn((opts.batch_size, *shape), generator=g)
         x = pink_noise(white) if opts.synthetic_inputs == "pink" else white
         return x.to(device), None, "gaussian"
-    raw_y = None
+    raw_x, raw_y = _unpack(data, shape)
+    pair = _PAIR_HINT if isinstance(data, tuple | list) and len(data) == 2 else ""
+    x = _as_tensor(raw_x, "x", torch.float32, pair)
+    if tuple(x.shape[1:]) != shape or x.shape[0] < 2:
+        raise ValueError(
+            f"data must have shape [N >= 2, {', '.join(map(str, shape))}] to match input_shape, but got "
+            f"{list(x.shape)}{pair}"
+        )
+    y = None
+    if raw_y is not None:
+        y = _as_tensor(raw_y, "y")
+        if y.dim() == 0 or y.shape[0] != x.shape[0]:
+            rows = "a scalar" if y.dim() == 0 else f"{y.shape[0]} rows"
+            raise ValueError(f"data 'y' must have one row per sample of 'x' ({x.shape[0]}), but has {rows}")
+        y = y[: opts.batch_size]
+    x = x[: opts.batch_size]  # the samples the batch uses are the ones checked
+    for name, values in (("x", x), ("y", y)):
+        if values is not None and values.is_floating_point() and not bool(torch.isfinite(values).all()):
+            raise ValueError(f"data '{name}' holds NaN or infinite values (in the {x.shape[0]} samples conditioned on)")
+    return x.to(device), None if y is None else y.to(device), "given"
+
+
+# a pair (x, y) is read as inputs (two samples); when that fails, the error says what was meant
+_PAIR_HINT = "; for inputs with targets pass {'x': x, 'y': y}, not a pair (x, y)"
+
+
+def _unpack(data: Any, shape: tuple[int, ...]) -> tuple[Any, Any]:
+    """``(x, y or None)`` from a mapping with ``"x"`` (and ``"y"``), or inputs alone."""
     if isinstance(data, Mapping):
         if "x" not in data:
             raise ValueError(
                 f"data mapping needs an 'x' entry with inputs [N, {', '.join(map(str, shape))}]; got keys "
-                f"{sorted(data)}"
+                f"{sorted(map(str, data))}"
             )
-        raw_x, raw_y = data["x"], data.get("y")
-    else:
-        raw_x = data
-    x = torch.as_tensor(raw_x, dtype=torch.float32)
-    if tuple(x.shape[1:]) != shape or x.shape[0] < 2:
-        raise ValueError(
-            f"data must have shape [N >= 2, {', '.join(map(str, shape))}] to match input_shape, but got {list(x.shape)}"
-        )
-    x = x[: opts.batch_size].to(device)
-    y = None
-    if raw_y is not None:
-        y = torch.as_tensor(raw_y)[: x.shape[0]].to(device)
-        if y.shape[0] != x.shape[0]:
-            raise ValueError(f"data 'y' has {y.shape[0]} rows but 'x' has {x.shape[0]}")
-    return x, y, "given"
+        return data["x"], data.get("y")
+    return data, None
+
+
+def _as_tensor(value: Any, name: str, dtype: torch.dtype | None = None, hint: str = "") -> Tensor:
+    """``value`` as a tensor, or a ValueError naming the entry (torch's own errors name neither)."""
+    try:
+        return torch.as_tensor(value, dtype=dtype)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        why = " ".join(str(exc).split())[:200]
+        raise ValueError(f"data '{name}' must be a tensor or an array of numbers ({why}){hint}") from None
 
 
 def check_targets(y: Tensor | None, output_shape: list[int]) -> None:

@@ -106,3 +106,16 @@ def test_bias_shifts_that_do_not_fit_the_model_are_refused_with_the_name() -> No
         apply_bias_shifts_(model, {"blocks.0.0.bias": [0.0] * 3})
     with pytest.raises(ValueError, match="finite"):
         apply_bias_shifts_(model, {"blocks.0.0.bias": [float("nan")] * 8})
+
+
+def test_a_vector_that_is_not_a_bias_is_not_shifted() -> None:
+    """A norm's weight is a vector of the bias's length: shifting it would rescale the layer."""
+    layers = [{"type": "linear", "out": 8}, {"type": "layernorm"}, {"type": "relu"}, {"type": "linear", "out": 3}]
+    model = build_model({"input_shape": [4], "blocks": [{"layers": layers}]}, seed=0)
+    weights = [n for n, t in model.named_parameters() if t.dim() == 1 and not n.endswith("bias")]
+    assert weights == ["blocks.0.1.weight"]  # the LayerNorm's
+    before = {n: t.clone() for n, t in model.named_parameters()}
+    for name in weights:
+        with pytest.raises(KeyError, match="not a bias of this model"):
+            apply_bias_shifts_(model, {name: [1.0] * dict(model.named_parameters())[name].numel()})
+    assert all(torch.equal(before[n], t) for n, t in model.named_parameters())

@@ -152,12 +152,13 @@ def test_float_targets_of_shape_n_give_the_report_of_shape_n_by_1_for_a_single_o
     assert {k: flat.components[k] for k in measured} == pytest.approx(measured, rel=1e-9)
 
 
-def test_non_finite_data_gives_a_prune_report_not_an_exception() -> None:
+def test_non_finite_data_is_a_value_error_not_a_prune() -> None:
+    """One NaN in the batch used to prune the candidate at score -100: in a search, every candidate,
+    for a fault of the data. The docstring promised a ValueError; the service's upload refuses it too."""
     x = np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32)
     x[3, 5] = np.nan
-    report = condition(EXAMPLE_MLP, data=x, options=LEAN)
-    assert report.verdict == "prune" and report.tuning.status == "non_finite"
-    assert any("non-finite" in r for r in report.reasons)
+    with pytest.raises(ValueError, match="'x' holds NaN or infinite values"):
+        condition(EXAMPLE_MLP, data=x, options=LEAN)
 
 
 def test_options_are_validated() -> None:
@@ -174,6 +175,10 @@ def test_options_are_validated() -> None:
             ConditionOptions.model_validate({"output_std": bad})
     assert ConditionOptions.model_validate({"output_std": "auto"}).output_std == "auto"
     assert ConditionOptions.model_validate({"output_std": None}).head_std is None
+    for field, bad in (("probe_lrs", [0.1, 1e308]), ("probe_lower_lr", 11.0)):  # 1e308 overflowed the probe
+        with pytest.raises(ValidationError, match="less than or equal to 10"):
+            ConditionOptions.model_validate({field: bad})
+    assert ConditionOptions.model_validate({"probe_lrs": [10.0]}).probe_lrs == (10.0,)
 
 
 def _cut(spec: dict[str, Any], cut: int) -> dict[str, Any]:

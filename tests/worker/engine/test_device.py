@@ -29,3 +29,17 @@ def test_the_resolver_pins_the_index_when_asked() -> None:
         for error in (ValueError, RuntimeError, DeviceUnavailable):
             with pytest.raises(error, match="CUDA is not available"):
                 resolve_device("cuda:0", pin_index=True)
+
+
+@pytest.mark.parametrize("device", ["mps", "meta", "cpu:1", "tpu", ""])
+def test_a_device_the_engine_cannot_run_on_is_refused_naming_the_choices(device: str) -> None:
+    """torch parses mps, meta and cpu:1 as devices (tpu not at all); each would fail later, inside a job."""
+    with pytest.raises(ValueError, match=f"device must be auto, cpu, cuda or cuda:N, but got {device!r}"):
+        resolve_device(device)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none visible)")
+def test_a_gpu_index_beyond_the_machines_is_unavailable() -> None:
+    absent = f"cuda:{torch.cuda.device_count()}"
+    with pytest.raises(DeviceUnavailable, match=r"has \d+ CUDA device\(s\)"):
+        resolve_device(absent)

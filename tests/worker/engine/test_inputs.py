@@ -46,6 +46,23 @@ def test_a_real_batch_is_accepted(form: str) -> None:
             {"x": np.zeros((8, 64), np.float32), "y": np.zeros((8, 3), np.float32)},
             r"3 float target\(s\) per sample but the network outputs \[10\]",
         ),
+        ({"x": np.full((8, 64), np.nan, np.float32)}, "'x' holds NaN or infinite values"),
+        ({"x": np.full((8, 64), np.inf, np.float32)}, "'x' holds NaN or infinite values"),
+        (
+            {"x": np.zeros((8, 64), np.float32), "y": np.full((8, 10), np.nan, np.float32)},
+            "'y' holds NaN or infinite values",
+        ),
+        (
+            {"x": np.zeros((8, 64), np.float32), "y": np.zeros(9, np.int64)},
+            r"one row per sample of 'x' \(8\), but has 9",
+        ),
+        (
+            {"x": np.zeros((8, 64), np.float32), "y": np.zeros(7, np.int64)},
+            r"one row per sample of 'x' \(8\), but has 7",
+        ),
+        ({"x": np.zeros((8, 64), np.float32), "y": 3}, "but has a scalar"),
+        ((np.zeros((8, 64), np.float32), np.zeros(8, np.int64)), r"pass \{'x': x, 'y': y\}, not a pair"),
+        ({"x": [["a"] * 64] * 8}, "'x' must be a tensor or an array of numbers"),
     ],
     ids=[
         "input-shape",
@@ -55,11 +72,29 @@ def test_a_real_batch_is_accepted(form: str) -> None:
         "label-shape",
         "boolean-labels",
         "float-width",
+        "nan-inputs",
+        "infinite-inputs",
+        "nan-targets",
+        "more-labels-than-inputs",
+        "fewer-labels-than-inputs",
+        "scalar-labels",
+        "a-pair-not-a-mapping",
+        "strings",
     ],
 )
 def test_unusable_data_is_a_clear_error(data: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         condition(EXAMPLE_MLP, data=data, options=LEAN)
+
+
+def test_more_samples_than_the_batch_keep_their_labels_in_step() -> None:
+    """``x`` and ``y`` of equal length above ``batch_size`` are cut together to the batch."""
+    x = torch.arange(100 * 64, dtype=torch.float32).reshape(100, 64)
+    y = torch.arange(100) % 10
+    opts = ConditionOptions.model_validate(LEAN)
+    bx, by, source = batch(parse_spec(EXAMPLE_MLP), {"x": x, "y": y}, opts, torch.device("cpu"))
+    assert source == "given" and bx.shape[0] == by.shape[0] == 32
+    assert torch.equal(by, y[:32]) and torch.equal(bx, x[:32])
 
 
 def test_no_data_is_a_seeded_gaussian_batch_of_the_input_shape() -> None:
