@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 __all__ = ["HEAD_STD", "HEAD_STD_NORMALIZED", "ConditionOptions", "Thresholds"]
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-# an SGD learning rate: 10 is far above any a network trains at (1e308 overflowed the probe)
-LearningRate = Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)]
+# an SGD learning rate: 100 is far above any a network trains at (1e308 overflowed the probe)
+LearningRate = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)]
 
 # output_std "auto": networks without BatchNorm trained better from 0.5, those with it from 1.0, on
 # benchmark v2's development set (docs/conditioning.md, section 8, "The head's std")

@@ -175,10 +175,10 @@ def test_options_are_validated() -> None:
             ConditionOptions.model_validate({"output_std": bad})
     assert ConditionOptions.model_validate({"output_std": "auto"}).output_std == "auto"
     assert ConditionOptions.model_validate({"output_std": None}).head_std is None
-    for field, bad in (("probe_lrs", [0.1, 1e308]), ("probe_lower_lr", 11.0)):  # 1e308 overflowed the probe
-        with pytest.raises(ValidationError, match="less than or equal to 10"):
+    for field, bad in (("probe_lrs", [0.1, 1e308]), ("probe_lower_lr", 101.0)):  # 1e308 overflowed the probe
+        with pytest.raises(ValidationError, match="less than or equal to 100"):
             ConditionOptions.model_validate({field: bad})
-    assert ConditionOptions.model_validate({"probe_lrs": [10.0]}).probe_lrs == (10.0,)
+    assert ConditionOptions.model_validate({"probe_lrs": [100.0]}).probe_lrs == (100.0,)
 
 
 def _cut(spec: dict[str, Any], cut: int) -> dict[str, Any]:
