@@ -153,7 +153,7 @@ def _check_device(args: argparse.Namespace) -> str | None:
     except DeviceUnavailable as unavailable:
         return f"--device: {unavailable}"
     except ValueError as unknown:
-        return f"--{unknown}"
+        return f"--device: {unknown}"
     args.train_device = str(device)  # recorded in results.json with the other arguments
     return None
 

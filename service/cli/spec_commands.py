@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     describe = subparsers.add_parser("describe", help="build a spec and summarize the model")
     describe.add_argument("spec", nargs="?", help="spec JSON file, or - (default: the format's example)")
     describe.add_argument("--json", action="store_true", help="print the summary as JSON")
-    describe.add_argument("--seed", type=int, default=0)
+    describe.add_argument("--seed", type=int, default=0, help="the weights' seed, an integer in [0, 2**64)")
     describe.set_defaults(handler=_describe)
 
     from nas.examples import EXAMPLES
@@ -91,6 +91,9 @@ def _describe(args: argparse.Namespace) -> int:
     text = read_spec_argument(args.spec) if args.spec else json.dumps(EXAMPLE_MLP)
     spec = _parse_or_report(text)
     if spec is None:
+        return 2
+    if not 0 <= args.seed < 2**64:  # torch would read -1 as 2**64 - 1, another network
+        print(f"preflight describe: --seed must be in [0, 2**64), got {args.seed}", file=sys.stderr)
         return 2
     summary = summarize(spec)
     model = build_model(spec, seed=args.seed)

@@ -55,6 +55,7 @@ BatchShape = dict[str, Any]
 
 
 MAX_INTEGER = 2**53  # the largest integer a float32 / float64 batch can take without loss of meaning
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the engine reads x as float32: beyond it a number is infinite
 
 
 def _invalid(path: str, message: str) -> InvalidBatch:
@@ -75,7 +76,7 @@ def _fast_shape(value: Any) -> list[int] | None:
         return None
     if array.dtype.kind == "f" and not bool(np.isfinite(array).all()):
         return None
-    # beyond 2**53 the walk decides (an integer there is refused, a float kept); in Python numbers,
+    # beyond 2**53 the walk decides (an integer there is refused, a float kept below float32's max); in Python numbers,
     # since numpy's abs of int64's minimum is itself, and an integer mixed with floats is a float here
     if max(array.max().item(), -array.min().item()) > MAX_INTEGER:
         return None
@@ -103,6 +104,8 @@ def _shape(value: Any, path: str, depth: int = 0) -> list[int]:
             raise _invalid(path, f"integer beyond +-2**53 (not exactly a float): {str(value)[:20]}...")
         if not isinstance(value, int | float) or not math.isfinite(value):
             raise _invalid(path, f"expected a finite number, got {value!r}")
+        if abs(value) > FLOAT32_MAX:
+            raise _invalid(path, f"beyond float32's range (+-{FLOAT32_MAX:.3g}), where the engine reads it: {value!r}")
         return []
     if not value:
         raise _invalid(path, "empty list")

@@ -50,10 +50,10 @@ def test_bad_demo_arguments_are_refused(argv: list[str], tmp_path: Path, capsys:
 @pytest.mark.parametrize(
     ("device", "message"),
     [
-        ("tpu", "--device must be auto, cpu, cuda or cuda:N, but got 'tpu'"),  # torch cannot parse it
-        ("mps", "--device must be auto, cpu, cuda or cuda:N, but got 'mps'"),  # torch parses it, then fails later
-        ("meta", "--device must be auto, cpu, cuda or cuda:N, but got 'meta'"),
-        ("cpu:1", "--device must be auto, cpu, cuda or cuda:N, but got 'cpu:1'"),
+        ("tpu", "--device: device must be auto, cpu, cuda or cuda:N, but got 'tpu'"),  # torch cannot parse it
+        ("mps", "--device: device must be auto, cpu, cuda or cuda:N, but got 'mps'"),  # torch parses it, fails later
+        ("meta", "--device: device must be auto, cpu, cuda or cuda:N, but got 'meta'"),
+        ("cpu:1", "--device: device must be auto, cpu, cuda or cuda:N, but got 'cpu:1'"),
     ],
 )
 def test_a_device_torch_cannot_name_is_refused_before_any_work(

@@ -114,10 +114,12 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
         (["token", "list"], {}, "run `preflight db upgrade`"),  # a new SQLite file: no tables yet
         (["serve", "--port", "70000"], {}, "invalid settings"),
         (["worker", "--device", "bogus", "--burst"], {}, "--device 'bogus'"),  # retried the engine forever
+        (["worker", "--device", "mps", "--burst"], {}, "device must be auto, cpu, cuda or cuda:N"),  # torch parses it
+        (["describe", "--seed", "-1"], {}, "must be in [0, 2**64), got -1"),  # torch read it as 2**64 - 1
         (["worker", "--device", "cuda", "--burst"], {"CUDA_VISIBLE_DEVICES": ""}, "CUDA is not available"),
         (["demo", "--out", "/proc/forbidden", "--no-progress"], {}, "/proc/forbidden"),
     ],
-    ids=["bad-url", "not-migrated", "port", "device-bogus", "device-cuda", "out"],
+    ids=["bad-url", "not-migrated", "port", "device-bogus", "device-mps", "describe-seed", "device-cuda", "out"],
 )
 def test_a_setting_or_argument_that_cannot_work_is_one_line_and_a_non_zero_status(
     tmp_path: Path, args: list[str], env: dict[str, str], words: str

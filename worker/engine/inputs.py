@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -35,7 +36,7 @@ def batch(
         x = pink_noise(white) if opts.synthetic_inputs == "pink" else white
         return x.to(device), None, "gaussian"
     raw_x, raw_y = _unpack(data, shape)
-    pair = _PAIR_HINT if isinstance(data, tuple | list) and len(data) == 2 else ""
+    pair = _PAIR_HINT if _looks_like_a_pair(data) else ""
     x = _as_tensor(raw_x, "x", torch.float32, pair)
     if tuple(x.shape[1:]) != shape or x.shape[0] < 2:
         raise ValueError(
@@ -52,12 +53,27 @@ def batch(
     x = x[: opts.batch_size]  # the samples the batch uses are the ones checked
     for name, values in (("x", x), ("y", y)):
         if values is not None and values.is_floating_point() and not bool(torch.isfinite(values).all()):
-            raise ValueError(f"data '{name}' holds NaN or infinite values (in the {x.shape[0]} samples conditioned on)")
+            dtype = str(values.dtype).removeprefix("torch.")
+            raise ValueError(
+                f"data '{name}' holds NaN or infinite values in the {x.shape[0]} samples conditioned on (read as "
+                f"{dtype}, where |v| > {torch.finfo(values.dtype).max:.3g} is infinite)"
+            )
     return x.to(device), None if y is None else y.to(device), "given"
 
 
 # a pair (x, y) is read as inputs (two samples); when that fails, the error says what was meant
 _PAIR_HINT = "; for inputs with targets pass {'x': x, 'y': y}, not a pair (x, y)"
+
+
+def _looks_like_a_pair(data: Any) -> bool:
+    """Two arrays of the same length and different shapes, as (x, y) are; not two samples."""
+    if not isinstance(data, tuple | list) or len(data) != 2:
+        return False
+    try:
+        first, second = (tuple(np.shape(item)) for item in data)
+    except (ValueError, TypeError, RuntimeError):  # ragged, or not array-like
+        return False
+    return bool(first) and bool(second) and first[0] == second[0] and first != second
 
 
 def _unpack(data: Any, shape: tuple[int, ...]) -> tuple[Any, Any]:
@@ -76,6 +92,8 @@ def _as_tensor(value: Any, name: str, dtype: torch.dtype | None = None, hint: st
     """``value`` as a tensor, or a ValueError naming the entry (torch's own errors name neither)."""
     try:
         return torch.as_tensor(value, dtype=dtype)
+    except torch.OutOfMemoryError:
+        raise
     except (TypeError, ValueError, RuntimeError) as exc:
         why = " ".join(str(exc).split())[:200]
         raise ValueError(f"data '{name}' must be a tensor or an array of numbers ({why}){hint}") from None

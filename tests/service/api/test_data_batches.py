@@ -98,6 +98,7 @@ def test_the_client_raises_a_batch_warning_for_an_imbalanced_upload(
         ({"x": [[1.0, 2.0], [3.0, 4.0]], "y": [0, 10**30]}, "y[1]"),  # a label beyond 2**53
         ({"x": [[-(2**63), 1], [3, 4]]}, "x[0][0]"),  # int64's minimum: was stored
         ({"x": [[2**60, 1.0], [3.0, 4.0]]}, "x[0][0]"),  # an integer beyond 2**53 among floats: was stored
+        ({"x": [[1.0, 2.0], [3.0, -1e39]]}, "x[1][1]"),  # infinite in float32, where the engine reads it: was stored
     ],
 )
 def test_a_bad_batch_is_refused_with_the_json_path_at_fault(

@@ -98,6 +98,7 @@ def test_the_numpy_shape_agrees_with_the_walk_on_well_formed_batches(value: Any)
         [[2**60, 1]],
         [[-(2**63), 1]],  # np.abs of int64's minimum is itself, negative: it passed as small
         [[2**60, 1.0]],  # among floats numpy makes it a float: it passed
+        [[1e39, 1.0]],  # finite in float64, infinite in the engine's float32
         [[1, "2"]],
         [[]],
         [[1.0, None]],
@@ -110,6 +111,7 @@ def test_the_numpy_shape_agrees_with_the_walk_on_well_formed_batches(value: Any)
         "beyond-2**53",
         "int64-minimum",
         "big-int-among-floats",
+        "beyond-float32",
         "string",
         "empty",
         "null",

@@ -43,3 +43,14 @@ def test_a_gpu_index_beyond_the_machines_is_unavailable() -> None:
     absent = f"cuda:{torch.cuda.device_count()}"
     with pytest.raises(DeviceUnavailable, match=r"has \d+ CUDA device\(s\)"):
         resolve_device(absent)
+
+
+def test_a_gpu_index_beyond_the_machines_count_is_unavailable_and_one_within_it_resolves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rule on a one-GPU machine, read without one: torch would accept ``cuda:1`` and fail in a job."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(DeviceUnavailable, match=r"'cuda:1' was asked for but this machine has 1 CUDA device\(s\)"):
+        resolve_device("cuda:1")

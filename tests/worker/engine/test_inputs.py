@@ -62,6 +62,7 @@ def test_a_real_batch_is_accepted(form: str) -> None:
         ),
         ({"x": np.zeros((8, 64), np.float32), "y": 3}, "but has a scalar"),
         ((np.zeros((8, 64), np.float32), np.zeros(8, np.int64)), r"pass \{'x': x, 'y': y\}, not a pair"),
+        ({"x": np.full((8, 64), 1e39)}, r"'x' holds NaN or infinite values .*read as float32, where \|v\| > 3.4e\+38"),
         ({"x": [["a"] * 64] * 8}, "'x' must be a tensor or an array of numbers"),
     ],
     ids=[
@@ -79,12 +80,26 @@ def test_a_real_batch_is_accepted(form: str) -> None:
         "fewer-labels-than-inputs",
         "scalar-labels",
         "a-pair-not-a-mapping",
+        "beyond-float32",
         "strings",
     ],
 )
 def test_unusable_data_is_a_clear_error(data: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         condition(EXAMPLE_MLP, data=data, options=LEAN)
+
+
+def test_two_samples_of_the_wrong_width_are_not_taken_for_a_pair() -> None:
+    with pytest.raises(ValueError, match=r"got \[2, 63\]$"):
+        condition(EXAMPLE_MLP, data=[[0.0] * 63, [0.0] * 63], options=LEAN)
+
+
+def test_values_past_the_samples_conditioned_on_are_not_read() -> None:
+    """Only the first ``batch_size`` samples are conditioned on, so only they must be finite."""
+    x = np.random.default_rng(0).standard_normal((40, 64)).astype(np.float32)
+    x[35:] = np.nan
+    report = condition(EXAMPLE_MLP, data={"x": x, "y": np.arange(40) % 10}, options=LEAN)  # batch_size 32
+    assert report.environment.batch_size == 32
 
 
 def test_more_samples_than_the_batch_keep_their_labels_in_step() -> None:
