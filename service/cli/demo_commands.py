@@ -146,14 +146,12 @@ def _check_device(args: argparse.Namespace) -> str | None:
     or a CUDA device that is present (``worker.engine.device.resolve_device``'s rule), refused before
     any work otherwise (torch parses ``mps`` or ``cuda:99`` as devices; they would fail only after the
     service had started)."""
-    from worker.engine.device import DeviceUnavailable, resolve_device
+    from worker.engine.device import resolve_device
 
     try:
         device = resolve_device(args.device)
-    except DeviceUnavailable as unavailable:
-        return f"--device: {unavailable}"
-    except ValueError as unknown:
-        return f"--device: {unknown}"
+    except ValueError as refused:  # an unknown device, or DeviceUnavailable (a ValueError too)
+        return f"--device: {refused}"
     args.train_device = str(device)  # recorded in results.json with the other arguments
     return None
 
