@@ -32,6 +32,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -208,6 +209,16 @@ class ApiToken(Base):
     """A bearer token, kept as its SHA-256 (tokens are 256 random bits: no slow hash needed)."""
 
     __tablename__ = "api_tokens"
+    # one active token per name, so `preflight token revoke NAME` means one token; revoked ones may share it
+    __table_args__ = (
+        Index(
+            "ux_api_tokens_active_name",
+            "name",
+            unique=True,
+            sqlite_where=text("revoked_at IS NULL"),
+            postgresql_where=text("revoked_at IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(200))

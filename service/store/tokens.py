@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.store.db import utcnow
@@ -73,8 +74,11 @@ def create_token(session: Session, *, name: str, admin: bool = False) -> Created
     _check_name(session, name)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken(name=name, token_hash=hash_token(token), prefix=token[:10], admin=admin, created_at=utcnow())
-    session.add(row)
-    session.flush()
+    try:
+        with session.begin_nested():
+            session.add(row)
+    except IntegrityError:  # another creation took the name between the check and the insert
+        raise ValueError(_taken(name)) from None
     return CreatedToken(id=row.id, name=name, token=token, admin=admin)
 
 
@@ -94,7 +98,11 @@ def _check_name(session: Session, name: str) -> None:
         )
     taken = select(ApiToken.id).where(ApiToken.name == name, ApiToken.revoked_at.is_(None)).limit(1)
     if session.scalar(taken) is not None:
-        raise ValueError(f"an active token is named {name!r} already; pick another name or revoke that one first")
+        raise ValueError(_taken(name))
+
+
+def _taken(name: str) -> str:
+    return f"an active token is named {name!r} already; pick another name or revoke that one first"
 
 
 def revoke_token(session: Session, *, token_id: int | None = None, name: str | None = None) -> int:

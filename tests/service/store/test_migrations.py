@@ -1,6 +1,7 @@
 """The Alembic migrations on SQLite and PostgreSQL: they build exactly the models' schema, and
 0003 (tenancy) gives what was stored before it to the anonymous owner, with fresh opaque ids,
-and goes back down cleanly; 0004 (engine revisions) leaves the jobs queued before it claimable."""
+and goes back down cleanly; 0004 (engine revisions) leaves the jobs queued before it claimable;
+0005 (one active token per name) renames the duplicates older versions allowed, keeping every token."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_the_migrations_build_exactly_the_models_schema(db_url: str) -> None:
     engine = make_engine(db_url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            assert current_revision(engine) == head_revision() == "0004"
+            assert current_revision(engine) == head_revision() == "0005"
             assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
     finally:
         engine.dispose()
@@ -100,7 +101,7 @@ def test_upgrading_to_tenancy_gives_what_existed_to_the_anonymous_owner_and_down
     with engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM candidates")).scalar_one() == 2
     upgrade(empty_url)
-    assert current_revision(engine) == "0004"
+    assert current_revision(engine) == "0005"
     engine.dispose()
 
 
@@ -120,4 +121,55 @@ def test_jobs_queued_before_engine_revisions_stay_claimable_by_any_worker(empty_
     command.downgrade(alembic_config(empty_url), "0003")
     with engine.connect() as connection:
         assert connection.execute(text("SELECT status FROM candidates")).scalars().all() == ["running"]
+    engine.dispose()
+
+
+def _token(connection: object, name: str, digest: str, revoked: datetime | None = None) -> None:
+    connection.execute(  # type: ignore[attr-defined]
+        text(
+            "INSERT INTO api_tokens (name, token_hash, prefix, admin, created_at, revoked_at) "
+            "VALUES (:name, :hash, 'pf_', false, :at, :revoked)"
+        ),
+        {"name": name, "hash": digest * 64, "at": datetime(2026, 1, 1), "revoked": revoked},
+    )
+
+
+def test_one_active_token_per_name_renames_the_duplicates_older_versions_allowed(empty_url: str) -> None:
+    """Before 0005 two creations racing past the name check could leave two active `ci`. The
+    oldest keeps the name (revoking `ci` still means it), the others become `ci #ID`, revoked
+    tokens keep theirs, every token still authenticates, and a name at the column's length is cut
+    to fit its suffix. Going down drops only the index."""
+    from sqlalchemy.exc import IntegrityError
+
+    upgrade(empty_url, "0004")
+    engine = make_engine(empty_url, poolclass=NullPool)
+    long_name = "x" * 200
+    with engine.begin() as connection:
+        _token(connection, "ci", "a")
+        _token(connection, "ci", "b", revoked=datetime(2026, 1, 2))
+        _token(connection, "ci", "c")
+        _token(connection, "ops", "d")
+        _token(connection, "ci", "e")
+        _token(connection, long_name, "f")
+        _token(connection, long_name, "0")
+    upgrade(empty_url)
+    with engine.connect() as connection:
+        rows = connection.execute(text("SELECT id, name, token_hash, revoked_at FROM api_tokens ORDER BY id")).all()
+    assert [(row.name, row.token_hash[0], row.revoked_at is None) for row in rows] == [
+        ("ci", "a", True),
+        ("ci", "b", False),
+        (f"ci #{rows[2].id}", "c", True),
+        ("ops", "d", True),
+        (f"ci #{rows[4].id}", "e", True),
+        (long_name, "f", True),
+        ("x" * (200 - len(f" #{rows[6].id}")) + f" #{rows[6].id}", "0", True),
+    ]
+    with pytest.raises(IntegrityError), engine.begin() as connection:
+        _token(connection, "ops", "9")
+    with engine.begin() as connection:
+        _token(connection, "ops", "8", revoked=datetime(2026, 1, 3))  # revoked: may share the name
+    command.downgrade(alembic_config(empty_url), "0004")
+    with engine.begin() as connection:
+        _token(connection, "ops", "7")  # no index below 0005
+        assert connection.execute(text("SELECT count(*) FROM api_tokens WHERE name = 'ops'")).scalar_one() == 3
     engine.dispose()
