@@ -442,14 +442,16 @@ def _score_ungated(searches: list[SearchResult]) -> list[dict[str, Any]]:
     """Conditioning score against the accuracy a *plain* training reached, at no extra cost:
     the ungated search's trials whose architecture a gated search also proposed (the
     sampler's random start-up trials coincide across the searches, same seed) and had
-    conditioned."""
-    scored = {
-        json.dumps(t.params, sort_keys=True): t
-        for s in searches
-        if s.name in ("preflight gate", "gate + median pruner")
-        for t in s.trials
-        if t.candidate_id is not None
-    }
+    conditioned. ``gated_accuracy``: what the same architecture reached when a gated search
+    trained it to the end (from the tuned init, at the recommended rate), else None."""
+    scored: dict[str, TrialRecord] = {}
+    for search in searches:
+        if search.name not in ("preflight gate", "gate + median pruner"):
+            continue
+        for t in search.trials:
+            key = json.dumps(t.params, sort_keys=True)
+            if t.candidate_id is not None and (key not in scored or scored[key].state != "complete"):
+                scored[key] = t  # a complete training over one a pruner stopped
     points = []
     for trial in searches[0].trials:
         twin = scored.get(json.dumps(trial.params, sort_keys=True))
@@ -463,6 +465,7 @@ def _score_ungated(searches: list[SearchResult]) -> list[dict[str, Any]]:
                 "score": twin.score,
                 "verdict": twin.verdict,
                 "reason": twin.reason,
+                "gated_accuracy": twin.accuracy if twin.state == "complete" else None,
             }
         )
     return points
@@ -557,14 +560,28 @@ def _what_happened(results: dict[str, Any]) -> str:
     if points:
         best = max(p["accuracy"] for p in points)
         false_prunes = [p for p in points if p["verdict"] == "prune" and p["accuracy"] >= best - NEAR_BEST]
-        false_keeps = [p for p in points if p["verdict"] == "keep" and p["accuracy"] <= DIVERGED]
+        failed_keeps = [p for p in points if p["verdict"] == "keep" and p["accuracy"] <= DIVERGED]
+        rescued = [p for p in failed_keeps if (p.get("gated_accuracy") or 0.0) > DIVERGED]
+        false_keeps = [p for p in failed_keeps if p not in rescued]
         lines.append(
             f"- Checked against the same {len(points)} architectures trained without the gate: "
             f"{len(false_prunes)} false prune(s) (pruned, yet within {NEAR_BEST} of the best {best:.3f}), "
-            f"{len(false_keeps)} false keep(s) (kept, yet diverged or learned nothing)."
+            f"{len(false_keeps)} false keep(s) (kept, yet diverged or learned nothing, and not trained better "
+            "by the gated search)"
+            + (
+                f"; {len(rescued)} kept that failed without the gate and trained from the tuned init at the "
+                "recommended rate."
+                if rescued
+                else "."
+            )
         )
         lines += [f"  - false prune: {p['name']}, trained to {_accuracy(p['accuracy'])}" for p in false_prunes[:5]]
         lines += [f"  - false keep: {p['name']}, trained to {_accuracy(p['accuracy'])}" for p in false_keeps[:5]]
+        lines += [
+            f"  - trained with the gate: {p['name']}, {_accuracy(p['accuracy'])} without it, "
+            f"{_accuracy(p['gated_accuracy'])} with it"
+            for p in rescued[:5]
+        ]
     plain = searches.get("no gate")
     if gated is not None and plain is not None and plain.best is not None and gated.best is not None:
         ratio = gated.compute / plain.compute if plain.compute else math.nan

@@ -120,3 +120,35 @@ def test_the_fashion_mnist_demo_without_the_data_says_how_to_get_it_before_any_w
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "apt-get install dataset-fashion-mnist" in err
     assert not (tmp_path / "demo").exists()  # nothing started
+
+
+def test_a_keep_that_failed_only_without_the_gate_is_not_called_a_false_keep() -> None:
+    """The ungated search trains at the sampled rate from the spec's init; the gate's survivors
+    train from the tuned init at the recommended rate. A kept architecture that diverged without
+    the gate and trained with it is reported as such, not as a false keep; one that failed both
+    ways (or that a pruner stopped, so its gated accuracy is unknown) still is."""
+    from service.cli.demo_commands import SearchResult, TrialRecord, _score_ungated, _what_happened
+
+    def trial(number: int, accuracy: float, state: str = "complete", gated: bool = False) -> TrialRecord:
+        extra = {"candidate_id": f"c{number}", "verdict": "keep", "score": 0.0} if gated else {}
+        return TrialRecord(number, f"net-{number}", state, 4, accuracy, 1.0, params={"n": number}, **extra)
+
+    plain = SearchResult("no gate", trials=[trial(0, 0.80), trial(1, 0.0), trial(2, 0.10), trial(3, 0.05)])
+    gate = SearchResult("preflight gate", trials=[trial(0, 0.81, gated=True), trial(1, 0.79, gated=True)])
+    both = SearchResult(
+        "gate + median pruner",
+        trials=[trial(1, 0.30, "pruned-during", gated=True), trial(2, 0.12, gated=True)]
+        + [trial(3, 0.40, "pruned-during", gated=True)],
+    )
+    searches = [plain, SearchResult("median pruner"), gate, both]
+    points = _score_ungated(searches)
+    assert [(p["name"], p["gated_accuracy"]) for p in points] == [
+        ("net-0", 0.81),
+        ("net-1", 0.79),  # the complete training, not the one the pruner stopped
+        ("net-2", 0.12),
+        ("net-3", None),
+    ]
+    said = _what_happened({"searches": searches, "score_vs_accuracy": points})
+    assert "2 false keep(s)" in said and "1 kept that failed without the gate and trained" in said
+    assert "  - trained with the gate: net-1, 0.000 (diverged) without it, 0.790 with it" in said
+    assert "  - false keep: net-2" in said and "  - false keep: net-3" in said and "false keep: net-1" not in said
