@@ -387,8 +387,14 @@ class _Core:
 
 
 def _nested(array: Any) -> Any:
-    """Nested lists from an array-like (a tensor, a NumPy array) or a list as is."""
-    return array.tolist() if hasattr(array, "tolist") else array
+    """Nested lists from an array-like (a tensor, a NumPy array), or from a list or tuple of them
+    (one tensor per sample, as ``[dataset[i][0] for i in range(64)]`` gives), which JSON cannot
+    carry as they are."""
+    if hasattr(array, "tolist"):
+        return array.tolist()
+    if isinstance(array, list | tuple):
+        return [_nested(item) for item in array]
+    return array
 
 
 def _refuse_non_finite(name: str, value: Any) -> None:

@@ -83,6 +83,25 @@ def test_the_client_raises_a_batch_warning_for_an_imbalanced_upload(
     assert len(batch) == 64
 
 
+def test_a_batch_given_as_one_tensor_per_sample_uploads_as_the_stacked_batch(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """A list of per-sample tensors or arrays (what indexing a dataset gives) and 0-d label tensors
+    are the same batch as the stacked arrays: the same content, so the same id. JSON could not
+    carry them as they were."""
+    import numpy as np
+    import torch
+
+    from nas.client import PreflightClient
+
+    with live_server(make_settings(sqlite_url)) as url, PreflightClient(url) as client:
+        stacked = client.upload_batch(torch.tensor(X), torch.tensor(Y))  # float32
+        per_sample = client.upload_batch([torch.tensor(row) for row in X], [torch.tensor(label) for label in Y])
+        arrays = client.upload_batch(tuple(np.array(row) for row in X), Y)  # float64: the lists' values
+        lists = client.upload_batch(X, Y)
+    assert per_sample == stacked and arrays == lists
+
+
 @pytest.mark.parametrize(
     ("payload", "path"),
     [
