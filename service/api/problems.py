@@ -149,13 +149,21 @@ def problem_response(
         type=PROBLEM_TYPES.get(kind or "", "about:blank"),
         title=title,
         status=status,
-        detail=detail,
+        detail=None if detail is None else _encodable(detail),
         instance=request.url.path if request is not None else None,
-        errors=errors,
+        errors=None
+        if errors is None
+        else [ProblemIssue(path=_encodable(e.path), message=_encodable(e.message)) for e in errors],
     )
     return JSONResponse(
         problem.model_dump(exclude_none=True), status_code=status, headers=headers, media_type=MEDIA_TYPE
     )
+
+
+def _encodable(text: str) -> str:
+    """``text`` with each lone surrogate (a JSON string may hold ``\\ud800``, UTF-8 cannot) written
+    as its escape, so a problem that quotes the client's key is still a response, not a 500."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _location(loc: tuple[Any, ...]) -> str:

@@ -127,6 +127,14 @@ def test_a_bad_batch_is_refused_with_the_json_path_at_fault(
     assert problem["errors"][0]["path"] == path, problem
 
 
+def test_an_unknown_key_holding_a_lone_surrogate_is_refused_naming_it_not_a_500(api: httpx.Client) -> None:
+    """JSON may escape a lone surrogate (``\\ud800``), which UTF-8 cannot encode: the problem that
+    quotes such a key was itself unencodable, a 500."""
+    body = b'{"x": [[1.0], [2.0]], "\\ud800z": 1}'
+    problem = _problem(api.post("/v1/batches", content=body, headers={"content-type": "application/json"}), 422)
+    assert problem["errors"][0]["path"] == "\\ud800z" and problem["detail"].startswith("\\ud800z: unknown field")
+
+
 def test_a_submission_naming_a_missing_or_misfit_batch_is_refused_and_nothing_is_queued(api: httpx.Client) -> None:
     missing = _problem(api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": "f" * 64}}), 422)
     assert missing["errors"][0]["path"] == "options.data"
