@@ -11,7 +11,7 @@ from nas.canonical import DATA_OPTION as DATA
 from nas.canonical import NOT_IN_KEY as _NOT_IN_KEY
 from nas.options import ConditionOptions
 from nas.spec import json_path
-from service.api.problems import ProblemError, ProblemIssue
+from service.api.problems import DETAIL_ISSUES, ProblemError, ProblemIssue, bounded
 
 __all__ = ["DATA", "canonical_tuning_options"]
 
@@ -23,31 +23,41 @@ def canonical_tuning_options(options: dict[str, Any], *, field: str = "options")
     if data is not None and not _is_batch_id(data):
         raise ProblemError(
             422,
-            f"{field}.{DATA}: expected the id of an uploaded data batch (POST /v1/batches), got {data!r}",
+            f"{field}.{DATA}: expected the id of an uploaded data batch (POST /v1/batches), got {_quoted(data)}",
             kind="invalid-request",
             errors=[ProblemIssue(path=f"{field}.{DATA}", message="not a data batch id")],
         )
     unknown = sorted(set(options) - set(model.model_fields) - _NOT_IN_KEY)
     if unknown:
         known = ", ".join(sorted((set(model.model_fields) - _NOT_IN_KEY) | {DATA}))
+        named = ", ".join(_quoted(key) for key in unknown[:DETAIL_ISSUES])
+        more = f" and {len(unknown) - DETAIL_ISSUES} more" if len(unknown) > DETAIL_ISSUES else ""
+        _, issues = bounded([ProblemIssue(path=f"{field}.{key}", message="unknown option") for key in unknown], "")
         raise ProblemError(
             422,
-            f"unknown option(s) {', '.join(unknown)}; tuning options are: {known}",
+            f"unknown option(s) {named}{more}; tuning options are: {known}",
             kind="invalid-request",
-            errors=[ProblemIssue(path=f"{field}.{key}", message="unknown option") for key in unknown],
+            errors=issues,
         )
     try:
         parsed = model.model_validate({k: v for k, v in options.items() if k not in _NOT_IN_KEY})
     except ValidationError as exc:
-        issues = [
-            ProblemIssue(path=f"{field}.{json_path(tuple(error['loc']))}", message=error["msg"])
-            for error in exc.errors(include_url=False)
-        ]
-        raise ProblemError(
-            422, "; ".join(f"{i.path}: {i.message}" for i in issues), kind="invalid-request", errors=issues
-        ) from None
+        detail, issues = bounded(
+            [
+                ProblemIssue(path=f"{field}.{json_path(tuple(error['loc']))}", message=error["msg"])
+                for error in exc.errors(include_url=False)
+            ],
+            "invalid options",
+        )
+        raise ProblemError(422, detail, kind="invalid-request", errors=issues) from None
     canonical = parsed.model_dump(mode="json", exclude=set(_NOT_IN_KEY))
     return canonical | ({DATA: data} if data is not None else {})
+
+
+def _quoted(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a problem names what was sent, not all of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_batch_id(value: object) -> bool:

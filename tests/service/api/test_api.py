@@ -512,6 +512,22 @@ def test_a_spec_with_thousands_of_faults_gets_a_bounded_problem(sqlite_api: http
     assert len(problem["errors"]) <= 51 and "more (see errors)" in problem["detail"]
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {f"unknown_{i}": 1 for i in range(5_000)},  # each key was listed, in the detail and in errors
+        {"thresholds": {f"k{i}": 1.0 for i in range(5_000)}},  # pydantic's issues, each listed
+        {"data": [[0.0] * 100] * 100},  # the value was echoed whole
+    ],
+    ids=["unknown-keys", "invalid-values", "data-not-an-id"],
+)
+def test_options_with_thousands_of_faults_get_a_bounded_problem(sqlite_api: httpx.Client, options: Any) -> None:
+    response = sqlite_api.post("/v1/candidates", json={"spec": {}, "options": options})
+    problem = assert_problem(response, 422)
+    assert len(response.content) < 20_000, len(response.content)
+    assert len(problem.get("errors", [])) <= 51 and problem["errors"][0]["path"].startswith("options.")
+
+
 def test_the_docs_render_offline_from_assets_the_app_serves(sqlite_api: httpx.Client) -> None:
     """/docs and /redoc point at Swagger UI and ReDoc files the app serves itself (no CDN)."""
     for page, asset_name in (("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")):
