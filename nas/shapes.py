@@ -332,14 +332,17 @@ def _trace_cell(
     index = len(out)
     out.append(LayerInfo(label, module, cell.type, block, x, x, 0, 0, None, None))  # placeholder
     names = cell_edge_modules(cell, ctx.init)
+    into: list[list[int]] = [[] for _ in range(n)]  # each node's incoming edges, in listing order
+    for k, edge in enumerate(cell.edges):
+        into[edge.to].append(k)
     nodes: list[Shape] = [x]
     for j in range(1, n):
         incoming: list[tuple[int, Shape]] = []
-        for k, edge in enumerate(cell.edges):
-            if edge.to == j:
-                path, sub = f"{label}.edges[{k}].op", f"{module}.edges.{names[k]}"
-                y = _trace_sequence(edge.op, nodes[edge.source], path, sub, block, out, depth + 1, ctx)
-                incoming.append((k, y))
+        for k in into[j]:
+            edge = cell.edges[k]
+            path, sub = f"{label}.edges[{k}].op", f"{module}.edges.{names[k]}"
+            y = _trace_sequence(edge.op, nodes[edge.source], path, sub, block, out, depth + 1, ctx)
+            incoming.append((k, y))
         first_k, shape = incoming[0]
         for k, y in incoming[1:]:
             if y != shape:

@@ -14,6 +14,7 @@ __all__ = [
     "STEP_MAC_FACTOR",
     "SpecLimits",
     "check_limits",
+    "conditioning_issue",
     "count_layers",
     "job_limit_issue",
     "parse_and_trace",
@@ -70,9 +71,10 @@ def check_limits(spec: ArchitectureSpec, trace: ShapeTrace, limits: SpecLimits) 
 
 
 def count_layers(data: Any, cap: int) -> int:
-    """The layers of a raw (unvalidated) spec, counted through residual paths and cell edges and
-    stopping past ``cap``: cheap enough to run before validation, so that an oversized spec is
-    refused without the seconds pydantic would spend on 100,000 layers (nor the tens of
+    """The layers of a raw (unvalidated) spec, counted through residual paths and cell edges (each
+    edge counts, with or without an op) and stopping past ``cap``: cheap enough to run before
+    validation, so that an oversized spec is refused without the seconds pydantic would spend on
+    100,000 layers (nor the tens of
     milliseconds of counting them all), and a server can decide where to validate a spec
     (inline when small, off the event loop when large)."""
     if not isinstance(data, dict) or not isinstance(data.get("blocks"), list):
@@ -90,9 +92,22 @@ def count_layers(data: Any, cap: int) -> int:
             if isinstance(layer, dict):
                 stack.extend(layer.get(key) for key in ("body", "shortcut") if key in layer)
                 edges = layer.get("edges")
-                if isinstance(edges, list):
+                if isinstance(edges, list):  # an edge is a module even with no op (the identity)
+                    count += len(edges)
                     stack.extend(edge.get("op") for edge in edges if isinstance(edge, dict))
     return count
+
+
+def conditioning_issue(trace: ShapeTrace) -> str | None:
+    """Why a valid spec cannot be conditioned, or None. A network without parameters is a valid
+    spec (the format's tests build such cells), but nothing in it can be initialized or trained:
+    the probe's backward pass would fail inside torch, and a queue would retry it."""
+    if trace.parameters == 0:
+        return (
+            "the network has no parameters, so there is nothing to initialize, condition or train: "
+            "add a weighted layer (linear, conv2d, attention, ...)"
+        )
+    return None
 
 
 def job_limit_issue(trace: ShapeTrace, options: dict[str, Any], limits: SpecLimits) -> tuple[str, str] | None:
@@ -152,7 +167,7 @@ def parse_and_trace(
             raise SpecError.at(
                 "blocks",
                 f"{layers}+ layers exceed the limit of {active.max_layers} (setting PREFLIGHT_SPEC_MAX_LAYERS; "
-                "counted before validation, stopping past the limit)",
+                "a cell's edges count as layers; counted before validation, stopping past the limit)",
             )
         try:
             spec = ArchitectureSpec.model_validate(data)

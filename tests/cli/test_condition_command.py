@@ -164,3 +164,12 @@ def test_an_archive_saved_without_naming_x_is_read_with_its_y(tmp_path: Path) ->
     np.savez(data, np.ones((4, 64)), y=np.arange(4))  # x is stored as arr_0
     loaded = _load_data(str(data))
     assert loaded["x"].shape == (4, 64) and loaded["y"].tolist() == [0, 1, 2, 3]
+
+
+def test_a_network_without_parameters_exits_2_naming_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, torch's "element 0 of tensors does not require grad" came out as a traceback."""
+    spec = tmp_path / "relu.json"
+    spec.write_text(json.dumps({"input_shape": [16], "blocks": [{"layers": [{"type": "relu"}]}]}))
+    assert main(["condition", str(spec)]) == 2
+    captured = capsys.readouterr()
+    assert "preflight condition: the network has no parameters" in captured.err and captured.out == ""

@@ -323,8 +323,17 @@ def test_an_oversized_spec_is_refused_by_counting_before_validation(monkeypatch:
     def not_called(*args: object, **kwargs: object) -> None:
         raise AssertionError("validated before counting")
 
+    # a cell's edges count, ops or none: 180,000 identity edges counted as 0 layers, passed the
+    # limit and were validated and traced on the event loop for 11 s
+    chain = [{"from": j - 1, "to": j} for j in range(1, 1024)]
+    cell = {"type": "cell", "nodes": 1024, "edges": chain + [{"from": 0, "to": 1}] * 180_000}
+    edges = {"format": "1.1", "input_shape": [4], "blocks": [{"layers": [cell, {"type": "linear", "out": 2}]}]}
+    assert count_layers(edges, 4096) > 4096
+    small = {**edges, "blocks": [{"layers": [{**cell, "edges": chain[:9], "nodes": 10}]}]}
+    assert count_layers(small, 4096) == 1 + 9
+
     monkeypatch.setattr(ArchitectureSpec, "model_validate", not_called)
-    for big in (spec, nested):
+    for big in (spec, nested, edges):
         with pytest.raises(SpecError) as caught:
             parse_spec(big)
         assert caught.value.issues[0].path == "blocks" and "PREFLIGHT_SPEC_MAX_LAYERS" in str(caught.value)

@@ -22,7 +22,7 @@ from nas import SpecError, SpecLimits, spec_hash
 from nas.canonical import key_options
 from nas.report import Verdict
 from nas.spec import storable_text
-from nas.validate import count_layers, job_limit_issue, parse_and_trace
+from nas.validate import conditioning_issue, count_layers, job_limit_issue, parse_and_trace
 from service.api.deps import (
     AuthDep,
     CallerDep,
@@ -112,6 +112,8 @@ def _new_candidates(
             spec, trace = parse_and_trace(data, limits)
         except SpecError as exc:
             raise ProblemError.from_spec_error(exc, field=field) from None
+        if reason := conditioning_issue(trace):
+            raise ProblemError.from_spec_error(SpecError.at("blocks", reason), field=field)
         if issue := job_limit_issue(trace, tuning, limits or SpecLimits()):
             path, message = issue
             path = field if path == "spec" else path

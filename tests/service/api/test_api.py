@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from nas.examples import EXAMPLE_MLP
 from nas.report import ConditioningReport
 from service.revision import engine_revision
 from service.settings import Settings
@@ -160,6 +161,18 @@ def test_a_bad_spec_gets_422_with_its_json_path_and_nothing_is_queued(api: httpx
 def test_bad_requests_get_422_problems_naming_the_field(sqlite_api: httpx.Client, body: Any, path: str) -> None:
     problem = assert_problem(sqlite_api.post("/v1/candidates", json=body), 422)
     assert path in [issue["path"] for issue in problem["errors"]]
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["spec", "specs"])
+def test_a_network_without_parameters_is_refused_and_nothing_is_queued(sqlite_api: httpx.Client, batch: bool) -> None:
+    """It was queued, and the worker failed it three times over with torch's "element 0 of tensors
+    does not require grad"."""
+    relu = {"input_shape": [16], "blocks": [{"layers": [{"type": "relu"}]}]}
+    body = {"specs": [EXAMPLE_MLP, relu]} if batch else {"spec": relu}
+    problem = assert_problem(sqlite_api.post("/v1/candidates", json=body), 422)
+    assert problem["errors"][0]["path"] == ("specs[1].blocks" if batch else "spec.blocks")
+    assert "no parameters" in problem["errors"][0]["message"]
+    assert sqlite_api.get("/v1/candidates", params={"limit": 10}).json()["candidates"] == []
 
 
 def test_an_unknown_device_is_refused_with_the_valid_values_not_a_pattern(sqlite_api: httpx.Client) -> None:
