@@ -74,9 +74,8 @@ def count_layers(data: Any, cap: int) -> int:
     """The layers of a raw (unvalidated) spec, counted through residual paths and cell edges (each
     edge counts, with or without an op) and stopping past ``cap``: cheap enough to run before
     validation, so that an oversized spec is refused without the seconds pydantic would spend on
-    100,000 layers (nor the tens of
-    milliseconds of counting them all), and a server can decide where to validate a spec
-    (inline when small, off the event loop when large)."""
+    100,000 layers (nor the tens of milliseconds of counting them all), and a server can decide
+    where to validate a spec (inline when small, off the event loop when large)."""
     if not isinstance(data, dict) or not isinstance(data.get("blocks"), list):
         return 0
     stack: list[Any] = [block.get("layers") for block in data["blocks"] if isinstance(block, dict)]
