@@ -67,6 +67,8 @@ def _one_line(error: BaseException) -> str:
 
 # what a path the user chose can do wrong (a missing folder, no permission, a file where a folder goes);
 # other OS errors keep their traceback, since they are this program's faults more often than the user's
+# the settings models and the prefix of the environment variables that set their fields
+_SETTINGS = {"Settings": "PREFLIGHT_", "SpecLimits": "PREFLIGHT_SPEC_"}
 _PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 
 
@@ -89,20 +91,21 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         return EXIT_USAGE, f"{error.strerror or _one_line(error)}: {error.filename}"
     from pydantic import ValidationError
 
-    if isinstance(error, ValidationError) and error.title == "Settings":  # PREFLIGHT_* or the options that set them
-        fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or '$'}: {e['msg']}" for e in error.errors()[:5])
+    if isinstance(error, ValidationError) and error.title in _SETTINGS:  # PREFLIGHT_* or the options that set them
+        prefix = _SETTINGS[error.title]
+        fields = "; ".join(f"{prefix}{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in error.errors()[:5])
         return EXIT_USAGE, f"invalid settings (PREFLIGHT_* or the options that set them): {fields}"
     if isinstance(error, ModuleNotFoundError) and error.name:
         extra = _EXTRAS.get(error.name.split(".")[0])
         fix = f'pip install "nas-preflight[{extra}]"' if extra else f"pip install {error.name.split('.')[0]}"
         return EXIT_MISSING_EXTRA, f"this command needs {error.name.split('.')[0]!r}, which is not installed: {fix}"
     try:
-        from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
+        from sqlalchemy.exc import ArgumentError, DatabaseError
     except ModuleNotFoundError:
         return None
     if isinstance(error, ArgumentError):
         return EXIT_DATABASE, f"PREFLIGHT_DATABASE_URL is not a database URL ({_one_line(error)})"
-    if isinstance(error, OperationalError | ProgrammingError):
+    if isinstance(error, DatabaseError):  # OperationalError, ProgrammingError, "file is not a database"
         reason = _one_line(error.orig or error)
         if "no such table" in reason or ("relation" in reason and "does not exist" in reason):
             return EXIT_DATABASE, f"the database is not migrated ({reason}); run `preflight db upgrade`"

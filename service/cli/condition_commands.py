@@ -35,8 +35,10 @@ def _load_data(path: str) -> dict[str, Any]:
     import numpy as np
 
     file = Path(path)
-    if not file.is_file():
-        raise SystemExit(f"preflight: no such data file: {path}")
+    if file.is_dir():
+        raise SystemExit(f"preflight: {path} is a folder, not a data file")
+    if not file.exists():  # a pipe is no regular file, and is read
+        raise SystemExit(f"preflight: no such data file: {path!r}")
     try:
         archive = np.load(io.BytesIO(file.read_bytes()))  # allow_pickle stays False; no file left open on a fault
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # text, empty, truncated

@@ -264,7 +264,8 @@ def _token_revoke(args: argparse.Namespace) -> int:
     from service.store.tokens import revoke_token
 
     if args.token.isdecimal():
-        count = _with_session(lambda session: revoke_token(session, token_id=int(args.token)))
+        token_id = int(args.token)  # beyond a 64-bit id it names no token (and SQLite cannot take it)
+        count = 0 if token_id >= 2**63 else _with_session(lambda session: revoke_token(session, token_id=token_id))
     else:
         count = _with_session(lambda session: revoke_token(session, name=args.token))
     print(f"revoked {count} token(s)")

@@ -34,14 +34,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def read_spec_argument(argument: str) -> str:
     """The text of a spec given on the command line as a path or ``-``."""
+    if argument == "":  # `preflight describe "$UNSET"` described the example network
+        raise SystemExit("preflight: the spec file argument is empty")
     if argument == "-":
         raw, where = sys.stdin.buffer.read(), "standard input"
     else:
         path = Path(argument)
         if path.is_dir():
             raise SystemExit(f"preflight: {argument} is a folder, not a spec file")
-        if not path.is_file():
-            raise SystemExit(f"preflight: no such spec file: {argument}")
+        if not path.exists():  # a pipe (`<(preflight example mlp)`) is no regular file, and is read
+            raise SystemExit(f"preflight: no such spec file: {argument!r}")
         try:
             raw, where = path.read_bytes(), argument
         except OSError as exc:
@@ -88,7 +90,7 @@ def _describe(args: argparse.Namespace) -> int:
     from nas import build_model, spec_hash, summarize
     from nas.examples import EXAMPLE_MLP
 
-    text = read_spec_argument(args.spec) if args.spec else json.dumps(EXAMPLE_MLP)
+    text = read_spec_argument(args.spec) if args.spec is not None else json.dumps(EXAMPLE_MLP)
     spec = _parse_or_report(text)
     if spec is None:
         return 2

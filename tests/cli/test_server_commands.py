@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import service.cli as cli
 from service.revision import engine_revision
 from service.testing import free_port
 
@@ -118,8 +119,21 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
         (["describe", "--seed", "-1"], {}, "must be in [0, 2**64), got -1"),  # torch read it as 2**64 - 1
         (["worker", "--device", "cuda", "--burst"], {"CUDA_VISIBLE_DEVICES": ""}, "CUDA is not available"),
         (["demo", "--out", "/proc/forbidden", "--no-progress"], {}, "/proc/forbidden"),
+        (["describe"], {"PREFLIGHT_SPEC_MAX_BLOCKS": "abc"}, "PREFLIGHT_SPEC_MAX_BLOCKS: Input should be"),
+        (["describe", ""], {}, "the spec file argument is empty"),  # described the example network
     ],
-    ids=["bad-url", "not-migrated", "port", "device-bogus", "device-mps", "describe-seed", "device-cuda", "out"],
+    ids=[
+        "bad-url",
+        "not-migrated",
+        "port",
+        "device-bogus",
+        "device-mps",
+        "describe-seed",
+        "device-cuda",
+        "out",
+        "spec-limit-setting",
+        "describe-empty",
+    ],
 )
 def test_a_setting_or_argument_that_cannot_work_is_one_line_and_a_non_zero_status(
     tmp_path: Path, args: list[str], env: dict[str, str], words: str
@@ -128,6 +142,19 @@ def test_a_setting_or_argument_that_cannot_work_is_one_line_and_a_non_zero_statu
     lines = result.stderr.strip().splitlines()
     assert result.returncode != 0 and len(lines) == 1 and words in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_file_that_is_no_database_and_a_token_id_beyond_64_bits_are_one_line(tmp_path: Path) -> None:
+    """Both were tracebacks: sqlite's "file is not a database", and SQLite's OverflowError for the id."""
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database, " * 512)
+    result = preflight(garbage, "token", "list")
+    assert result.returncode == cli.EXIT_DATABASE and "Traceback" not in result.stderr, result.stderr
+    assert "file is not a database" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    db = tmp_path / "p.db"
+    assert preflight(db, "db", "upgrade").returncode == 0
+    result = preflight(db, "token", "revoke", "9" * 25)
+    assert result.returncode == 1 and result.stdout == "revoked 0 token(s)\n" and result.stderr == "", result
 
 
 def test_an_unreachable_database_is_one_line_naming_the_setting_and_its_own_exit_status(tmp_path: Path) -> None:
