@@ -21,7 +21,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nas.space.chains import Layer, Spec, _Trial
+from nas.space.chains import Layer, Spec, _count, _Trial
+from nas.spec import SpecError
+from nas.validate import parse_spec
 
 __all__ = [
     "NB201_EDGES",
@@ -162,11 +164,18 @@ class NASBench201Space:
 
     def __post_init__(self) -> None:
         for name in ("channels", "cells_per_stage", "n_classes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, but got {name}={getattr(self, name)}.")
-        if len(self.input_shape) != 3:
+            if not _count(getattr(self, name), 1):
+                raise ValueError(f"{name} must be an integer of at least 1, but got {name}={getattr(self, name)!r}.")
+        if len(self.input_shape) != 3 or not all(_count(size, 1) for size in self.input_shape):
             raise ValueError(f"input_shape must be [C, H, W], but got input_shape={list(self.input_shape)}.")
+        try:  # the skeleton's shapes do not depend on the ops: one that fails here fails every trial
+            parse_spec(nasbench201_spec(["none"] * len(NB201_EDGES), *self._skeleton()))
+        except SpecError as exc:
+            raise ValueError(f"the skeleton cannot take input_shape={list(self.input_shape)}: {exc}") from None
 
     def __call__(self, trial: _Trial) -> Spec:
         ops = [trial.suggest_categorical(f"edge_{s}_{t}", list(NB201_OPS)) for s, t in NB201_EDGES]
-        return nasbench201_spec(ops, self.channels, self.cells_per_stage, self.n_classes, self.input_shape)
+        return nasbench201_spec(ops, *self._skeleton())
+
+    def _skeleton(self) -> tuple[int, int, int, tuple[int, ...]]:
+        return self.channels, self.cells_per_stage, self.n_classes, tuple(self.input_shape)

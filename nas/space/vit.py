@@ -10,6 +10,8 @@ K are measured between transformer blocks.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,8 +92,8 @@ class ViTSpace:
         for width in self.widths:  # fixed choices per parameter, as Optuna's samplers need
             if any(width % d for d in self.head_dims):
                 raise ValueError(f"every head_dim must divide every width, but {width} and head_dims={self.head_dims}.")
-        if not self.mlp_ratios or any(r <= 0 for r in self.mlp_ratios):
-            raise ValueError(f"mlp_ratios must be positive, but got mlp_ratios={self.mlp_ratios}.")
+        if not self.mlp_ratios or not all(_positive_finite(r) for r in self.mlp_ratios):  # inf, NaN: every trial failed
+            raise ValueError(f"mlp_ratios must be positive finite numbers, but got mlp_ratios={self.mlp_ratios}.")
 
     def __call__(self, trial: _Trial) -> Spec:
         depth = _suggest_int(trial, "depth", self.depth)
@@ -100,3 +102,8 @@ class ViTSpace:
         ratio = trial.suggest_categorical("mlp_ratio", list(self.mlp_ratios))
         patch = trial.suggest_categorical("patch", list(self.patches))
         return vit_spec(depth, width, width // head_dim, ratio, patch, self.input_shape, self.n_classes)
+
+
+def _positive_finite(value: Any) -> bool:
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return real and math.isfinite(value) and value > 0

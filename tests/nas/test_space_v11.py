@@ -89,3 +89,21 @@ def test_an_empty_choice_of_the_vit_space_is_refused_when_the_space_is_made(fiel
     """Optuna refused it only at the first trial, in its own words."""
     with pytest.raises(ValueError, match=f"{field} must be a non-empty list"):
         ViTSpace(**{field: ()})
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda: ViTSpace(mlp_ratios=(float("inf"),)), "mlp_ratios must be positive finite"),
+        (lambda: ViTSpace(mlp_ratios=(2.0, float("nan"))), "mlp_ratios must be positive finite"),
+        (lambda: NASBench201Space(input_shape=(3, 2, 2)), "the skeleton cannot take input_shape=[3, 2, 2]"),
+        (lambda: NASBench201Space(channels=16.5), "channels must be an integer"),  # type: ignore[arg-type]
+        (lambda: NASBench201Space(channels="16"), "channels must be an integer"),  # type: ignore[arg-type]
+    ],
+    ids=["vit-inf-ratio", "vit-nan-ratio", "nb201-tiny-image", "nb201-fractional-channels", "nb201-text-channels"],
+)
+def test_a_space_that_no_trial_could_build_is_refused_when_it_is_made(make: object, words: str) -> None:
+    """Each was accepted, and then every trial failed (OverflowError, a SpecError, a TypeError)."""
+    with pytest.raises(ValueError) as caught:
+        make()  # type: ignore[operator]
+    assert words in str(caught.value)
