@@ -37,6 +37,7 @@ the score alone: leave it off there (docs/conditioning.md, section 10).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -149,15 +150,16 @@ class ConditioningGate:
                 raise TypeError(f"{name} must be True or False, but got {name}={flag!r}.")
         if client is not None and not hasattr(client, "condition"):
             raise TypeError(f"client must be a nas.client.PreflightClient, but got {client!r}; the URL goes to it")
-        if timeout is not None and not (timeout > 0):
+        if timeout is not None and not (_real(timeout) and timeout > 0):
             raise ValueError(f"timeout must be positive seconds or None, but got {timeout=}.")
-        if threshold is not None and not math.isfinite(threshold):
+        if threshold is not None and not (_real(threshold) and math.isfinite(threshold)):
             raise ValueError(f"threshold must be a finite number or None, but got {threshold=}.")
         if on_failure not in ("raise", "prune", "keep"):
             raise ValueError(f'on_failure must be "raise", "prune" or "keep", but got {on_failure=}.')
-        if rank_after is not None and not (isinstance(rank_after, int) and rank_after >= 3):
+        integral = isinstance(rank_after, numbers.Integral) and not isinstance(rank_after, bool)
+        if rank_after is not None and not (integral and rank_after >= 3):
             raise ValueError(f"rank_after must be an integer of at least 3 or None, but got {rank_after=}.")
-        if not 0.0 < rank_below < 1.0:
+        if not (_real(rank_below) and 0.0 < rank_below < 1.0):
             raise ValueError(f"rank_below must be a quantile in (0, 1), but got {rank_below=}.")
         self.client = client if client is not None else PreflightClient()
         self.options = dict(options or {})
@@ -166,7 +168,7 @@ class ConditioningGate:
         self.prune = prune
         self.constraint = constraint
         self.on_failure = on_failure
-        self.rank_after = rank_after
+        self.rank_after = None if rank_after is None else int(rank_after)
         self.rank_below = rank_below
 
     def job_options(self, study_name: str | None, trial_number: int | None = None) -> dict[str, Any]:
@@ -339,3 +341,8 @@ def earlier_scores(trials: Sequence[optuna.trial.FrozenTrial], exclude_number: i
         if not math.isnan(score):
             out.append(score)
     return out
+
+
+def _real(value: object) -> bool:
+    """A real number (numpy's too), not a bool or a numeric string."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 import torch
@@ -41,11 +42,25 @@ SPECS = {"well": WELL, "ill": ILL}
         ({"on_failure": "skip"}, "on_failure"),
         ({"rank_after": 2}, "rank_after"),
         ({"rank_below": 1.0}, "rank_below"),
+        ({"timeout": "5"}, "timeout"),  # each was a raw comparison TypeError, or passed
+        ({"rank_below": None}, "rank_below"),
+        ({"threshold": "0.1"}, "threshold"),
+        ({"rank_after": True}, "rank_after"),
     ],
 )
 def test_bad_gate_arguments_are_refused_and_quoted(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ConditioningGate(PreflightClient("http://unused.invalid"), **kwargs)
+
+
+def test_numpy_numbers_are_gate_arguments_like_python_ones() -> None:
+    gate = ConditioningGate(
+        PreflightClient("http://unused.invalid"),
+        rank_after=np.int64(5),
+        rank_below=np.float64(0.4),
+        timeout=np.float32(9),
+    )
+    assert gate.rank_after == 5 and type(gate.rank_after) is int
 
 
 @pytest.mark.parametrize(
