@@ -501,5 +501,7 @@ def load_spec_json(text: str | bytes) -> Any:
         raise SpecError.at("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise SpecError.at("$", "JSON nested too deeply to parse (arrays or objects within each other)") from None
+    except UnicodeDecodeError as exc:  # bytes that are no UTF-8, -16 or -32 text
+        raise SpecError.at("$", f"not JSON text: {exc.reason} at byte {exc.start}") from None
     except ValueError as exc:  # an integer of more digits than Python converts (sys.set_int_max_str_digits)
         raise SpecError.at("$", f"not a usable JSON number: {exc}") from None

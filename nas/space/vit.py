@@ -50,6 +50,8 @@ def vit_spec(
     >>> nas.parse_spec(vit_spec(depth=2, width=32, heads=4)).blocks[1].layers[0].type
     'residual'
     """
+    if not _count(depth, 0):  # range(-1) quietly made a ViT without transformer blocks
+        raise ValueError(f"depth must be an integer of at least 0, but got depth={depth!r}.")
     embed = [{"type": "patch_embed", "patch": patch, "out": width}, {"type": "pos_embed"}]
     blocks: list[dict[str, Any]] = [{"name": "embed", "layers": embed}]
     blocks += [{"name": f"block{i}", "layers": transformer_block(width, heads, mlp_ratio)} for i in range(depth)]

@@ -75,15 +75,11 @@ def test_a_spec_file_that_is_not_utf8_or_is_a_folder_is_one_line_naming_it(tmp_p
         main(["validate", str(tmp_path)])
 
 
-def test_a_spec_read_from_a_pipe_is_validated_and_a_json_integer_too_long_to_read_is_a_spec_error(
-    tmp_path: Path,
-) -> None:
-    """A pipe (`<(preflight example mlp)`) is no regular file: it was reported as missing. An
-    integer of 5,000 digits is more than Python converts: it was a traceback."""
+def test_a_spec_read_from_a_pipe_is_read_not_reported_missing(tmp_path: Path) -> None:
+    """A pipe (`<(preflight example mlp)`) is no regular file: it was reported as missing."""
     import os
     import threading
 
-    from nas import SpecError, parse_spec
     from nas.examples import EXAMPLE_MLP
     from service.cli.spec_commands import read_spec_argument
 
@@ -93,5 +89,3 @@ def test_a_spec_read_from_a_pipe_is_validated_and_a_json_integer_too_long_to_rea
     writer.start()
     assert json.loads(read_spec_argument(str(fifo))) == EXAMPLE_MLP
     writer.join(30)
-    with pytest.raises(SpecError, match=r"^\$: not a usable JSON number"):
-        parse_spec('{"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": ' + "9" * 5000 + "}]}]}")

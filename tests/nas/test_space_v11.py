@@ -16,6 +16,7 @@ from nas.space import (
     nasbench201_cells,
     nasbench201_spec,
     parse_nasbench201_arch,
+    vit_spec,
 )
 from nas.validate import parse_spec
 
@@ -95,12 +96,20 @@ def test_an_empty_choice_of_the_vit_space_is_refused_when_the_space_is_made(fiel
     ("make", "words"),
     [
         (lambda: ViTSpace(mlp_ratios=(float("inf"),)), "mlp_ratios must be positive finite"),
+        (lambda: vit_spec(depth=-1, width=32, heads=4), "depth must be an integer of at least 0"),
         (lambda: ViTSpace(mlp_ratios=(2.0, float("nan"))), "mlp_ratios must be positive finite"),
         (lambda: NASBench201Space(input_shape=(3, 2, 2)), "the skeleton cannot take input_shape=[3, 2, 2]"),
         (lambda: NASBench201Space(channels=16.5), "channels must be an integer"),  # type: ignore[arg-type]
         (lambda: NASBench201Space(channels="16"), "channels must be an integer"),  # type: ignore[arg-type]
     ],
-    ids=["vit-inf-ratio", "vit-nan-ratio", "nb201-tiny-image", "nb201-fractional-channels", "nb201-text-channels"],
+    ids=[
+        "vit-inf-ratio",
+        "vit-negative-depth",
+        "vit-nan-ratio",
+        "nb201-tiny-image",
+        "nb201-fractional-channels",
+        "nb201-text-channels",
+    ],
 )
 def test_a_space_that_no_trial_could_build_is_refused_when_it_is_made(make: object, words: str) -> None:
     """Each was accepted, and then every trial failed (OverflowError, a SpecError, a TypeError)."""

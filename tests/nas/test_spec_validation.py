@@ -189,6 +189,21 @@ def test_there_are_at_least_twenty_kinds_of_malformed_spec() -> None:
     assert len({case[0] for case in MALFORMED}) >= 20
 
 
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (b"\xff\xfe{", "not JSON text"),  # read as UTF-16: was a raw UnicodeDecodeError
+        (b"\xff\xff", "not JSON text"),
+        ('{"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": ' + "9" * 5000 + "}]}]}", "number"),
+    ],
+    ids=["utf16-truncated", "not-unicode", "integer-of-5000-digits"],
+)
+def test_json_text_python_cannot_decode_is_a_spec_error_at_the_root(text: str | bytes, words: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(text)
+    assert caught.value.issues[0].path == "$" and words in str(caught.value)
+
+
 def test_invalid_json_text_is_rejected_at_the_root() -> None:
     with pytest.raises(SpecError, match=r"^\$: not valid JSON"):
         parse_spec('{"input_shape": [4], ')
