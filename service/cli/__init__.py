@@ -100,12 +100,14 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         fix = f'pip install "nas-preflight[{extra}]"' if extra else f"pip install {error.name.split('.')[0]}"
         return EXIT_MISSING_EXTRA, f"this command needs {error.name.split('.')[0]!r}, which is not installed: {fix}"
     try:
-        from sqlalchemy.exc import ArgumentError, DatabaseError
+        from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError, ProgrammingError
     except ModuleNotFoundError:
         return None
     if isinstance(error, ArgumentError):
         return EXIT_DATABASE, f"PREFLIGHT_DATABASE_URL is not a database URL ({_one_line(error)})"
-    if isinstance(error, DatabaseError):  # OperationalError, ProgrammingError, "file is not a database"
+    # DatabaseError itself: SQLite's "file is not a database"; its other subclasses (an integrity
+    # error) are bugs, and keep their traceback
+    if isinstance(error, OperationalError | ProgrammingError) or type(error) is DatabaseError:
         reason = _one_line(error.orig or error)
         if "no such table" in reason or ("relation" in reason and "does not exist" in reason):
             return EXIT_DATABASE, f"the database is not migrated ({reason}); run `preflight db upgrade`"

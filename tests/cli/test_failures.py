@@ -35,7 +35,17 @@ def test_each_fixable_failure_has_its_exit_status_and_one_line(
     assert len(err.strip().splitlines()) == 1 and words in err and err.startswith("preflight schema: ")
 
 
-@pytest.mark.parametrize("bug", [ZeroDivisionError("a bug"), OSError(5, "Input/output error", "/usr/lib/libx.so")])
+def _integrity_error() -> Exception:
+    from sqlalchemy.exc import IntegrityError
+
+    return IntegrityError("INSERT INTO api_tokens ...", {}, Exception("UNIQUE constraint failed"))
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [ZeroDivisionError("a bug"), OSError(5, "Input/output error", "/usr/lib/libx.so"), _integrity_error()],
+    ids=["zero-division", "os-error", "integrity-error"],  # the last is no "database unavailable"
+)
 def test_a_bug_still_raises_with_its_traceback(monkeypatch: pytest.MonkeyPatch, bug: Exception) -> None:
     def fail(_args: argparse.Namespace) -> int:
         raise bug
