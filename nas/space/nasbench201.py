@@ -21,9 +21,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nas.shapes import trace_shapes
 from nas.space.chains import Layer, Spec, _count, _Trial
-from nas.spec import SpecError
-from nas.validate import parse_spec
+from nas.spec import ArchitectureSpec, SpecError
 
 __all__ = [
     "NB201_EDGES",
@@ -168,8 +168,10 @@ class NASBench201Space:
                 raise ValueError(f"{name} must be an integer of at least 1, but got {name}={getattr(self, name)!r}.")
         if len(self.input_shape) != 3 or not all(_count(size, 1) for size in self.input_shape):
             raise ValueError(f"input_shape must be [C, H, W], but got input_shape={list(self.input_shape)}.")
-        try:  # the skeleton's shapes do not depend on the ops: one that fails here fails every trial
-            parse_spec(nasbench201_spec(["none"] * len(NB201_EDGES), *self._skeleton()))
+        try:  # the skeleton's shapes do not depend on the ops: one that fails here fails every trial (no size limits)
+            trace_shapes(
+                ArchitectureSpec.model_validate(nasbench201_spec(["none"] * len(NB201_EDGES), *self._skeleton()))
+            )
         except SpecError as exc:
             raise ValueError(f"the skeleton cannot take input_shape={list(self.input_shape)}: {exc}") from None
 

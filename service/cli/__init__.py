@@ -93,7 +93,10 @@ def _failure(error: Exception) -> tuple[int, str] | None:
 
     if isinstance(error, ValidationError) and error.title in _SETTINGS:  # PREFLIGHT_* or the options that set them
         prefix = _SETTINGS[error.title]
-        fields = "; ".join(f"{prefix}{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in error.errors()[:5])
+        fields = "; ".join(
+            f"{prefix + '_'.join(map(str, e['loc'])).upper() if e['loc'] else '$'}: {e['msg']}"
+            for e in error.errors()[:5]
+        )
         return EXIT_USAGE, f"invalid settings (PREFLIGHT_* or the options that set them): {fields}"
     if isinstance(error, ModuleNotFoundError) and error.name:
         extra = _EXTRAS.get(error.name.split(".")[0])

@@ -85,7 +85,7 @@ def test_a_spec_read_from_a_pipe_is_read_not_reported_missing(tmp_path: Path) ->
 
     fifo = tmp_path / "spec.fifo"
     os.mkfifo(fifo)
-    writer = threading.Thread(target=lambda: fifo.write_text(json.dumps(EXAMPLE_MLP)))
+    writer = threading.Thread(target=lambda: fifo.write_text(json.dumps(EXAMPLE_MLP)), daemon=True)
     writer.start()
     assert json.loads(read_spec_argument(str(fifo))) == EXAMPLE_MLP
     writer.join(30)

@@ -38,6 +38,7 @@ def test_a_creation_that_loses_the_race_for_a_name_is_refused_by_name(pg_url: st
         racer = threading.Thread(target=second)
         racer.start()
         racer.join(1.0)  # its insert waits on the first's uncommitted name
+        assert racer.is_alive()  # blocked on the index, not past the check already
         first.commit()
         racer.join(30)
         assert not racer.is_alive()

@@ -2,9 +2,10 @@
 
 ``preflight token create`` checked the name before inserting, but two creations at once could
 both pass the check. Databases from before this migration may hold such duplicates: every active
-token but the oldest of a shared name is renamed ``NAME #ID`` (its id), so each keeps working and
-``preflight token revoke NAME`` still names the one it did before. Revoked tokens keep their
-names. Going down drops the index and leaves the names as they are.
+token but the oldest of a shared name is renamed ``NAME #ID`` (its id), so each keeps working;
+``preflight token revoke NAME``, which revoked all of them, now revokes the oldest alone (revoke
+the others by id; ``preflight token list`` shows them). Revoked tokens keep their names. Going
+down drops the index and leaves the names as they are.
 
 Revision ID: 0005
 Revises: 0004
