@@ -95,6 +95,7 @@ __all__ = [
     "WEIGHTED_LAYER_TYPES",
     "ZeroLayer",
     "json_path",
+    "quote_short",
     "needs_v11",
 ]
 
@@ -453,16 +454,15 @@ def _message(error: Mapping[str, Any]) -> str:
     if kind == "missing":
         return "required field is missing"
     if kind == "int_type":
-        return (
-            f"expected an integer, got {_short(error['input'])} (write it as a JSON number without quotes or decimals)"
-        )
+        got = quote_short(error["input"])
+        return f"expected an integer, got {got} (write it as a JSON number without quotes or decimals)"
     message = str(error["msg"])
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
-    return f"{message} (got {_short(error['input'])})" if kind != "value_error" else message
+    return f"{message} (got {quote_short(error['input'])})" if kind != "value_error" else message
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def quote_short(value: Any, limit: int = 80) -> str:
     """The offending input as the message quotes it, cut to ``limit`` characters: an error about a
     large value must not echo it back whole."""
     try:

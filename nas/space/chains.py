@@ -162,6 +162,12 @@ def _count(value: Any, low: int) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= low
 
 
+def _positive_finite(value: Any) -> bool:
+    """A finite real number (numpy's too, not a bool) above 0."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return real and math.isfinite(value) and value > 0
+
+
 def _odd_size(kernel: Any) -> bool:
     return _count(kernel, 1) and kernel % 2 == 1
 

@@ -10,13 +10,20 @@ K are measured between transformer blocks.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nas.space.chains import Layer, Spec, _check_n_classes, _check_range, _count, _suggest_int, _Trial
+from nas.space.chains import (
+    Layer,
+    Spec,
+    _check_n_classes,
+    _check_range,
+    _count,
+    _positive_finite,
+    _suggest_int,
+    _Trial,
+)
 
 __all__ = ["ViTSpace", "transformer_block", "vit_spec"]
 
@@ -104,8 +111,3 @@ class ViTSpace:
         ratio = trial.suggest_categorical("mlp_ratio", list(self.mlp_ratios))
         patch = trial.suggest_categorical("patch", list(self.patches))
         return vit_spec(depth, width, width // head_dim, ratio, patch, self.input_shape, self.n_classes)
-
-
-def _positive_finite(value: Any) -> bool:
-    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    return real and math.isfinite(value) and value > 0

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from nas.canonical import DATA_OPTION as DATA
 from nas.canonical import NOT_IN_KEY as _NOT_IN_KEY
 from nas.options import ConditionOptions
-from nas.spec import json_path
+from nas.spec import json_path, quote_short
 from service.api.problems import DETAIL_ISSUES, ProblemError, ProblemIssue, bounded
 
 __all__ = ["DATA", "canonical_tuning_options"]
@@ -23,14 +23,14 @@ def canonical_tuning_options(options: dict[str, Any], *, field: str = "options")
     if data is not None and not _is_batch_id(data):
         raise ProblemError(
             422,
-            f"{field}.{DATA}: expected the id of an uploaded data batch (POST /v1/batches), got {_quoted(data)}",
+            f"{field}.{DATA}: expected the id of an uploaded data batch (POST /v1/batches), got {quote_short(data)}",
             kind="invalid-request",
             errors=[ProblemIssue(path=f"{field}.{DATA}", message="not a data batch id")],
         )
     unknown = sorted(set(options) - set(model.model_fields) - _NOT_IN_KEY)
     if unknown:
         known = ", ".join(sorted((set(model.model_fields) - _NOT_IN_KEY) | {DATA}))
-        named = ", ".join(_quoted(key) for key in unknown[:DETAIL_ISSUES])
+        named = ", ".join(quote_short(key) for key in unknown[:DETAIL_ISSUES])
         more = f" and {len(unknown) - DETAIL_ISSUES} more" if len(unknown) > DETAIL_ISSUES else ""
         _, issues = bounded([ProblemIssue(path=f"{field}.{key}", message="unknown option") for key in unknown], "")
         raise ProblemError(
@@ -52,12 +52,6 @@ def canonical_tuning_options(options: dict[str, Any], *, field: str = "options")
         raise ProblemError(422, detail, kind="invalid-request", errors=issues) from None
     canonical = parsed.model_dump(mode="json", exclude=set(_NOT_IN_KEY))
     return canonical | ({DATA: data} if data is not None else {})
-
-
-def _quoted(value: object, limit: int = 80) -> str:
-    """``repr(value)``, cut to ``limit`` characters: a problem names what was sent, not all of it."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_batch_id(value: object) -> bool:
