@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from nas.spec import MAX_SPEC_INT, MAX_SPEC_MAGNITUDE
+
 __all__ = [
     "ACTIVATIONS",
     "CNNSpace",
@@ -118,8 +120,11 @@ def norm_layer(kind: str, channels: int | None = None) -> list[Layer]:
     return [{"type": kind}]
 
 
-def _check_range(name: str, value: tuple[float, float], low: float, *, integer: bool = False) -> None:
-    """A (low, high) pair of numbers (integers where ``integer``) with ``low`` <= low <= high."""
+def _check_range(
+    name: str, value: tuple[float, float], low: float, *, integer: bool = False, most: float = math.inf
+) -> None:
+    """A (low, high) pair of numbers (integers where ``integer``) with ``low`` <= low <= high <=
+    ``most``: the spec format's own bound, so that no trial proposes a spec it refuses."""
     kind = numbers.Integral if integer else numbers.Real  # numpy's numbers too
     pair = isinstance(value, tuple | list) and len(value) == 2
     if not pair or any(isinstance(v, bool) or not isinstance(v, kind) for v in value):
@@ -127,6 +132,9 @@ def _check_range(name: str, value: tuple[float, float], low: float, *, integer: 
         raise ValueError(f"{name} must be a (low, high) pair of {what}, but got {name}={value!r}.")
     if not (low <= value[0] <= value[1]) or not math.isfinite(value[1]):
         raise ValueError(f"{name} must be a (low, high) pair with {low} <= low <= high, but got {name}={value!r}.")
+    if value[1] > most:
+        bound = f"{int(most)}" if integer else f"{most:g}"
+        raise ValueError(f"{name} must be at most {bound} (the spec format's limit), but got {name}={value!r}.")
 
 
 def _check_choices(name: str, value: Sequence[str], allowed: Sequence[str]) -> None:
@@ -144,7 +152,7 @@ def _check_common(space: Any) -> None:
             f"groupnorm needs image inputs [C, H, W] (channels to group); drop it from norms={space.norms!r}."
         )
     _check_choices("init_schemes", space.init_schemes, INIT_SCHEMES)
-    _check_range("gain", space.gain, 1e-6)
+    _check_range("gain", space.gain, 1e-6, most=MAX_SPEC_MAGNITUDE)
 
 
 def _check_n_classes(n_classes: Any) -> None:
@@ -204,7 +212,7 @@ class MLPSpace:
             raise ValueError(f"MLPSpace needs a vector input [D], but got input_shape={list(self.input_shape)}.")
         _check_common(self)
         _check_range("depth", self.depth, 1, integer=True)
-        _check_range("width", self.width, 1, integer=True)
+        _check_range("width", self.width, 1, integer=True, most=MAX_SPEC_INT)
 
     def __call__(self, trial: _Trial) -> Spec:
         p = self.prefix
@@ -252,7 +260,7 @@ class CNNSpace:
         _check_common(self)
         _check_range("stages", self.stages, 1, integer=True)
         _check_range("convs_per_stage", self.convs_per_stage, 1, integer=True)
-        _check_range("channels", self.channels, 1, integer=True)
+        _check_range("channels", self.channels, 1, integer=True, most=MAX_SPEC_INT)
         _check_choices("pooling", self.pooling, ("maxpool", "avgpool", "stride"))
         _check_choices("heads", self.heads, ("global_avgpool", "flatten"))
         if not self.kernels or any(not _odd_size(k) for k in self.kernels):
@@ -320,11 +328,15 @@ class ResidualSpace:
             raise ValueError(f"ResidualSpace needs [D] or [C, H, W], but got input_shape={list(self.input_shape)}.")
         _check_common(self)
         _check_range("depth", self.depth, 1, integer=True)
-        _check_range("width", self.width, 1, integer=True)
+        _check_range("width", self.width, 1, integer=True, most=MAX_SPEC_INT)
         _check_range("body_layers", self.body_layers, 1, integer=True)
-        _check_range("beta", self.beta, 1e-6)
-        if not math.isfinite(self.alpha):
-            raise ValueError(f"alpha must be finite, but got alpha={self.alpha!r}.")
+        _check_range("beta", self.beta, 1e-6, most=MAX_SPEC_MAGNITUDE)
+        real = isinstance(self.alpha, numbers.Real) and not isinstance(self.alpha, bool)
+        if not real or not math.isfinite(self.alpha) or abs(self.alpha) > MAX_SPEC_MAGNITUDE:
+            raise ValueError(
+                f"alpha must be a finite number within +-{MAX_SPEC_MAGNITUDE:g} (the spec format's limit), "
+                f"but got alpha={self.alpha!r}."
+            )
         if not _odd_size(self.kernel):  # "same" padding keeps the residual's shape only for odd kernels
             raise ValueError(f"kernel must be an odd size >= 1, but got kernel={self.kernel!r}.")
 

@@ -144,11 +144,26 @@ def test_prefix_keeps_two_parts_of_one_space_apart() -> None:
         (lambda: CNNSpace([1, 0, 0], 10), "input_shape"),  # math domain error
         (lambda: ResidualSpace([1, 8, 8], 10, kernel=4), "kernel"),  # CNNSpace refused even kernels already
         (lambda: ResidualSpace([1, 8, 8], 10, kernel=0), "kernel"),
+        # beyond the spec format's bounds: every trial's spec was refused at trial time
+        (lambda: ResidualSpace([64], 10, alpha=1e9), r"alpha must be a finite number within \+-1e\+06"),
+        (lambda: ResidualSpace([64], 10, alpha="1"), "alpha must be a finite number"),  # type: ignore[arg-type]
+        (lambda: ResidualSpace([64], 10, beta=(0.1, 2e6)), "beta must be at most 1e\\+06"),
+        (lambda: MLPSpace([64], 10, gain=(1.0, 1e7)), "gain must be at most 1e\\+06"),
+        (lambda: CNNSpace([1, 8, 8], 10, channels=(4, 2**40)), "channels must be at most 2147483647"),
+        (lambda: MLPSpace([64], 10, width=(4, 2**31)), "width must be at most 2147483647"),
     ],
 )
 def test_bad_space_arguments_are_refused_and_quoted(make: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_the_spec_formats_bounds_are_reachable_by_a_space() -> None:
+    """The bounds refuse only what the spec refuses: a space at the limits proposes valid specs."""
+    space = ResidualSpace([64], 10, alpha=-1e6, beta=(1e6, 1e6), gain=(1e6, 1e6))
+    params = {"depth": 1, "width": 16, "body_layers": 1, "activation": "relu", "norm": "none", "init_scheme": "fan_in"}
+    spec = nas.parse_spec(space(optuna.trial.FixedTrial(params)))
+    assert spec.init.gain == 1e6
 
 
 def test_numpy_integers_are_integers_to_a_space() -> None:
