@@ -36,7 +36,7 @@ def label_balance(labels: Sequence[int], classes: int) -> float:
     often; classes that never occur count). Counted from the labels present, so a huge label
     costs nothing. ``classes`` >= 2."""
     shares = [count / len(labels) for count in Counter(labels).values()]
-    return round(-sum(p * math.log(p) for p in shares) / math.log(classes), 4)
+    return round(sum(-p * math.log(p) for p in shares) / math.log(classes), 4)  # 0.0, never -0.0
 
 
 def imbalance_warning(balance: float, classes: int, *, subject: str = "y") -> str | None:

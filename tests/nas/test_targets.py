@@ -53,6 +53,11 @@ def test_the_subject_names_the_labels() -> None:
     assert message is not None and message.startswith("the data batch holds class labels")
 
 
+def test_one_class_has_balance_zero_not_minus_zero() -> None:
+    """``y: [2, 2]`` was stored and answered as ``balance: -0.0``."""
+    assert math.copysign(1.0, label_balance([2, 2], 3)) == 1.0
+
+
 def test_label_balance_counts_classes_that_never_occur() -> None:
     assert label_balance([0, 1, 2, 0, 1, 2], 3) == pytest.approx(1.0)
     assert label_balance([0] * 9 + [1], 2) == pytest.approx(0.469, abs=1e-3)
