@@ -83,6 +83,10 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         return EXIT_SERVICE, f"{_one_line(error)}; is `preflight serve` running at that URL (PREFLIGHT_URL)?"
     if isinstance(error, PreflightError):
         return EXIT_SERVICE, _one_line(error)
+    from service.cli.usage import UsageError
+
+    if isinstance(error, UsageError):
+        return EXIT_USAGE, _one_line(error)
     from nas.fashion_mnist import FashionMNISTMissing
 
     if isinstance(error, FashionMNISTMissing):

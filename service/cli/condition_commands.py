@@ -11,6 +11,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from service.cli.usage import UsageError
+
 __all__ = ["register"]
 
 
@@ -36,28 +38,28 @@ def _load_data(path: str) -> dict[str, Any]:
 
     file = Path(path)
     if file.is_dir():
-        raise SystemExit(f"preflight: {path} is a folder, not a data file")
+        raise UsageError(f"{path} is a folder, not a data file")
     if not file.exists():  # a pipe is no regular file, and is read
-        raise SystemExit(f"preflight: no such data file: {path!r}")
+        raise UsageError(f"no such data file: {path!r}")
     try:
         archive = np.load(io.BytesIO(file.read_bytes()))  # allow_pickle stays False; no file left open on a fault
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # text, empty, truncated
-        raise SystemExit(f"preflight: {path} is not an .npz archive numpy can read ({exc})") from None
+        raise UsageError(f"{path} is not an .npz archive numpy can read ({exc})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise SystemExit(f"preflight: {path} is a single array; save x (and y) with numpy.savez(path, x=x, y=y)")
+        raise UsageError(f"{path} is a single array; save x (and y) with numpy.savez(path, x=x, y=y)")
     with archive:
         names = list(archive.files)
         others = [name for name in names if name != "y"]  # numpy.savez(path, x, y=y) names x arr_0
         x_name = "x" if "x" in names else others[0] if len(others) == 1 else None
         if x_name is None:
-            raise SystemExit(f"preflight: {path} has no array named x (it has {', '.join(names) or 'none'})")
+            raise UsageError(f"{path} has no array named x (it has {', '.join(names) or 'none'})")
         try:
             data = {"x": archive[x_name]} | ({"y": archive["y"]} if "y" in names else {})
         except ValueError as exc:  # an object array, which would need pickle
-            raise SystemExit(f"preflight: {path}: {exc}") from None
+            raise UsageError(f"{path}: {exc}") from None
     for name, array in data.items():
         if array.dtype.kind not in "biuf":
-            raise SystemExit(f"preflight: {path}: {name} must hold numbers, not {array.dtype}")
+            raise UsageError(f"{path}: {name} must hold numbers, not {array.dtype}")
     return data
 
 

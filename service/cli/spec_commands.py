@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from service.cli.usage import UsageError
+
 __all__ = ["register"]
 
 
@@ -35,25 +37,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def read_spec_argument(argument: str) -> str:
     """The text of a spec given on the command line as a path or ``-``."""
     if argument == "":  # `preflight describe "$UNSET"` described the example network
-        raise SystemExit("preflight: the spec file argument is empty")
+        raise UsageError("the spec file argument is empty")
     if argument == "-":
         raw, where = sys.stdin.buffer.read(), "standard input"
     else:
         path = Path(argument)
         if path.is_dir():
-            raise SystemExit(f"preflight: {argument} is a folder, not a spec file")
+            raise UsageError(f"{argument} is a folder, not a spec file")
         if not path.exists():  # a pipe (`<(preflight example mlp)`) is no regular file, and is read
-            raise SystemExit(f"preflight: no such spec file: {argument!r}")
+            raise UsageError(f"no such spec file: {argument!r}")
         try:
             raw, where = path.read_bytes(), argument
         except OSError as exc:
-            raise SystemExit(f"preflight: cannot read {argument}: {exc.strerror}") from None
+            raise UsageError(f"cannot read {argument}: {exc.strerror}") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SystemExit(
-            f"preflight: {where} is not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})"
-        ) from None
+        raise UsageError(f"{where} is not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})") from None
 
 
 def _schema(args: argparse.Namespace) -> int:

@@ -79,9 +79,9 @@ def test_data_of_the_wrong_shape_exits_2(spec_file: Path, tmp_path: Path, capsys
     assert "input_shape" in capsys.readouterr().err
 
 
-def test_missing_data_file_is_reported(spec_file: Path) -> None:
-    with pytest.raises(SystemExit, match="no such data file"):
-        main(["condition", str(spec_file), "--data", "/nonexistent.npz"])
+def test_missing_data_file_is_reported_and_exits_2(spec_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["condition", str(spec_file), "--data", "/nonexistent.npz"]) == 2
+    assert capsys.readouterr().err == "preflight condition: no such data file: '/nonexistent.npz'\n"
 
 
 def test_condition_shows_its_stages_on_stderr_as_plain_lines_off_a_terminal(
@@ -136,13 +136,14 @@ def _npy(array: np.ndarray) -> bytes:
     ids=["text", "empty", "truncated", "npy", "object-array", "strings", "no-x"],
 )
 def test_a_data_file_that_cannot_be_used_is_one_line_naming_why(
-    spec_file: Path, tmp_path: Path, write: Any, message: str
+    spec_file: Path, tmp_path: Path, write: Any, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """These were tracebacks (EOFError, TypeError, ValueError)."""
     data = tmp_path / "data.npz"
     write(data)
-    with pytest.raises(SystemExit, match=message):
-        main(["condition", str(spec_file), "--data", str(data)])
+    assert main(["condition", str(spec_file), "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("preflight condition: ") and message in err and err.count("\n") == 1
 
 
 def test_data_holding_nan_is_refused_by_the_engine_in_one_line_and_no_report(

@@ -66,13 +66,18 @@ def test_an_unknown_example_is_refused_with_the_names_there_are(capsys: pytest.C
     )
 
 
-def test_a_spec_file_that_is_not_utf8_or_is_a_folder_is_one_line_naming_it(tmp_path: Path) -> None:
+def test_a_spec_file_that_is_not_utf8_or_is_a_folder_is_one_line_naming_it_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2, bad arguments (docs/configuration.md); these exited 1, the status of a negative answer."""
     latin = tmp_path / "latin.json"
     latin.write_bytes(b'\xff\xfe{"input_shape": [4]}')
-    with pytest.raises(SystemExit, match=r"latin.json is not UTF-8 text \(byte 0xff at offset 0\)"):
-        main(["validate", str(latin)])
-    with pytest.raises(SystemExit, match="is a folder, not a spec file"):
-        main(["validate", str(tmp_path)])
+    assert main(["validate", str(latin)]) == 2
+    assert capsys.readouterr().err.endswith("latin.json is not UTF-8 text (byte 0xff at offset 0)\n")
+    assert main(["validate", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"preflight validate: {tmp_path} is a folder, not a spec file\n"
+    assert main(["describe", str(tmp_path / "absent.json")]) == 2
+    assert "preflight describe: no such spec file" in capsys.readouterr().err
 
 
 def test_a_spec_read_from_a_pipe_is_read_not_reported_missing(tmp_path: Path) -> None:
