@@ -66,16 +66,11 @@ def _load_data(path: str) -> dict[str, Any]:
 def _condition(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from nas.shapes import trace_shapes
-    from nas.validate import conditioning_issue
     from service.cli.spec_commands import _parse_or_report, read_spec_argument
     from worker.engine import ConditionOptions, condition
 
     spec = _parse_or_report(read_spec_argument(args.spec))
     if spec is None:
-        return 2
-    if reason := conditioning_issue(trace_shapes(spec)):
-        print(f"preflight condition: {reason}", file=sys.stderr)
         return 2
     try:
         extra = json.loads(args.options) if args.options else {}

@@ -133,6 +133,11 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
         raise _invalid("x", f"expected 2 to {MAX_ROWS} samples, got {shape[0]}")
     if math.prod(shape) > MAX_VALUES:
         raise _invalid("x", f"{math.prod(shape)} numbers exceed the limit of {MAX_VALUES}")
+    if _all_the_same(body["x"]):
+        raise _invalid(
+            "x",
+            f"all {shape[0]} samples are the same: a network cannot tell them apart, so nothing can be tuned or probed",
+        )
     y, labels = body.get("y"), None
     if y is not None:
         y_shape = _shape(y, "y")
@@ -150,6 +155,12 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
             labels = "float"
         return {"values": body["x"]}, {"values": y}, {"x": shape, "labels": labels} | meta
     return {"values": body["x"]}, None, {"x": shape, "labels": None}
+
+
+def _all_the_same(x: list[Any]) -> bool:
+    """Every sample equals the first (the engine refuses such a batch too: ``worker.engine.inputs``)."""
+    array = np.asarray(x, dtype=np.float64)
+    return bool((array == array[0]).all())
 
 
 def _flatten(value: Any) -> list[Any]:

@@ -173,4 +173,4 @@ def test_a_network_without_parameters_exits_2_naming_why(tmp_path: Path, capsys:
     spec.write_text(json.dumps({"input_shape": [16], "blocks": [{"layers": [{"type": "relu"}]}]}))
     assert main(["condition", str(spec)]) == 2
     captured = capsys.readouterr()
-    assert "preflight condition: the network has no parameters" in captured.err and captured.out == ""
+    assert "preflight condition: blocks: the network has no parameters" in captured.err and captured.out == ""

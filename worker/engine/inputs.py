@@ -27,8 +27,9 @@ def batch(
     ``"gaussian"`` (no data: a standard normal batch from the ``seeds.DATA`` stream, filtered by
     ``pink_noise`` when ``opts.synthetic_inputs`` is "pink") or
     ``"given"``. ``data``: a tensor or array ``[N >= 2, *input_shape]``, or a mapping with
-    ``"x"`` and optionally ``"y"`` (one row per sample of ``x``). Raises ValueError for data of
-    the wrong shape, with NaN or infinite values, or not numbers."""
+    ``"x"`` and optionally ``"y"`` (one row per sample of ``x``); a list of per-sample tensors is
+    stacked. Raises ValueError for data of the wrong shape, with NaN or infinite values, of one sample
+    repeated, or not numbers."""
     shape = tuple(spec.input_shape)
     if data is None:
         g = torch.Generator().manual_seed(opts.seed + seeds.DATA)
@@ -58,6 +59,11 @@ def batch(
                 f"data '{name}' holds NaN or infinite values in the {x.shape[0]} samples conditioned on (read as "
                 f"{dtype}, where |v| > {torch.finfo(values.dtype).max:.3g} is infinite)"
             )
+    if bool((x == x[0]).all()):
+        raise ValueError(
+            f"data 'x': the {x.shape[0]} samples conditioned on are all the same; a network cannot tell them apart, "
+            "so there is nothing to tune or probe on"
+        )
     return x.to(device), None if y is None else y.to(device), "given"
 
 
@@ -89,8 +95,11 @@ def _unpack(data: Any, shape: tuple[int, ...]) -> tuple[Any, Any]:
 
 
 def _as_tensor(value: Any, name: str, dtype: torch.dtype | None = None, hint: str = "") -> Tensor:
-    """``value`` as a tensor, or a ValueError naming the entry (torch's own errors name neither)."""
+    """``value`` as a tensor, or a ValueError naming the entry (torch's own errors name neither). A
+    list of per-sample tensors (what indexing a dataset gives) is stacked, as the client's upload does."""
     try:
+        if isinstance(value, list | tuple) and value and all(isinstance(item, Tensor) for item in value):
+            return torch.stack([item.detach().cpu() for item in value]).to(dtype=dtype)
         return torch.as_tensor(value, dtype=dtype)
     except torch.OutOfMemoryError:
         raise

@@ -45,6 +45,8 @@ from nas.build import PreflightNet, apply_bias_shifts_, apply_scales_
 from nas.canonical import applied_output_std
 from nas.options import ConditionOptions
 from nas.report import ConditioningReport
+from nas.spec import SpecError
+from nas.validate import conditioning_issue
 from worker.engine import seeds
 from worker.engine._moments import preserved_buffers
 from worker.engine.assemble import report
@@ -94,7 +96,8 @@ def condition(
     ``spec``: a parsed ``ArchitectureSpec`` (used as it is), a mapping or JSON text (parsed
     once). ``data``: None (a Gaussian batch of the input shape), a tensor or array of inputs
     ``[N, *input_shape]``, or a mapping with ``"x"`` and optionally integer ``"y"`` targets.
-    Raises ``nas.SpecError`` for an invalid spec and ValueError for unusable data; a network
+    Raises ``nas.SpecError`` for an invalid spec or one without parameters
+    (``nas.validate.conditioning_issue``) and ValueError for unusable data; a network
     that cannot be conditioned still gets a report (status and reasons say why). ``progress`` is
     called with each stage's name (``STAGES``) as it starts, for a display.
     """
@@ -103,6 +106,8 @@ def condition(
     # the one parse of the spec (nas.parse_spec inside build_model); model.trace has its shapes
     model = build_model(spec, seed=opts.seed + seeds.WEIGHTS, draw=opts.draw)  # type: ignore[arg-type]  # a non-dict Mapping: SpecError
     parsed = model.spec
+    if reason := conditioning_issue(model.trace):
+        raise SpecError.at("blocks", reason)
     opts = opts.model_copy(update={"output_std": applied_output_std(parsed, opts.output_std)})  # "auto" resolved
     device = resolve_device(opts.device)
     x, y, source = batch(parsed, data, opts, device)

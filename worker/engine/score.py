@@ -42,6 +42,7 @@ whatever the score. The verdict is ``prune`` when the score is below the cut.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 from nas.options import Thresholds
@@ -77,11 +78,17 @@ class ScoreResult:
     cut: float = 0.0  # the verdict's cut: thresholds.score, else the fit's calibrated one
 
 
+_LARGEST_RATIO = sys.float_info.max  # |c| / t_c past it (a subnormal threshold) costs log1p of it, 709.8
+
+
 def _penalty(name: str, value: float | None, thresholds: Thresholds, which: str) -> float:
+    """``w_c log1p(|c| / t_c)``, or ``w_c fill_c`` for a missing component. The ratio is capped at
+    the largest float: a tiny threshold overflows it to infinity, and a zero weight times an infinite
+    log would make the score NaN, which no cut compares below (the verdict would be keep)."""
     weight = FIT_WEIGHTS[which][name]
     if value is None:
         return weight * FIT_FILLS[which][name]
-    return weight * math.log1p(abs(value) / getattr(thresholds, _THRESHOLD_FIELD[name]))
+    return weight * math.log1p(min(abs(value) / getattr(thresholds, _THRESHOLD_FIELD[name]), _LARGEST_RATIO))
 
 
 def score(components: dict[str, float | None], thresholds: Thresholds) -> ScoreResult:

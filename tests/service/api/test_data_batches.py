@@ -118,6 +118,7 @@ def test_a_batch_given_as_one_tensor_per_sample_uploads_as_the_stacked_batch(
         ({"x": [[-(2**63), 1], [3, 4]]}, "x[0][0]"),  # int64's minimum: was stored
         ({"x": [[2**60, 1.0], [3.0, 4.0]]}, "x[0][0]"),  # an integer beyond 2**53 among floats: was stored
         ({"x": [[1.0, 2.0], [3.0, -1e39]]}, "x[1][1]"),  # infinite in float32, where the engine reads it: was stored
+        ({"x": [[0.0, 0.0]] * 4, "y": [0, 1, 0, 1]}, "x"),  # one sample repeated: was stored, and every job pruned
     ],
 )
 def test_a_bad_batch_is_refused_with_the_json_path_at_fault(

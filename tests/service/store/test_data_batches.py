@@ -20,6 +20,7 @@ Y = [i % 3 for i in range(8)]
         ({"y": Y}, "x"),
         ({"x": [[1.0], [1.0, 2.0]]}, "x[1]"),
         ({"x": X, "y": [0, 1]}, "y"),
+        ({"x": [[1.5, 2.0, 0.0]] * 3}, "x"),  # one sample repeated
     ],
 )
 def test_parse_raises_invalid_batch_with_the_json_path(body: Any, path: str) -> None:

@@ -161,6 +161,17 @@ def test_non_finite_data_is_a_value_error_not_a_prune() -> None:
         condition(EXAMPLE_MLP, data=x, options=LEAN)
 
 
+def test_a_network_without_parameters_is_a_spec_error_at_blocks_not_a_torch_error() -> None:
+    """It failed inside the probe's backward pass with torch's "element 0 of tensors does not
+    require grad"; the service and the CLI refused it first, the Python entry point did not."""
+    from nas import SpecError
+
+    relu = {"input_shape": [16], "blocks": [{"layers": [{"type": "relu"}]}]}
+    with pytest.raises(SpecError, match="no parameters") as caught:
+        condition(relu, options=LEAN)
+    assert [issue.path for issue in caught.value.issues] == ["blocks"]
+
+
 def test_options_are_validated() -> None:
     with pytest.raises(ValidationError):
         ConditionOptions.model_validate({"loss": "cubic"})

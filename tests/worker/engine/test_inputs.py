@@ -16,6 +16,7 @@ from worker.engine import condition
 from worker.engine.inputs import batch, check_targets, label_note, pink_noise
 
 LEAN = {"hessian_iterations": 3, "batch_size": 32, "diagnostics": False}
+X8 = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)  # usable inputs, for the targets' errors
 
 
 @pytest.mark.parametrize("form", ["tensor", "array", "mapping"])
@@ -34,36 +35,39 @@ def test_a_real_batch_is_accepted(form: str) -> None:
         ({"y": np.zeros(3)}, "'x' entry"),
         (np.zeros((1, 64), np.float32), "N >= 2"),
         (
-            {"x": np.zeros((8, 64), np.float32), "y": np.arange(8) + 5},
+            {"x": X8, "y": np.arange(8) + 5},
             r"in \[0, 9\] for 10 logits, but range over \[5, 12\]",
         ),
         (
-            {"x": np.zeros((8, 64), np.float32), "y": np.zeros((8, 2), np.int64)},
+            {"x": X8, "y": np.zeros((8, 2), np.int64)},
             "one integer per sample",
         ),
-        ({"x": np.zeros((8, 64), np.float32), "y": np.zeros(8, bool)}, "dtype torch.bool"),
+        ({"x": X8, "y": np.zeros(8, bool)}, "dtype torch.bool"),
         (
-            {"x": np.zeros((8, 64), np.float32), "y": np.zeros((8, 3), np.float32)},
+            {"x": X8, "y": np.zeros((8, 3), np.float32)},
             r"3 float target\(s\) per sample but the network outputs \[10\]",
         ),
         ({"x": np.full((8, 64), np.nan, np.float32)}, "'x' holds NaN or infinite values"),
         ({"x": np.full((8, 64), np.inf, np.float32)}, "'x' holds NaN or infinite values"),
         (
-            {"x": np.zeros((8, 64), np.float32), "y": np.full((8, 10), np.nan, np.float32)},
+            {"x": X8, "y": np.full((8, 10), np.nan, np.float32)},
             "'y' holds NaN or infinite values",
         ),
         (
-            {"x": np.zeros((8, 64), np.float32), "y": np.zeros(9, np.int64)},
+            {"x": X8, "y": np.zeros(9, np.int64)},
             r"one row per sample of 'x' \(8\), but has 9",
         ),
         (
-            {"x": np.zeros((8, 64), np.float32), "y": np.zeros(7, np.int64)},
+            {"x": X8, "y": np.zeros(7, np.int64)},
             r"one row per sample of 'x' \(8\), but has 7",
         ),
-        ({"x": np.zeros((8, 64), np.float32), "y": 3}, "but has a scalar"),
-        ((np.zeros((8, 64), np.float32), np.zeros(8, np.int64)), r"pass \{'x': x, 'y': y\}, not a pair"),
+        ({"x": X8, "y": 3}, "but has a scalar"),
+        ((X8, np.zeros(8, np.int64)), r"pass \{'x': x, 'y': y\}, not a pair"),
         ({"x": np.full((8, 64), 1e39)}, r"'x' holds NaN or infinite values .*read as float32, where \|v\| > 3.4e\+38"),
         ({"x": [["a"] * 64] * 8}, "'x' must be a tensor or an array of numbers"),
+        ({"x": np.zeros((8, 64), np.float32)}, "the 8 samples conditioned on are all the same"),
+        (np.full((8, 64), 3.0, np.float32), "the 8 samples conditioned on are all the same"),
+        ([torch.zeros(64), torch.zeros(63)], "'x' must be a tensor or an array of numbers .*equal size"),
     ],
     ids=[
         "input-shape",
@@ -82,11 +86,41 @@ def test_a_real_batch_is_accepted(form: str) -> None:
         "a-pair-not-a-mapping",
         "beyond-float32",
         "strings",
+        "all-zero-inputs",
+        "one-sample-repeated",
+        "ragged-per-sample-tensors",
     ],
 )
 def test_unusable_data_is_a_clear_error(data: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         condition(EXAMPLE_MLP, data=data, options=LEAN)
+
+
+def test_an_all_zero_batch_is_refused_not_pruned_as_non_finite() -> None:
+    """It was pruned at score -100 with "non-finite values in the forward pass": the forward pass
+    was finite, the NaN a 0 / 0 in the tuning's loss. Every candidate of a search would have been
+    pruned for a fault of the data."""
+    with pytest.raises(ValueError, match="all the same"):
+        condition(EXAMPLE_MLP, data={"x": np.zeros((16, 64), np.float32), "y": np.arange(16) % 10}, options=LEAN)
+
+
+def test_samples_that_differ_only_past_the_batch_are_refused_as_the_same() -> None:
+    x = np.zeros((40, 64), np.float32)
+    x[35:] = 1.0  # beyond batch_size 32: never conditioned on
+    with pytest.raises(ValueError, match="the 32 samples conditioned on are all the same"):
+        condition(EXAMPLE_MLP, data=x, options=LEAN)
+
+
+def test_a_list_of_per_sample_tensors_is_the_stacked_batch() -> None:
+    """What indexing a dataset gives; torch.as_tensor refuses it ("only one element tensors")."""
+    x = torch.from_numpy(np.random.default_rng(3).standard_normal((16, 64)).astype(np.float32))
+    y = torch.arange(16) % 10
+    opts = ConditionOptions.model_validate(LEAN)
+    cpu = torch.device("cpu")
+    listed = batch(parse_spec(EXAMPLE_MLP), {"x": list(x.double()), "y": list(y)}, opts, cpu)
+    stacked = batch(parse_spec(EXAMPLE_MLP), {"x": x, "y": y}, opts, cpu)
+    assert listed[0].dtype == torch.float32 and torch.equal(listed[0], stacked[0])
+    assert torch.equal(listed[1], stacked[1])
 
 
 def test_two_samples_of_the_wrong_width_are_not_taken_for_a_pair() -> None:

@@ -153,6 +153,20 @@ def test_a_larger_component_threshold_makes_the_same_value_cheaper() -> None:
     assert score({**PERFECT, name: 1.0}, loose).score > score({**PERFECT, name: 1.0}, T).score
 
 
+@pytest.mark.parametrize("name", list(THRESHOLD))
+def test_a_subnormal_threshold_gives_a_finite_score_not_a_nan_that_no_cut_prunes(name: str) -> None:
+    """|c| / 1e-320 overflows to infinity; unbounded, a zero weight times its infinite log is NaN,
+    and NaN < cut is false: the candidate was kept with no score. Capped, the component costs at
+    most its weight times log1p of the largest float (709.8)."""
+    field = "kernel_log_ratio" if name == "kernel_log_range" else name
+    tiny = Thresholds(**{field: 1e-320})
+    result = score({**PERFECT, name: 0.35}, tiny)
+    assert math.isfinite(result.score)
+    assert result.score == pytest.approx(-WEIGHTS[name] * math.log1p(1.7976931348623157e308))
+    assert result.verdict == ("prune" if -WEIGHTS[name] * 709.8 < CUTS["with_probe"] else "keep")
+    assert name in result.over
+
+
 def test_unknown_component_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown score components"):
         score({"jacobian": 0.0}, T)
