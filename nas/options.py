@@ -5,11 +5,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+
+from nas.spec import Integer
 
 __all__ = ["HEAD_STD", "HEAD_STD_NORMALIZED", "ConditionOptions", "Thresholds"]
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# a switch is true or false: 1, "yes" or "true" is a mistake to report, not to coerce (counts likewise: Integer)
+Switch = Annotated[bool, Strict()]
 # an SGD learning rate: 100 is far above any a network trains at (1e308 overflowed the probe)
 LearningRate = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)]
 
@@ -52,12 +56,12 @@ class ConditionOptions(BaseModel):
     # for deep SiLU / GELU nets J alone lets K grow without bound (docs/conditioning.md)
     loss: Literal["log", "square", "kernel"] = "kernel"
     kernel_lambda: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.5
-    steps: Annotated[int, Field(ge=0, le=1000)] = 10
+    steps: Annotated[Integer, Field(ge=0, le=1000)] = 10
     # Hutchinson vectors per APJN profile: 1 buys AutoInit more steps within the budget, which trained
     # better than 2 on benchmark v2's development set (docs/conditioning.md, "Choosing the defaults")
-    n_vectors: Annotated[int, Field(ge=1, le=64)] = 1
-    batch_size: Annotated[int, Field(ge=2, le=4096)] = 64
-    seed: Annotated[int, Field(ge=0, le=2**62)] = 0  # the engine adds stream offsets; torch takes < 2**64
+    n_vectors: Annotated[Integer, Field(ge=1, le=64)] = 1
+    batch_size: Annotated[Integer, Field(ge=2, le=4096)] = 64
+    seed: Annotated[Integer, Field(ge=0, le=2**62)] = 0  # the engine adds stream offsets; torch takes < 2**64
     # the weights the scales are tuned on (nas.build_model's draw): the spec's Gaussian schemes, or
     # their orthogonal polar factors at the same norm (nas.build.orthogonal_draw_)
     # (orthogonal: trained better than the Gaussian draw on benchmark v2's development set)
@@ -76,7 +80,7 @@ class ConditionOptions(BaseModel):
     # head's weights (all Preflight can return) also shrinks every gradient flowing into the body by
     # the same factor (docs/conditioning.md, section 8, "The head's std")
     output_std: Positive | Literal["auto"] | None = "auto"
-    balance: bool = True  # geometric init + GR balancing first (scaling paper), then AutoInit
+    balance: Switch = True  # geometric init + GR balancing first (scaling paper), then AutoInit
     # the scale of weights that feed a normalization (scale-invariant: the Jacobian target cannot see
     # them; their scale sets how fast they learn): "spec" keeps the spec's, "unit_variance" puts their
     # output variance at 1 on the batch as LSUV does (worker.engine.norm_inputs; one forward pass)
@@ -87,28 +91,28 @@ class ConditionOptions(BaseModel):
     forward_variance: Literal["off", "base", "final"] = "off"
     # shift every biased linear/conv layer's bias so that its output has zero mean per channel on the
     # batch, after the scales (worker.engine.centering; one forward pass; report.bias_shifts)
-    center_outputs: bool = True
+    center_outputs: Switch = True
     # whole conditioning, the probe and diagnostics included, in training steps (forward + backward)
     # of the candidate at this batch, timed once at the start (docs/conditioning.md section 6); None:
     # no budget (balancing iterates up to balance_rounds, every diagnostic on every layer)
     budget_steps: Positive | None = 20.0
-    balance_rounds: Annotated[int, Field(ge=0, le=64)] = 16  # 0: closed form; with a budget: 0
-    hessian_iterations: Annotated[int, Field(ge=0, le=200)] = 3  # per layer; 0 skips the Hessian
-    hessian_probes: Annotated[int, Field(ge=1, le=64)] = 1  # Hutchinson vectors for tr(H^2)
-    hessian_batch_size: Annotated[int, Field(ge=1, le=4096)] = 8
+    balance_rounds: Annotated[Integer, Field(ge=0, le=64)] = 16  # 0: closed form; with a budget: 0
+    hessian_iterations: Annotated[Integer, Field(ge=0, le=200)] = 3  # per layer; 0 skips the Hessian
+    hessian_probes: Annotated[Integer, Field(ge=1, le=64)] = 1  # Hutchinson vectors for tr(H^2)
+    hessian_batch_size: Annotated[Integer, Field(ge=1, le=4096)] = 8
     # scaling, Hessian and BNP figures (cost: 6 to 10 training steps). Off by default: on benchmark
     # v2 their calibrated weights stayed near zero (docs/conditioning.md, "Choosing the defaults")
-    diagnostics: bool = False
+    diagnostics: Switch = False
     # the architecture's expressivity at its drawn init (worker.engine.expressivity: NASWOT's log |K_H| and
     # MeCo's correlation floor, one forward pass, counted): what ranks networks that all train, which the
     # probe cannot (NAS-Bench-201: docs/nasbench201.md). In the report, not in the trainability score
-    expressivity: bool = False
+    expressivity: Switch = False
     # the trainability probe (worker.engine.probe): probe_steps SGD steps at each of probe_lrs from the
     # tuned init, on the conditioning batch; counted in budget_steps and reserved before AutoInit
     # (it costs len(probe_lrs) * (probe_steps + 1/3) training steps); 0 turns it off. 5 steps at two
     # rates ranked benchmark v2's development set about as well as 15 at three, for a quarter of
     # the cost (bench/ablations/probe_design.py). Set the rates to the ones your training uses
-    probe_steps: Annotated[int, Field(ge=0, le=1000)] = 5
+    probe_steps: Annotated[Integer, Field(ge=0, le=1000)] = 5
     probe_lrs: Annotated[tuple[LearningRate, ...], Field(min_length=1, max_length=8)] = (0.1, 0.03)
     probe_momentum: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.9
     # before a prune verdict whose probe did best at its lowest rate, the probe runs once more at this

@@ -56,8 +56,11 @@ MAX_SPEC_INT = 2**31 - 1
 MAX_SPEC_MAGNITUDE = 1e6
 MAX_CELL_NODES = 1024
 
-PositiveInt = Annotated[int, BeforeValidator(_integer), Field(gt=0, le=MAX_SPEC_INT)]
-NonNegativeInt = Annotated[int, BeforeValidator(_integer), Field(ge=0, le=MAX_SPEC_INT)]
+# an integral number (a numpy integer too), never a bool, a string or a float: the spec's counts and the
+# options' (nas.options)
+Integer = Annotated[int, BeforeValidator(_integer)]
+PositiveInt = Annotated[Integer, Field(gt=0, le=MAX_SPEC_INT)]
+NonNegativeInt = Annotated[Integer, Field(ge=0, le=MAX_SPEC_INT)]
 PositiveFactor = Annotated[float, Field(gt=0, le=MAX_SPEC_MAGNITUDE, allow_inf_nan=False)]
 Factor = Annotated[float, Field(ge=-MAX_SPEC_MAGNITUDE, le=MAX_SPEC_MAGNITUDE, allow_inf_nan=False)]
 
@@ -73,6 +76,7 @@ __all__ = [
     "FlattenLayer",
     "GlobalAvgPoolLayer",
     "GroupNormLayer",
+    "Integer",
     "Init",
     "LAYER_TYPES",
     "Layer",

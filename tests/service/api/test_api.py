@@ -155,6 +155,8 @@ def test_a_bad_spec_gets_422_with_its_json_path_and_nothing_is_queued(api: httpx
         ({"spec": {}, "options": {"steps": -1}}, "options.steps"),
         ({"spec": {}, "options": {"no_such_option": 1}}, "options.no_such_option"),
         ({"spec": {}, "options": {"device": "tpu"}}, "options.device"),
+        ({"spec": {}, "options": {"steps": True}}, "options.steps"),  # was read as 1 step
+        ({"spec": {}, "options": {"diagnostics": "no"}}, "options.diagnostics"),  # was read as false
         ({"spec": {}, "extra": 1}, "extra"),
     ],
 )
