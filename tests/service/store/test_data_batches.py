@@ -33,45 +33,24 @@ def test_parse_raises_invalid_batch_with_the_json_path(body: Any, path: str) -> 
 
 
 @pytest.mark.postgres
-def test_an_upload_that_loses_the_insert_race_gets_the_winners_row(pg_url: str) -> None:
+def test_an_upload_that_loses_the_insert_race_gets_the_winners_row(pg_url: str, race: Any) -> None:
     """Two transactions store the same batch at once on PostgreSQL: neither saw the other's
     row when it checked, the second insert waits on the first's key and then finds it taken.
     It answers with that row (created False), not an integrity error."""
-    import threading
-
     from service.store import data_batches
     from service.store.db import make_engine, make_sessionmaker
     from service.store.migrations import upgrade
 
     upgrade(pg_url)
     engine = make_engine(pg_url)
-    sessions = make_sessionmaker(engine)
     x, y, shape = data_batches.parse({"x": X, "y": Y})
-    first = sessions()
     try:
-        _, created = data_batches.store(first, x, y, shape)  # inserted, not committed
-        assert created
-        outcome: dict[str, Any] = {}
-
-        def second() -> None:
-            with sessions() as session:
-                try:
-                    row, was_created = data_batches.store(session, x, y, shape)
-                    session.commit()
-                    outcome["answer"] = (row.id, was_created)
-                except Exception as exc:  # the failure this test guards against
-                    outcome["error"] = exc
-
-        racer = threading.Thread(target=second)
-        racer.start()
-        racer.join(1.0)  # its insert waits on the first's uncommitted key
-        first.commit()
-        racer.join(30)
+        outcome = race(make_sessionmaker(engine), lambda session: data_batches.store(session, x, y, shape))
     finally:
-        first.close()
         engine.dispose()
     assert "error" not in outcome, outcome
-    assert outcome["answer"] == (data_batches.batch_id(x, y), False)
+    row, created = outcome["result"]
+    assert (row.id, created) == (data_batches.batch_id(x, y), False)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,6 @@ share a name with the active one."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -16,38 +15,18 @@ from service.store.tokens import create_token, revoke_token
 
 
 @pytest.mark.postgres
-def test_a_creation_that_loses_the_race_for_a_name_is_refused_by_name(pg_url: str) -> None:
+def test_a_creation_that_loses_the_race_for_a_name_is_refused_by_name(pg_url: str, race: Any) -> None:
     """Two transactions create `ci` at once on PostgreSQL: neither sees the other's row when it
     checks the name, the second insert waits on the index and then finds the name taken. It gets
     the name's ValueError, not a second active `ci` (which it got before the index)."""
     engine = make_engine(pg_url)
     sessions = make_sessionmaker(engine)
-    first = sessions()
-    try:
-        create_token(first, name="ci")  # inserted, not committed
-        outcome: dict[str, Any] = {}
-
-        def second() -> None:
-            with sessions() as session:
-                try:
-                    outcome["created"] = create_token(session, name="ci")
-                    session.commit()
-                except Exception as exc:
-                    outcome["error"] = exc
-
-        racer = threading.Thread(target=second)
-        racer.start()
-        racer.join(1.0)  # its insert waits on the first's uncommitted name
-        assert racer.is_alive()  # blocked on the index, not past the check already
-        first.commit()
-        racer.join(30)
-        assert not racer.is_alive()
-    finally:
-        first.close()
+    outcome = race(sessions, lambda session: create_token(session, name="ci"))
     with session_scope(sessions) as session:
         names = session.scalars(select(ApiToken.name).where(ApiToken.revoked_at.is_(None))).all()
     engine.dispose()
-    assert "created" not in outcome, outcome
+    assert outcome["blocked"]  # on the index, not past the check already
+    assert "result" not in outcome, outcome
     assert isinstance(outcome["error"], ValueError) and "named 'ci' already" in str(outcome["error"])
     assert names == ["ci"]
 
