@@ -271,6 +271,12 @@ class CNNSpace:
                 f"a {self.input_shape[1]}x{self.input_shape[2]} image has room for at most {most} stages, "
                 f"but got stages={self.stages!r}."
             )
+        widest = self.channels[1] * 2 ** (min(self.stages[1], most) - 1)  # the channels double per stage
+        if widest > MAX_SPEC_INT:
+            raise ValueError(
+                f"channels={self.channels!r}, doubled over up to {min(self.stages[1], most)} stages, reach {widest}, "
+                f"beyond the spec format's limit of {MAX_SPEC_INT}."
+            )
 
     def __call__(self, trial: _Trial) -> Spec:
         p = self.prefix

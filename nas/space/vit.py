@@ -24,6 +24,7 @@ from nas.space.chains import (
     _suggest_int,
     _Trial,
 )
+from nas.spec import MAX_SPEC_INT
 
 __all__ = ["ViTSpace", "transformer_block", "vit_spec"]
 
@@ -103,6 +104,12 @@ class ViTSpace:
                 raise ValueError(f"every head_dim must divide every width, but {width} and head_dims={self.head_dims}.")
         if not self.mlp_ratios or not all(_positive_finite(r) for r in self.mlp_ratios):  # inf, NaN: every trial failed
             raise ValueError(f"mlp_ratios must be positive finite numbers, but got mlp_ratios={self.mlp_ratios}.")
+        hidden = max(self.widths) * max(self.mlp_ratios)  # the widest layer: a block's MLP
+        if max(max(self.widths), hidden) > MAX_SPEC_INT:
+            raise ValueError(
+                f"widths={self.widths!r} times mlp_ratios={self.mlp_ratios!r} reach {hidden:.0f} units, beyond the "
+                f"spec format's limit of {MAX_SPEC_INT}."
+            )
 
     def __call__(self, trial: _Trial) -> Spec:
         depth = _suggest_int(trial, "depth", self.depth)

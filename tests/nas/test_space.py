@@ -151,6 +151,7 @@ def test_prefix_keeps_two_parts_of_one_space_apart() -> None:
         (lambda: MLPSpace([64], 10, gain=(1.0, 1e7)), "gain must be at most 1e\\+06"),
         (lambda: CNNSpace([1, 8, 8], 10, channels=(4, 2**40)), "channels must be at most 2147483647"),
         (lambda: MLPSpace([64], 10, width=(4, 2**31)), "width must be at most 2147483647"),
+        (lambda: CNNSpace([1, 8, 8], 10, channels=(2**30, 2**30), stages=(2, 2)), "reach 2147483648"),
     ],
 )
 def test_bad_space_arguments_are_refused_and_quoted(make: Any, message: str) -> None:

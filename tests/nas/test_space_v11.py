@@ -101,6 +101,7 @@ def test_an_empty_choice_of_the_vit_space_is_refused_when_the_space_is_made(fiel
         (lambda: NASBench201Space(input_shape=(3, 2, 2)), "the skeleton cannot take input_shape=[3, 2, 2]"),
         (lambda: NASBench201Space(channels=16.5), "channels must be an integer"),  # type: ignore[arg-type]
         (lambda: NASBench201Space(channels="16"), "channels must be an integer"),  # type: ignore[arg-type]
+        (lambda: ViTSpace(widths=(2**30,), head_dims=(2**30,), mlp_ratios=(4.0,)), "reach 4294967296 units"),
     ],
     ids=[
         "vit-inf-ratio",
@@ -109,6 +110,7 @@ def test_an_empty_choice_of_the_vit_space_is_refused_when_the_space_is_made(fiel
         "nb201-tiny-image",
         "nb201-fractional-channels",
         "nb201-text-channels",
+        "vit-mlp-beyond-the-spec-limit",
     ],
 )
 def test_a_space_that_no_trial_could_build_is_refused_when_it_is_made(make: object, words: str) -> None:
