@@ -158,8 +158,9 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
 
 
 def _all_the_same(x: list[Any]) -> bool:
-    """Every sample equals the first (the engine refuses such a batch too: ``worker.engine.inputs``)."""
-    array = np.asarray(x, dtype=np.float64)
+    """Every sample equals the first in float32, where the engine reads them (it refuses such a
+    batch too, over the samples a job conditions on: ``worker.engine.inputs``)."""
+    array = np.asarray(x, dtype=np.float32)
     return bool((array == array[0]).all())
 
 

@@ -15,8 +15,9 @@ Race = Callable[[sessionmaker[Session], Callable[[Session], Any]], dict[str, Any
 def _race(sessions: sessionmaker[Session], act: Callable[[Session], Any]) -> dict[str, Any]:
     """``act`` in a first session, left uncommitted, then in a second session on another thread,
     which commits; the first commits after the second has waited a second on its row. Returns the
-    second's outcome: ``"result"`` or ``"error"`` (any exception), and ``"blocked"``: whether it was
-    still waiting when the first committed (on the database's lock, not past a check already)."""
+    second's outcome: ``"result"`` or ``"error"`` (any exception), ``"blocked"``: whether it was
+    still waiting when the first committed (on the database's lock, not past a check already), and
+    ``"first"``: what ``act`` gave the first."""
     outcome: dict[str, Any] = {}
 
     def second() -> None:
@@ -29,7 +30,7 @@ def _race(sessions: sessionmaker[Session], act: Callable[[Session], Any]) -> dic
 
     first = sessions()
     try:
-        act(first)  # inserted, not committed
+        outcome["first"] = act(first)  # inserted, not committed
         racer = threading.Thread(target=second, daemon=True)
         racer.start()
         racer.join(1.0)

@@ -21,6 +21,7 @@ Y = [i % 3 for i in range(8)]
         ({"x": [[1.0], [1.0, 2.0]]}, "x[1]"),
         ({"x": X, "y": [0, 1]}, "y"),
         ({"x": [[1.5, 2.0, 0.0]] * 3}, "x"),  # one sample repeated
+        ({"x": [[1.0, 2.0], [1.0 + 1e-9, 2.0]]}, "x"),  # the same in float32, where the engine reads it
     ],
 )
 def test_parse_raises_invalid_batch_with_the_json_path(body: Any, path: str) -> None:
@@ -48,6 +49,7 @@ def test_an_upload_that_loses_the_insert_race_gets_the_winners_row(pg_url: str, 
         outcome = race(make_sessionmaker(engine), lambda session: data_batches.store(session, x, y, shape))
     finally:
         engine.dispose()
+    assert outcome["first"][1] and outcome["blocked"]  # the first inserted it; the second waited on its key
     assert "error" not in outcome, outcome
     row, created = outcome["result"]
     assert (row.id, created) == (data_batches.batch_id(x, y), False)
