@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from service.cli.usage import UsageError
 from service.cli.version import version
 from service.revision import engine_revision
 
@@ -83,8 +84,6 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         return EXIT_SERVICE, f"{_one_line(error)}; is `preflight serve` running at that URL (PREFLIGHT_URL)?"
     if isinstance(error, PreflightError):
         return EXIT_SERVICE, _one_line(error)
-    from service.cli.usage import UsageError
-
     if isinstance(error, UsageError):
         return EXIT_USAGE, _one_line(error)
     from nas.fashion_mnist import FashionMNISTMissing
