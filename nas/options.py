@@ -5,15 +5,26 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from nas.spec import Integer
 
 __all__ = ["HEAD_STD", "HEAD_STD_NORMALIZED", "ConditionOptions", "Thresholds"]
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-# a switch is true or false: 1, "yes" or "true" is a mistake to report, not to coerce (counts likewise: Integer)
-Switch = Annotated[bool, Strict()]
+
+
+def _switch(value: object) -> bool:
+    """A switch is true or false (a numpy bool too): 1, "yes" or "true" is a mistake to report,
+    not to coerce, as a count's "10" is (``nas.spec.Integer``)."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise PydanticCustomError("bool_type", "Input should be true or false")
+
+
+Switch = Annotated[bool, BeforeValidator(_switch)]
 # an SGD learning rate: 100 is far above any a network trains at (1e308 overflowed the probe)
 LearningRate = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)]
 

@@ -31,12 +31,11 @@ def test_a_count_or_switch_of_another_type_is_refused_naming_the_option(options:
     assert [error["loc"] for error in caught.value.errors()] == [(field,)]
 
 
-def test_numbers_of_the_right_kind_are_taken_numpy_integers_too() -> None:
-    opts = ConditionOptions.model_validate(
-        {"steps": np.int64(3), "batch_size": 32, "diagnostics": True, "tolerance": 1}
-    )
-    assert (opts.steps, opts.batch_size, opts.diagnostics, opts.tolerance) == (3, 32, True, 1.0)
-    assert type(opts.steps) is int
+def test_numbers_of_the_right_kind_are_taken_numpy_ones_too() -> None:
+    given = {"steps": np.int64(3), "batch_size": 32, "diagnostics": np.True_, "balance": False, "tolerance": 1}
+    opts = ConditionOptions.model_validate(given)
+    assert (opts.steps, opts.batch_size, opts.diagnostics, opts.balance, opts.tolerance) == (3, 32, True, False, 1.0)
+    assert type(opts.steps) is int and type(opts.diagnostics) is bool
 
 
 def test_the_canonical_form_a_job_stores_validates_again_unchanged() -> None:

@@ -37,7 +37,7 @@ def batch(
         x = pink_noise(white) if opts.synthetic_inputs == "pink" else white
         return x.to(device), None, "gaussian"
     raw_x, raw_y = _unpack(data, shape)
-    pair = _PAIR_HINT if _looks_like_a_pair(data) else ""
+    pair = _PAIR_HINT if _looks_like_a_pair(data, shape) else ""
     x = _as_tensor(raw_x, "x", torch.float32, pair)
     if tuple(x.shape[1:]) != shape or x.shape[0] < 2:
         raise ValueError(
@@ -71,15 +71,17 @@ def batch(
 _PAIR_HINT = "; for inputs with targets pass {'x': x, 'y': y}, not a pair (x, y)"
 
 
-def _looks_like_a_pair(data: Any) -> bool:
-    """Two arrays of the same length and different shapes, as (x, y) are; not two samples."""
+def _looks_like_a_pair(data: Any, shape: tuple[int, ...]) -> bool:
+    """Two arrays of the same length, as (x, y) are, not two samples: of different shapes, or
+    each a batch of inputs (targets shaped like the inputs)."""
     if not isinstance(data, tuple | list) or len(data) != 2:
         return False
     try:
         first, second = (tuple(np.shape(item)) for item in data)
     except (ValueError, TypeError, RuntimeError):  # ragged, or not array-like
         return False
-    return bool(first) and bool(second) and first[0] == second[0] and first != second
+    same_length = bool(first) and bool(second) and first[0] == second[0]
+    return same_length and (first != second or first[1:] == shape)
 
 
 def _unpack(data: Any, shape: tuple[int, ...]) -> tuple[Any, Any]:

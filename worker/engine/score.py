@@ -20,7 +20,8 @@ The score is calibrated on the trainability benchmark (``docs/benchmarks.md``)::
     score = -sum_c w_c * f_c,   f_c = log1p(|c| / t_c)   if c was measured
                                 f_c = fill_c             if not (None)
 
-with t_c the component's threshold (``options.Thresholds``), and the weights w_c >= 0, the
+with t_c the component's threshold (``options.Thresholds``; the ratio |c| / t_c capped at the
+largest float, so that a subnormal t_c cannot make the score NaN), and the weights w_c >= 0, the
 fills and the prune cut loaded from ``score_weights.json`` beside this module. That file holds
 two fits: with the trainability probe (``probe_loss``, measured by default) and without it; a
 report whose probe did not run is scored by the second, the best the other components can do

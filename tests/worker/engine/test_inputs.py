@@ -68,6 +68,7 @@ def test_a_real_batch_is_accepted(form: str) -> None:
         ({"x": np.zeros((8, 64), np.float32)}, "the 8 samples conditioned on are all the same"),
         (np.full((8, 64), 3.0, np.float32), "the 8 samples conditioned on are all the same"),
         ([torch.zeros(64), torch.zeros(63)], "'x' must be a tensor or an array of numbers .*equal size"),
+        ((torch.ones(8, 64), torch.zeros(8, 64)), r"pass \{'x': x, 'y': y\}, not a pair"),  # targets like inputs
     ],
     ids=[
         "input-shape",
@@ -89,6 +90,7 @@ def test_a_real_batch_is_accepted(form: str) -> None:
         "all-zero-inputs",
         "one-sample-repeated",
         "ragged-per-sample-tensors",
+        "a-pair-of-equal-shapes",
     ],
 )
 def test_unusable_data_is_a_clear_error(data: Any, message: str) -> None:
