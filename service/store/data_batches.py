@@ -37,6 +37,7 @@ __all__ = [
     "MAX_VALUES",
     "BatchShape",
     "InvalidBatch",
+    "check_batch_size",
     "check_fits",
     "load",
     "parse",
@@ -49,8 +50,9 @@ MAX_VALUES = 2**20  # numbers in x: 4 MiB of float32, about what the body limit 
 MAX_RANK = 5  # [N, C, H, W] is 4; deeper nesting is refused before it is walked
 
 # {"x": [N, *input_shape], "labels": "class" | "float" | None, "y": [N, ...] when labelled,
-#  "classes": 1 + the largest class label, "balance": nas.targets.label_balance}; batches
-#  stored before "y", "classes" and "balance" lack them
+#  "classes": 1 + the largest class label, "balance": nas.targets.label_balance, "first_distinct":
+#  the first sample that differs from sample 0}; batches stored before "y", "classes", "balance"
+#  and "first_distinct" lack them
 BatchShape = dict[str, Any]
 
 
@@ -133,7 +135,8 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
         raise _invalid("x", f"expected 2 to {MAX_ROWS} samples, got {shape[0]}")
     if math.prod(shape) > MAX_VALUES:
         raise _invalid("x", f"{math.prod(shape)} numbers exceed the limit of {MAX_VALUES}")
-    if _all_the_same(body["x"]):
+    distinct = _first_distinct(body["x"])
+    if distinct is None:
         raise _invalid(
             "x",
             f"all {shape[0]} samples are the same: a network cannot tell them apart, so nothing can be tuned or probed",
@@ -153,15 +156,29 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
                 meta["balance"] = label_balance(flat, meta["classes"])
         else:
             labels = "float"
-        return {"values": body["x"]}, {"values": y}, {"x": shape, "labels": labels} | meta
-    return {"values": body["x"]}, None, {"x": shape, "labels": None}
+        return {"values": body["x"]}, {"values": y}, {"x": shape, "labels": labels, "first_distinct": distinct} | meta
+    return {"values": body["x"]}, None, {"x": shape, "labels": None, "first_distinct": distinct}
 
 
-def _all_the_same(x: list[Any]) -> bool:
-    """Every sample equals the first in float32, where the engine reads them (it refuses such a
-    batch too, over the samples a job conditions on: ``worker.engine.inputs``)."""
+def _first_distinct(x: list[Any]) -> int | None:
+    """The index of the first sample that differs from sample 0 in float32, where the engine reads
+    them; None when all are the same (the engine refuses such a batch too, over the samples a job
+    conditions on: ``worker.engine.inputs``)."""
     array = np.asarray(x, dtype=np.float32)
-    return bool((array == array[0]).all())
+    same = (array == array[0]).reshape(len(array), -1).all(axis=1)
+    return None if bool(same.all()) else int(np.argmin(same))
+
+
+def check_batch_size(shape: BatchShape, batch_size: int) -> None:
+    """Raise :class:`InvalidBatch` at ``options.batch_size`` when the first ``batch_size`` samples,
+    the ones a job conditions on, are all the same (batches stored before ``first_distinct`` pass)."""
+    distinct = shape.get("first_distinct")
+    if distinct is not None and batch_size <= distinct:
+        raise _invalid(
+            "options.batch_size",
+            f"the data batch's first {distinct} samples are all the same, so batch_size {batch_size} conditions on "
+            f"identical samples; use a batch_size above {distinct}, or shuffle the batch",
+        )
 
 
 def _flatten(value: Any) -> list[Any]:

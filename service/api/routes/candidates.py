@@ -192,6 +192,10 @@ async def submit_candidates(
                 kind="invalid-request",
                 errors=[ProblemIssue(path=f"options.{DATA}", message="no such data batch")],
             )
+        try:
+            data_batches.check_batch_size(data_shape, tuning["batch_size"])
+        except data_batches.InvalidBatch as exc:
+            raise ProblemError.from_invalid_batch(exc) from None
     priority = capped_priority(body.options.priority, caller, settings.max_token_priority)
 
     def validate() -> list[jobs.NewCandidate]:

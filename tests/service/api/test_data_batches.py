@@ -148,6 +148,21 @@ def test_a_submission_naming_a_missing_or_misfit_batch_is_refused_and_nothing_is
     assert api.get("/v1/candidates", params={"limit": 10}).json()["candidates"] == []
 
 
+def test_a_batch_size_that_takes_only_identical_samples_is_refused_at_submission(api: httpx.Client) -> None:
+    """The upload passes (a later sample differs), but a job conditions on the first ``batch_size``
+    samples: they were all the same, and the job failed in the worker."""
+    x = [[0.5, 0.5, 0.5, 0.5]] * 5 + [[1.0, 0.0, 1.0, 0.0]] * 3
+    batch = api.post("/v1/batches", json={"x": x, "y": Y}).json()["id"]
+    problem = _problem(
+        api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": batch, "batch_size": 5}}), 422
+    )
+    assert problem["errors"][0]["path"] == "options.batch_size", problem
+    assert "first 5 samples are all the same" in problem["errors"][0]["message"]
+    assert api.get("/v1/candidates", params={"limit": 10}).json()["candidates"] == []
+    reaching = api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": batch, "batch_size": 6}})
+    assert reaching.status_code in (200, 201, 202), reaching.text
+
+
 @pytest.mark.parametrize(
     ("y", "message"),
     [
