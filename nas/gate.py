@@ -36,8 +36,10 @@ the score alone: leave it off there (docs/conditioning.md, section 10).
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -45,10 +47,10 @@ from typing import Any, Literal, cast
 import optuna
 from optuna.trial import TrialState
 
-from nas.build import PreflightNet
+from nas.build import PreflightNet, build_model
 from nas.client import Candidate, PreflightClient, SpecLike, spec_payload
 from nas.decision import conditioning_margin, keeps, report_threshold
-from nas.errors import CandidateFailed
+from nas.errors import CandidateFailed, WaitTimeout
 from nas.ranking import RankDecision, rank_among_trained, ranking_features
 from nas.report import ConditioningReport, float_or_nan
 from nas.summary import summarize
@@ -88,23 +90,33 @@ class Screened:
     candidate: Candidate
 
     @property
+    def conditioned(self) -> bool:
+        """Whether the candidate has a report; False for one kept without it (``on_failure="keep"``)."""
+        return self.candidate.report is not None
+
+    @property
     def report(self) -> ConditioningReport:
+        """The conditioning report; raises :class:`~nas.errors.CandidateFailed` when there is none."""
         return self.candidate.require_report()
 
     @property
     def scales(self) -> dict[str, float]:
-        """What ``nas.build_model(spec, scales=...)`` takes: the tuned multipliers."""
-        return dict(self.report.scales)
+        """What ``nas.build_model(spec, scales=...)`` takes: the tuned multipliers ({} unconditioned)."""
+        return dict(self.report.scales) if self.conditioned else {}
 
     @property
     def recommended_lr(self) -> float | None:
         """The rate to train the survivor at with SGD and momentum (the report's ``recommended_lr``:
-        one probe step below the probe's best rate); None when the probe did not run."""
-        return self.report.recommended_lr
+        one probe step below the probe's best rate); None when the probe did not run or there is
+        no report."""
+        return self.report.recommended_lr if self.conditioned else None
 
     def build_model(self) -> PreflightNet:
         """The survivor at its tuned initialization: the spec's weights at the seed and draw the
-        conditioning used, multiplied by the tuned scales, with the report's bias shifts."""
+        conditioning used, multiplied by the tuned scales, with the report's bias shifts. Without
+        a report (kept by ``on_failure="keep"``): the spec's plain initialization."""
+        if not self.conditioned:
+            return build_model(self.spec)
         return cast(PreflightNet, self.report.build_model(self.spec))
 
 
@@ -120,9 +132,11 @@ class ConditioningGate:
         prune: False to record only and leave the decision to the study's pruner.
         constraint: record the conditioning margin with ``trial.set_constraint`` where
             the installed Optuna has it.
-        on_failure: when the service cannot condition a candidate: ``"raise"``
-            (:class:`~nas.errors.CandidateFailed`), ``"prune"`` or ``"keep"`` (train it
-            from its plain initialization).
+        on_failure: when the service cannot condition a candidate (its job failed or was
+            cancelled, or it was not done within ``timeout``): ``"raise"``
+            (:class:`~nas.errors.CandidateFailed`, or :class:`~nas.errors.WaitTimeout`),
+            ``"prune"`` or ``"keep"`` (train it from its plain initialization). A candidate that
+            timed out stays queued: a later submission of the same spec shares its report.
         rank_after: once this many trials have completed, also prune a kept candidate whose
             predicted objective (:func:`nas.ranking.rank_among_trained`, fitted on them) falls
             below the ``rank_below`` quantile of theirs; None (the default): never. Needs a
@@ -150,6 +164,11 @@ class ConditioningGate:
                 raise TypeError(f"{name} must be True or False, but got {name}={flag!r}.")
         if client is not None and not hasattr(client, "condition"):
             raise TypeError(f"client must be a nas.client.PreflightClient, but got {client!r}; the URL goes to it")
+        if client is not None and inspect.iscoroutinefunction(client.condition):  # its calls would never be awaited
+            raise TypeError(
+                "client must be a nas.client.PreflightClient; an AsyncPreflightClient cannot serve Optuna's "
+                "synchronous objective"
+            )
         if timeout is not None and not (_real(timeout) and timeout > 0):
             raise ValueError(f"timeout must be positive seconds or None, but got {timeout=}.")
         if threshold is not None and not (_real(threshold) and math.isfinite(threshold)):
@@ -191,9 +210,16 @@ class ConditioningGate:
     def check(self, trial: optuna.Trial, spec: SpecLike) -> ConditioningReport | None:
         """Condition the spec, record the report in the trial, and raise
         ``optuna.TrialPruned`` if it should be pruned; returns the report (with
-        ``scales``), or None when conditioning failed and ``on_failure="keep"``."""
+        ``scales``), or None when conditioning failed (or timed out) and the trial is not
+        pruned for it (``on_failure="keep"``, or ``prune=False``)."""
         self._check_rank_study(trial.study)
-        candidate = self.client.condition(spec, self.job_options(trial.study.study_name, trial.number), self.timeout)
+        options = self.job_options(trial.study.study_name, trial.number)
+        try:
+            candidate = self.client.condition(spec, options, self.timeout)
+        except WaitTimeout as exc:  # not conditioned in time: a failure, as on_failure says
+            if self.on_failure == "raise" or exc.candidate is None:
+                raise
+            candidate = exc.candidate
         keep = self.record(trial, candidate, spec)
         if self.prune and not keep:
             raise optuna.TrialPruned(self._prune_message(candidate))
@@ -213,6 +239,9 @@ class ConditioningGate:
             if self.on_failure == "raise":
                 candidate.require_report()  # raises CandidateFailed with the reason
             trial.set_user_attr(ATTR_VERDICT, f"failed:{self.on_failure}")
+            trial.set_user_attr(ATTR_REASONS, [_not_conditioned(candidate)])
+            if self.constraint:  # every trial the same constraints: GPSampler refuses a study otherwise
+                self._set_margin(trial, 0.0 if self.on_failure == "keep" else 1.0)
             return self.on_failure == "keep"
         report = candidate.report
         trial.set_user_attr(ATTR_SCORE, report.score)
@@ -235,13 +264,13 @@ class ConditioningGate:
         Each kept :class:`Screened` must be told by the caller:
         ``study.tell(s.trial, value)`` after training.
         """
-        if n_trials < 1:
-            raise ValueError(f"n_trials must be at least 1, but got {n_trials=}.")
+        if not (isinstance(n_trials, numbers.Integral) and not isinstance(n_trials, bool) and n_trials >= 1):
+            raise ValueError(f"n_trials must be an integer of at least 1, but got {n_trials=}.")
         self._check_rank_study(study)
-        trials = [study.ask() for _ in range(n_trials)]
+        trials = [study.ask() for _ in range(int(n_trials))]
         try:
             specs = [spec_payload(space(trial)) for trial in trials]
-            candidates = self.client.condition_many(specs, self.job_options(study.study_name), self.timeout)
+            candidates = self._waited(self.client.submit_many(specs, self.job_options(study.study_name)))
         except BaseException:  # the space, the connection or a refusal: no asked trial is left running
             for trial in trials:
                 study.tell(trial, state=TrialState.FAIL)
@@ -266,6 +295,24 @@ class ConditioningGate:
                 study.tell(screened.trial, state=TrialState.FAIL)
             raise failure
         return kept
+
+    def _waited(self, submitted: list[Candidate]) -> list[Candidate]:
+        """Each submitted candidate once finished, all within one ``timeout``; one still unfinished
+        then is a failure under ``on_failure`` (raised only for "raise")."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        out = []
+        for candidate in submitted:
+            if candidate.finished:
+                out.append(candidate)
+                continue
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                out.append(self.client.wait(candidate.id, left))
+            except WaitTimeout as exc:
+                if self.on_failure == "raise" or exc.candidate is None:
+                    raise
+                out.append(exc.candidate)
+        return out
 
     def rank(self, trial: optuna.Trial) -> RankDecision | None:
         """Where the trial's recorded features rank among the completed trials' (recorded as
@@ -313,11 +360,19 @@ class ConditioningGate:
         set_constraint(CONSTRAINT_KEY, margin)
 
     def _prune_message(self, candidate: Candidate) -> str:
+        if candidate.report is None:
+            return f"pruned before training (on_failure='prune'): {_not_conditioned(candidate)}"
         reasons = "; ".join(candidate.report.reasons[:3] if candidate.report is not None else [])
         return (
             f"pruned before training by conditioning: candidate {candidate.id}, "
             f"score {candidate.score}, verdict {candidate.verdict}" + (f" ({reasons})" if reasons else "")
         )
+
+
+def _not_conditioned(candidate: Candidate) -> str:
+    """Why a candidate has no report, for its trial's reasons."""
+    why = f": {candidate.error}" if candidate.error else ""
+    return f"candidate {candidate.id} was not conditioned (its job is {candidate.status}{why})"
 
 
 def _parameters(spec: SpecLike | None) -> int | None:

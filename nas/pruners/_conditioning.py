@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import math
-import threading
+import numbers
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -11,13 +12,17 @@ import optuna
 from optuna.pruners import BasePruner
 
 from nas.decision import keeps_figures
-from nas.gate import ATTR_CANDIDATE_ID, ATTR_SCORE, ATTR_VERDICT, earlier_scores
+from nas.gate import ATTR_CANDIDATE_ID, ATTR_SCORE, ATTR_VERDICT, _real, earlier_scores
 from nas.report import float_or_nan
 
 if TYPE_CHECKING:
     from nas.client import PreflightClient
 
 __all__ = ["ConditioningPruner"]
+
+# the trial's decision, kept in the storage as SuccessiveHalvingPruner keeps its rungs: taken once per
+# trial, and never confused with another study's trial of the same name and number
+_DECIDED = "preflight_pruned_by_conditioning"
 
 
 class ConditioningPruner(BasePruner):
@@ -26,7 +31,9 @@ class ConditioningPruner(BasePruner):
     The conditioning report of a trial is read from its user attributes, where
     :meth:`nas.gate.ConditioningGate.check` (with ``prune=False``) records it; a trial that
     has only a candidate id (:meth:`~nas.gate.ConditioningGate.submit`) is waited for
-    through ``client``. The decision is taken once per trial, at its first check:
+    through ``client``, and the score and verdict it waited for are then recorded in the trial, as
+    the gate records them (so the percentile rule counts them). The decision is taken once per
+    trial, at its first check, and kept in the trial's system attributes:
 
     - ``threshold``: prune when ``score < threshold``;
     - ``percentile``: as :class:`optuna.pruners.PercentilePruner`, keep the top
@@ -43,7 +50,7 @@ class ConditioningPruner(BasePruner):
     pruned (the engine could not measure it); NaN scores of other trials are left out of
     the percentile, as :class:`optuna.pruners.PercentilePruner` leaves out NaN values.
 
-    Works with ``study.optimize(n_jobs > 1)`` (decisions are cached under a lock), with
+    Works with ``study.optimize(n_jobs > 1)`` (each trial's decision is its own, kept in the storage), with
     ask-and-tell, and with several processes sharing an RDB storage (the scores of other
     trials are read from the storage).
 
@@ -88,35 +95,36 @@ class ConditioningPruner(BasePruner):
     ) -> None:
         if threshold is not None and percentile is not None:
             raise ValueError(f"Give threshold or percentile, not both, but got {threshold=} and {percentile=}.")
-        if threshold is not None and not math.isfinite(threshold):
+        if threshold is not None and not (_real(threshold) and math.isfinite(threshold)):
             raise ValueError(f"threshold must be a finite number, but got {threshold=}.")
-        if percentile is not None and not 0.0 <= percentile <= 100.0:
-            raise ValueError(f"percentile must be between 0 and 100 inclusive, but got {percentile=}.")
-        if isinstance(n_startup_trials, bool) or not isinstance(n_startup_trials, int) or n_startup_trials < 0:
+        if percentile is not None and not (_real(percentile) and 0.0 <= percentile <= 100.0):
+            raise ValueError(f"percentile must be a number between 0 and 100 inclusive, but got {percentile=}.")
+        if not (isinstance(n_startup_trials, numbers.Integral) and not isinstance(n_startup_trials, bool)):
+            raise ValueError(f"n_startup_trials must be an integer >= 0, but got {n_startup_trials=}.")
+        if n_startup_trials < 0:
             raise ValueError(f"n_startup_trials must be an integer >= 0, but got {n_startup_trials=}.")
         if client is not None and not hasattr(client, "wait"):
             raise TypeError(f"client must be a nas.client.PreflightClient or None, but got {client!r}.")
+        if client is not None and inspect.iscoroutinefunction(client.wait):  # Optuna calls prune() synchronously
+            raise TypeError(
+                "client must be a nas.client.PreflightClient; an AsyncPreflightClient cannot serve a pruner"
+            )
         if wrapped is not None and not isinstance(wrapped, BasePruner):
             raise TypeError(f"wrapped must be an optuna.pruners.BasePruner or None, but got {wrapped=}.")
-        if timeout is not None and not timeout > 0:
+        if timeout is not None and not (_real(timeout) and timeout > 0):
             raise ValueError(f"timeout must be positive seconds or None, but got {timeout=}.")
-        self._threshold = threshold
-        self._percentile = percentile
-        self._wrapped = wrapped
-        self._n_startup_trials = n_startup_trials
-        self._client = client
-        self._timeout = timeout
-        self._decisions: dict[tuple[str, int], bool] = {}
-        self._lock = threading.Lock()
+        self._threshold: float | None = threshold
+        self._percentile: float | None = percentile
+        self._wrapped: BasePruner | None = wrapped
+        self._n_startup_trials: int = int(n_startup_trials)
+        self._client: PreflightClient | None = client
+        self._timeout: float | None = timeout
 
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
-        key = (study.study_name, trial.number)
-        with self._lock:
-            decided = self._decisions.get(key)
+        decided = trial.system_attrs.get(_DECIDED)
         if decided is None:
             decided = self._prunes_by_conditioning(study, trial)
-            with self._lock:
-                decided = self._decisions.setdefault(key, decided)
+            study._storage.set_trial_system_attr(trial._trial_id, _DECIDED, decided)
         if decided:
             return True
         if self._wrapped is None:
@@ -126,11 +134,18 @@ class ConditioningPruner(BasePruner):
     def _prunes_by_conditioning(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
         attrs = trial.user_attrs
         if ATTR_VERDICT not in attrs and ATTR_SCORE not in attrs:
-            if ATTR_CANDIDATE_ID not in attrs or self._client is None:
+            if ATTR_CANDIDATE_ID not in attrs:
                 return False  # not gated: nothing to judge by conditioning
+            if self._client is None:  # every submitted trial would be kept without a word
+                raise ValueError(
+                    f"trial {trial.number} was only submitted (ConditioningGate.submit), so its report must be waited "
+                    "for: give the pruner a client, ConditioningPruner(client=PreflightClient(...))"
+                )
             report = self._client.wait(str(attrs[ATTR_CANDIDATE_ID]), self._timeout).report
             verdict: str | None = None if report is None else report.verdict
             score = math.nan if report is None else float_or_nan(report.score)
+            for key, value in ((ATTR_SCORE, None if math.isnan(score) else score), (ATTR_VERDICT, verdict)):
+                study._storage.set_trial_user_attr(trial._trial_id, key, value)  # as the gate records them
         else:
             verdict, score = attrs.get(ATTR_VERDICT), float_or_nan(attrs.get(ATTR_SCORE))
         if verdict == "failed:keep":

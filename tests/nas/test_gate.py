@@ -77,6 +77,21 @@ def test_a_url_where_the_client_belongs_is_refused_saying_so() -> None:
         ConditioningGate("http://localhost:8000")  # type: ignore[arg-type]
 
 
+def test_an_async_client_is_refused_where_optuna_calls_synchronously() -> None:
+    """It passed the check, and then check() failed with "'coroutine' object has no attribute 'id'"."""
+    from nas.client import AsyncPreflightClient
+
+    with pytest.raises(TypeError, match="AsyncPreflightClient cannot serve Optuna's synchronous objective"):
+        ConditioningGate(AsyncPreflightClient("http://127.0.0.1:1"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n_trials", [0, 2.5, "2", True])
+def test_prescreen_takes_a_whole_number_of_trials(n_trials: Any) -> None:
+    gate = ConditioningGate(PreflightClient("http://127.0.0.1:1"), options=TINY_OPTIONS)
+    with pytest.raises(ValueError, match="n_trials must be an integer of at least 1"):
+        gate.prescreen(optuna.create_study(), arch_space, n_trials=n_trials)
+
+
 def test_a_prescreen_that_cannot_submit_leaves_no_trial_running() -> None:
     client = PreflightClient("http://127.0.0.1:1", retry=RetryPolicy(attempts=1))
     gate = ConditioningGate(client, options=TINY_OPTIONS)
@@ -220,6 +235,78 @@ def test_the_pruner_waits_for_a_candidate_only_submitted(client: PreflightClient
 
     study.optimize(objective, n_trials=2)
     assert [t.state for t in study.trials] == [PRUNED, COMPLETE]
+    # what it waited for is recorded as the gate records it: the percentile rule reads these
+    assert [t.user_attrs[ATTR_VERDICT] for t in study.trials] == ["prune", "keep"]
+    assert isinstance(study.trials[1].user_attrs[ATTR_SCORE], float)
+
+
+def test_the_percentile_rule_applies_to_trials_that_were_only_submitted(client: PreflightClient) -> None:
+    """The scores the pruner waited for were never written to the trials, so the percentile
+    never had its startup scores, and every trial the verdict kept was kept."""
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
+    pruner = ConditioningPruner(percentile=50.0, n_startup_trials=2, client=client, timeout=300)
+    specs = [mlp(2, "relu"), mlp(3, "relu"), mlp(8, "tanh")]
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+
+    def objective(trial: optuna.Trial) -> float:
+        gate.submit(trial, specs[trial.number])
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+        return 1.0
+
+    study.optimize(objective, n_trials=3)
+    scores = [t.user_attrs[ATTR_SCORE] for t in study.trials]
+    median = float(np.median(scores[:2]))
+    assert (study.trials[2].state == PRUNED) == (scores[2] < median), (scores, study.trials[2].state)
+
+
+def _unique_mlp(width: int) -> dict[str, Any]:
+    """A spec no other test submits: the timeout tests leave its job queued."""
+    return {
+        "input_shape": [64],
+        "blocks": [
+            {"layers": [{"type": "linear", "out": width}, {"type": "relu"}]},
+            {"layers": [{"type": "linear", "out": 10}]},
+        ],
+    }
+
+
+@pytest.mark.parametrize("on_failure", ["prune", "keep"])
+def test_a_wait_that_times_out_is_a_failure_under_on_failure(client: PreflightClient, on_failure: str) -> None:
+    """A candidate not conditioned within the timeout raised WaitTimeout whatever on_failure said,
+    so one slow job stopped the study. Here the job waits for a GPU worker that this service lacks."""
+    width = {"prune": 37, "keep": 41}[on_failure]
+    gate = ConditioningGate(client, options=TINY_OPTIONS | {"device": "cuda"}, timeout=0.5, on_failure=on_failure)
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    try:
+        if on_failure == "prune":
+            with pytest.raises(optuna.TrialPruned, match="was not conditioned"):
+                gate.check(trial, _unique_mlp(width))
+        else:
+            assert gate.check(trial, _unique_mlp(width)) is None
+    finally:
+        client.cancel(trial.user_attrs[ATTR_CANDIDATE_ID])
+    assert trial.user_attrs[ATTR_VERDICT] == f"failed:{on_failure}"
+    assert "queued" in trial.user_attrs["preflight_reasons"][0]
+    # a constraint on every trial, or GPSampler refuses the study
+    assert trial.constraints[CONSTRAINT_KEY] == (1.0 if on_failure == "prune" else 0.0)
+
+
+def test_a_wait_that_times_out_raises_under_on_failure_raise(client: PreflightClient) -> None:
+    gate = ConditioningGate(client, options=TINY_OPTIONS | {"device": "cuda"}, timeout=0.5)
+    with pytest.raises(nas.errors.WaitTimeout) as caught:
+        gate.check(optuna.create_study().ask(), _unique_mlp(43))
+    client.cancel(caught.value.candidate.id)
+
+
+def test_a_prescreen_keeps_a_timed_out_candidate_to_train_from_its_plain_init(client: PreflightClient) -> None:
+    gate = ConditioningGate(client, options=TINY_OPTIONS | {"device": "cuda"}, timeout=0.5, on_failure="keep")
+    study = optuna.create_study(direction="maximize")
+    (screened,) = gate.prescreen(study, lambda trial: _unique_mlp(47), n_trials=1)
+    client.cancel(screened.candidate.id)
+    assert not screened.conditioned and screened.scales == {} and screened.recommended_lr is None
+    assert screened.build_model()(torch.zeros(2, 64)).shape == (2, 10)
 
 
 def test_prescreening_submits_all_specs_at_once_and_returns_the_kept(client: PreflightClient) -> None:

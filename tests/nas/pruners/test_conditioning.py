@@ -7,10 +7,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 
-from nas.gate import ATTR_SCORE, ATTR_VERDICT
+from nas.gate import ATTR_CANDIDATE_ID, ATTR_SCORE, ATTR_VERDICT
 from nas.pruners import ConditioningPruner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -165,11 +166,50 @@ def test_two_controllers_share_scores_through_rdb_storage(tmp_path: Path) -> Non
         ({"n_startup_trials": -1}, "n_startup_trials"),
         ({"n_startup_trials": 2.5}, "n_startup_trials must be an integer"),
         ({"timeout": 0.0}, "timeout"),
+        # each was a raw comparison TypeError, or passed as a number
+        ({"threshold": "0.1"}, "threshold must be a finite number"),
+        ({"threshold": True}, "threshold must be a finite number"),
+        ({"percentile": "50"}, "percentile must be a number"),
+        ({"timeout": "5"}, "timeout must be positive seconds"),
     ],
 )
 def test_bad_arguments_are_refused_and_quoted(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ConditioningPruner(**kwargs)
+
+
+def test_numpy_numbers_are_arguments_like_python_ones() -> None:
+    pruner = ConditioningPruner(percentile=np.float64(50.0), n_startup_trials=np.int64(3), timeout=np.float32(5))
+    assert pruner._n_startup_trials == 3
+
+
+def test_an_async_client_is_refused_where_optuna_calls_synchronously() -> None:
+    from nas.client import AsyncPreflightClient
+
+    with pytest.raises(TypeError, match="AsyncPreflightClient cannot serve a pruner"):
+        ConditioningPruner(client=AsyncPreflightClient("http://127.0.0.1:1"))  # type: ignore[arg-type]
+
+
+def test_a_trial_only_submitted_needs_a_client_and_is_not_kept_without_a_word() -> None:
+    """Without a client, every trial that the gate only submitted was kept, whatever its report."""
+    study = optuna.create_study(direction="maximize", pruner=ConditioningPruner())
+    trial = study.ask()
+    trial.set_user_attr(ATTR_CANDIDATE_ID, "c" * 32)
+    with pytest.raises(ValueError, match="give the pruner a client"):
+        trial.should_prune()
+
+
+def test_a_study_made_again_under_the_same_name_gets_its_own_decisions() -> None:
+    """Decisions were cached by (study name, trial number): a second study "nas" reused the first's."""
+    pruner = ConditioningPruner(threshold=0.0)
+    outcomes = []
+    for score in (-1.0, 1.0):
+        study = optuna.create_study(study_name="nas", direction="maximize", pruner=pruner)
+        trial = study.ask()
+        trial.set_user_attr(ATTR_SCORE, score)
+        trial.set_user_attr(ATTR_VERDICT, "keep")
+        outcomes.append(trial.should_prune())
+    assert outcomes == [True, False]
 
 
 def test_a_url_where_the_client_belongs_is_refused() -> None:
