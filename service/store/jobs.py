@@ -181,6 +181,7 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
             .where(Candidate.id.in_([ids[key] for key in existing]), Candidate.status == Status.CANCELLED)
             .values(status=Status.QUEUED, attempts=0, error=None, finished_at=None)
         )
+        _widen_devices(session, {ids[key]: by_key[key].device for key in existing})
     held = _hold(session, candidates, ids, now)
     session.execute(
         insert(Submission),
@@ -202,6 +203,22 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
         out.append(Enqueued(id=ids[c.cache_key], created=created, owned_id=owned_id, public_id=public))
         seen.add(c.cache_key)
     return out
+
+
+def _widen_devices(session: Session, wanted: dict[int, str]) -> None:
+    """A queued job submitted again with another device preference may run on either: its device
+    becomes "any". The device is not part of the cache key (the report is the same), so one
+    submitter's "cuda" on a machine without a GPU worker held every other submitter's job too."""
+    for device in set(wanted.values()):
+        session.execute(
+            update(Candidate)
+            .where(
+                Candidate.id.in_([job for job, d in wanted.items() if d == device]),
+                Candidate.status == Status.QUEUED,
+                Candidate.device.not_in(("any", device)),
+            )
+            .values(device="any")
+        )
 
 
 def _hold(

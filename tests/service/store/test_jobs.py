@@ -107,6 +107,22 @@ def test_claim_respects_the_device_preference(sessions: Any, job_device: str, wo
     assert (claim(sessions, worker_kind) is not None) is claimed
 
 
+@pytest.mark.parametrize(
+    ("first", "again", "device"), [("cuda", "cpu", "any"), ("cuda", "cuda", "cuda"), ("cpu", "any", "any")]
+)
+def test_a_queued_job_submitted_again_with_another_device_runs_on_either(
+    sessions: Any, first: str, again: str, device: str
+) -> None:
+    """The device is not in the cache key: a "cuda" job on a machine without a GPU worker held the
+    second submitter's "cpu" request queued with it."""
+    (entry,) = submit(sessions, new(6, device=first))
+    (shared,) = submit(sessions, new(6, device=again))
+    assert shared.id == entry.id and not shared.created
+    with session_scope(sessions) as session:
+        assert session.scalar(select(Candidate.device).where(Candidate.id == entry.id)) == device
+    assert (claim(sessions, "cpu") is not None) is (device != "cuda")
+
+
 def test_complete_writes_report_rows_and_status_once(sessions: Any, sample_report: ConditioningReport) -> None:
     (entry,) = submit(sessions, new(8))
     job = claim(sessions)
