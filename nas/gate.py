@@ -362,7 +362,7 @@ class ConditioningGate:
     def _prune_message(self, candidate: Candidate) -> str:
         if candidate.report is None:
             return f"pruned before training (on_failure='prune'): {_not_conditioned(candidate)}"
-        reasons = "; ".join(candidate.report.reasons[:3] if candidate.report is not None else [])
+        reasons = "; ".join(candidate.report.reasons[:3])
         return (
             f"pruned before training by conditioning: candidate {candidate.id}, "
             f"score {candidate.score}, verdict {candidate.verdict}" + (f" ({reasons})" if reasons else "")
