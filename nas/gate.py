@@ -203,7 +203,7 @@ class ConditioningGate:
         """Queue the spec and record its candidate id, without waiting: a
         :class:`~nas.pruners.ConditioningPruner` given a client waits for it at the first
         ``should_prune()``."""
-        candidate = self.client.submit(spec, self.job_options(trial.study.study_name, trial.number))
+        candidate = self.client.submit(spec, self.job_options(_study_name(trial), trial.number))
         trial.set_user_attr(ATTR_CANDIDATE_ID, candidate.id)
         return candidate
 
@@ -212,8 +212,10 @@ class ConditioningGate:
         ``optuna.TrialPruned`` if it should be pruned; returns the report (with
         ``scales``), or None when conditioning failed (or timed out) and the trial is not
         pruned for it (``on_failure="keep"``, or ``prune=False``)."""
-        self._check_rank_study(trial.study)
-        options = self.job_options(trial.study.study_name, trial.number)
+        study = getattr(trial, "study", None)  # an optuna.trial.FixedTrial has none
+        if study is not None:
+            self._check_rank_study(study)
+        options = self.job_options(_study_name(trial), trial.number)
         try:
             candidate = self.client.condition(spec, options, self.timeout)
         except WaitTimeout as exc:  # not conditioned in time: a failure, as on_failure says
@@ -319,7 +321,7 @@ class ConditioningGate:
         ``preflight_rank``); None when ranking is off, the trial has no features, or fewer than
         ``rank_after`` trials have completed with theirs."""
         mine = trial.user_attrs.get(ATTR_FEATURES)
-        if self.rank_after is None or mine is None:
+        if self.rank_after is None or mine is None or getattr(trial, "study", None) is None:
             return None
         trained = [
             t
@@ -367,6 +369,13 @@ class ConditioningGate:
             f"pruned before training by conditioning: candidate {candidate.id}, "
             f"score {candidate.score}, verdict {candidate.verdict}" + (f" ({reasons})" if reasons else "")
         )
+
+
+def _study_name(trial: optuna.Trial) -> str | None:
+    """The trial's study's name; None for a trial of no study (an ``optuna.trial.FixedTrial``,
+    which runs an objective once with fixed parameters)."""
+    study = getattr(trial, "study", None)
+    return None if study is None else study.study_name
 
 
 def _not_conditioned(candidate: Candidate) -> str:

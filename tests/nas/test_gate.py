@@ -136,6 +136,16 @@ def test_an_ill_conditioned_candidate_is_pruned_and_a_well_conditioned_one_kept_
     assert ill.constraints[CONSTRAINT_KEY] > 0 >= well.constraints[CONSTRAINT_KEY]
 
 
+def test_the_gate_runs_an_objective_under_a_fixed_trial(client: PreflightClient) -> None:
+    """``optuna.trial.FixedTrial`` runs an objective once with fixed parameters, to debug it; it has
+    no study, and check() failed with "'FixedTrial' object has no attribute 'study'"."""
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300, rank_after=3)
+    trial = optuna.trial.FixedTrial({"arch": "well"})
+    report = gate.check(trial, arch_space(trial))  # type: ignore[arg-type]
+    assert report is not None and report.verdict == "keep"
+    assert trial.user_attrs[ATTR_VERDICT] == "keep" and CONSTRAINT_KEY in trial.constraints
+
+
 def test_the_gate_serves_multi_objective_studies(client: PreflightClient) -> None:
     gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
 
