@@ -40,6 +40,7 @@ import inspect
 import math
 import numbers
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -64,6 +65,7 @@ __all__ = [
     "ATTR_VERDICT",
     "CONSTRAINT_KEY",
     "ConditioningGate",
+    "RankingStalled",
     "Screened",
     "conditioning_margin",
     "earlier_scores",
@@ -79,6 +81,11 @@ ATTR_RANK = "preflight_rank"  # the prediction's quantile among the completed tr
 CONSTRAINT_KEY = "preflight_conditioning"
 
 OnFailure = Literal["raise", "prune", "keep"]
+_STALLED = 10  # candidates in a row ranked below the cut with no trial completing: RankingStalled
+
+
+class RankingStalled(UserWarning):
+    """``rank_after`` has ranked many candidates in a row below the cut while no trial completed."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +196,8 @@ class ConditioningGate:
         self.on_failure = on_failure
         self.rank_after = None if rank_after is None else int(rank_after)
         self.rank_below = rank_below
+        # per study: (trained trials the ranker saw, candidates it ranked below since that count)
+        self._below_streak: dict[str, tuple[int, int]] = {}
 
     def job_options(self, study_name: str | None, trial_number: int | None = None) -> dict[str, Any]:
         """The options sent with a spec: the gate's, with the study and trial filled in."""
@@ -338,7 +347,27 @@ class ConditioningGate:
             higher_is_better=trial.study.direction == optuna.study.StudyDirection.MAXIMIZE,
         )
         trial.set_user_attr(ATTR_RANK, decision.quantile)
+        self._watch_streak(trial.study.study_name, len(trained), decision.keep)
         return decision
+
+    def _watch_streak(self, study_name: str, trained: int, keep: bool) -> None:
+        """Warn when the ranking has put ``_STALLED`` candidates in a row below the cut while no
+        trial completed: only kept candidates complete, so the fit cannot change, and a search
+        whose trained trials all rank high can skip every later candidate."""
+        if keep:
+            self._below_streak.pop(study_name, None)
+            return
+        seen, streak = self._below_streak.get(study_name, (trained, 0))
+        streak = streak + 1 if seen == trained else 1
+        self._below_streak[study_name] = (trained, streak)
+        if streak == _STALLED:
+            warnings.warn(
+                f"rank_after: the last {streak} candidates of study {study_name!r} ranked below rank_below "
+                f"{self.rank_below} among the same {trained} trained trials, and none completed since, so the "
+                "ranking cannot change; lower rank_below, raise rank_after, or record only (prune=False)",
+                RankingStalled,
+                stacklevel=3,
+            )
 
     def _check_rank_study(self, study: optuna.Study) -> None:
         if self.rank_after is not None and len(study.directions) != 1:

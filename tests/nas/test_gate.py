@@ -374,6 +374,32 @@ def test_rank_after_prunes_a_trainable_candidate_predicted_below_the_trained_one
     assert trial.user_attrs[ATTR_RANK] < 0.5
 
 
+def test_ranking_that_skips_every_candidate_while_nothing_completes_warns_once() -> None:
+    """Only kept candidates complete, so once the trained trials all rank high the fit cannot
+    change and every later candidate may be skipped: a fuzzing pass found a search stalled so,
+    silently. The gate warns at the tenth candidate in a row, and the decisions are unchanged."""
+    from nas.gate import RankingStalled
+
+    gate = ConditioningGate(PreflightClient("http://127.0.0.1:1"), rank_after=3)
+    study = optuna.create_study(direction="maximize")
+    for score, value in ((-1.0, 0.5), (0.0, 0.9), (1.0, 0.9)):
+        study.add_trial(optuna.trial.create_trial(value=value, user_attrs={ATTR_FEATURES: {"score": score}}))
+    decisions = []
+    with pytest.warns(RankingStalled, match="the last 10 candidates of study") as caught:
+        for _ in range(12):
+            trial = study.ask()
+            trial.set_user_attr(ATTR_FEATURES, {"score": -2.0})
+            ranked = gate.rank(trial)
+            assert ranked is not None
+            decisions.append(ranked.keep)
+            study.tell(trial, state=PRUNED)
+    assert decisions == [False] * 12
+    assert sum(isinstance(w.message, RankingStalled) for w in caught) == 1
+    kept = study.ask()
+    kept.set_user_attr(ATTR_FEATURES, {"score": 2.0})
+    assert gate.rank(kept).keep  # the streak ends with a candidate kept
+
+
 def test_rank_after_refuses_a_multi_objective_study(client: PreflightClient) -> None:
     gate = ConditioningGate(client, options=TINY_OPTIONS, rank_after=3)
     study = optuna.create_study(directions=["maximize", "minimize"])
