@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import numbers
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +47,7 @@ from typing import Any, Literal, cast
 import optuna
 from optuna.trial import TrialState
 
+from nas._numbers import is_integral, is_real
 from nas.build import PreflightNet, build_model
 from nas.client import Candidate, PreflightClient, SpecLike, spec_payload
 from nas.decision import conditioning_margin, keeps, report_threshold
@@ -176,16 +176,15 @@ class ConditioningGate:
                 "client must be a nas.client.PreflightClient; an AsyncPreflightClient cannot serve Optuna's "
                 "synchronous objective"
             )
-        if timeout is not None and not (_real(timeout) and timeout > 0):
+        if timeout is not None and not (is_real(timeout) and timeout > 0):
             raise ValueError(f"timeout must be positive seconds or None, but got {timeout=}.")
-        if threshold is not None and not (_real(threshold) and math.isfinite(threshold)):
+        if threshold is not None and not (is_real(threshold) and math.isfinite(threshold)):
             raise ValueError(f"threshold must be a finite number or None, but got {threshold=}.")
         if on_failure not in ("raise", "prune", "keep"):
             raise ValueError(f'on_failure must be "raise", "prune" or "keep", but got {on_failure=}.')
-        integral = isinstance(rank_after, numbers.Integral) and not isinstance(rank_after, bool)
-        if rank_after is not None and not (integral and rank_after >= 3):
+        if rank_after is not None and not (is_integral(rank_after) and rank_after >= 3):
             raise ValueError(f"rank_after must be an integer of at least 3 or None, but got {rank_after=}.")
-        if not (_real(rank_below) and 0.0 < rank_below < 1.0):
+        if not (is_real(rank_below) and 0.0 < rank_below < 1.0):
             raise ValueError(f"rank_below must be a quantile in (0, 1), but got {rank_below=}.")
         self.client = client if client is not None else PreflightClient()
         self.options = dict(options or {})
@@ -275,7 +274,7 @@ class ConditioningGate:
         Each kept :class:`Screened` must be told by the caller:
         ``study.tell(s.trial, value)`` after training.
         """
-        if not (isinstance(n_trials, numbers.Integral) and not isinstance(n_trials, bool) and n_trials >= 1):
+        if not (is_integral(n_trials) and n_trials >= 1):
             raise ValueError(f"n_trials must be an integer of at least 1, but got {n_trials=}.")
         self._check_rank_study(study)
         trials = [study.ask() for _ in range(int(n_trials))]
@@ -434,8 +433,3 @@ def earlier_scores(trials: Sequence[optuna.trial.FrozenTrial], exclude_number: i
         if not math.isnan(score):
             out.append(score)
     return out
-
-
-def _real(value: object) -> bool:
-    """A real number (numpy's too), not a bool or a numeric string."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -11,7 +11,6 @@ and says how to fix it.
 from __future__ import annotations
 
 import json
-import numbers
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -27,11 +26,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from nas._numbers import is_integral
+
 
 def _integer(value: Any) -> Any:
     """Integers are strict: ``"16"``, ``16.0`` or ``True`` where a count belongs is a mistake to
     report, not to coerce; any integral number (a numpy integer too) is accepted."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if not is_integral(value):
         raise PydanticCustomError("int_type", "Input should be a valid integer")
     return int(value)
 

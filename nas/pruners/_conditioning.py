@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import inspect
 import math
-import numbers
 from typing import TYPE_CHECKING
 
 import numpy as np
 import optuna
 from optuna.pruners import BasePruner
 
+from nas._numbers import is_integral, is_real
 from nas.decision import keeps_figures
-from nas.gate import ATTR_CANDIDATE_ID, ATTR_SCORE, ATTR_VERDICT, _real, earlier_scores
+from nas.gate import ATTR_CANDIDATE_ID, ATTR_SCORE, ATTR_VERDICT, earlier_scores
 from nas.report import float_or_nan
 
 if TYPE_CHECKING:
@@ -95,13 +95,11 @@ class ConditioningPruner(BasePruner):
     ) -> None:
         if threshold is not None and percentile is not None:
             raise ValueError(f"Give threshold or percentile, not both, but got {threshold=} and {percentile=}.")
-        if threshold is not None and not (_real(threshold) and math.isfinite(threshold)):
+        if threshold is not None and not (is_real(threshold) and math.isfinite(threshold)):
             raise ValueError(f"threshold must be a finite number, but got {threshold=}.")
-        if percentile is not None and not (_real(percentile) and 0.0 <= percentile <= 100.0):
+        if percentile is not None and not (is_real(percentile) and 0.0 <= percentile <= 100.0):
             raise ValueError(f"percentile must be a number between 0 and 100 inclusive, but got {percentile=}.")
-        if not (isinstance(n_startup_trials, numbers.Integral) and not isinstance(n_startup_trials, bool)):
-            raise ValueError(f"n_startup_trials must be an integer >= 0, but got {n_startup_trials=}.")
-        if n_startup_trials < 0:
+        if not (is_integral(n_startup_trials) and n_startup_trials >= 0):
             raise ValueError(f"n_startup_trials must be an integer >= 0, but got {n_startup_trials=}.")
         if client is not None and not hasattr(client, "wait"):
             raise TypeError(f"client must be a nas.client.PreflightClient or None, but got {client!r}.")
@@ -111,7 +109,7 @@ class ConditioningPruner(BasePruner):
             )
         if wrapped is not None and not isinstance(wrapped, BasePruner):
             raise TypeError(f"wrapped must be an optuna.pruners.BasePruner or None, but got {wrapped=}.")
-        if timeout is not None and not (_real(timeout) and timeout > 0):
+        if timeout is not None and not (is_real(timeout) and timeout > 0):
             raise ValueError(f"timeout must be positive seconds or None, but got {timeout=}.")
         self._threshold: float | None = threshold
         self._percentile: float | None = percentile

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import copy
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from nas._numbers import is_integral, is_real
 from nas.spec import MAX_SPEC_INT, MAX_SPEC_MAGNITUDE
 
 __all__ = [
@@ -125,9 +125,9 @@ def _check_range(
 ) -> None:
     """A (low, high) pair of numbers (integers where ``integer``) with ``low`` <= low <= high <=
     ``most``: the spec format's own bound, so that no trial proposes a spec it refuses."""
-    kind = numbers.Integral if integer else numbers.Real  # numpy's numbers too
+    number = is_integral if integer else is_real
     pair = isinstance(value, tuple | list) and len(value) == 2
-    if not pair or any(isinstance(v, bool) or not isinstance(v, kind) for v in value):
+    if not pair or not all(number(v) for v in value):
         what = "integers" if integer else "numbers"
         raise ValueError(f"{name} must be a (low, high) pair of {what}, but got {name}={value!r}.")
     if not (low <= value[0] <= value[1]) or not math.isfinite(value[1]):
@@ -167,13 +167,12 @@ def _most_stages(height: int, width: int) -> int:
 
 def _count(value: Any, low: int) -> bool:
     """An integer (numpy's too, not a bool) of at least ``low``."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= low
+    return is_integral(value) and int(value) >= low
 
 
 def _positive_finite(value: Any) -> bool:
     """A finite real number (numpy's too, not a bool) above 0."""
-    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    return real and math.isfinite(value) and value > 0
+    return is_real(value) and math.isfinite(value) and value > 0
 
 
 def _odd_size(kernel: Any) -> bool:
@@ -337,8 +336,7 @@ class ResidualSpace:
         _check_range("width", self.width, 1, integer=True, most=MAX_SPEC_INT)
         _check_range("body_layers", self.body_layers, 1, integer=True)
         _check_range("beta", self.beta, 1e-6, most=MAX_SPEC_MAGNITUDE)
-        real = isinstance(self.alpha, numbers.Real) and not isinstance(self.alpha, bool)
-        if not real or not math.isfinite(self.alpha) or abs(self.alpha) > MAX_SPEC_MAGNITUDE:
+        if not is_real(self.alpha) or not math.isfinite(self.alpha) or abs(self.alpha) > MAX_SPEC_MAGNITUDE:
             raise ValueError(
                 f"alpha must be a finite number within +-{MAX_SPEC_MAGNITUDE:g} (the spec format's limit), "
                 f"but got alpha={self.alpha!r}."
