@@ -270,31 +270,20 @@ def test_the_percentile_rule_applies_to_trials_that_were_only_submitted(client: 
     assert (study.trials[2].state == PRUNED) == (scores[2] < median), (scores, study.trials[2].state)
 
 
-def _unique_mlp(width: int) -> dict[str, Any]:
-    """A spec no other test submits: the timeout tests leave its job queued."""
-    return {
-        "input_shape": [64],
-        "blocks": [
-            {"layers": [{"type": "linear", "out": width}, {"type": "relu"}]},
-            {"layers": [{"type": "linear", "out": 10}]},
-        ],
-    }
-
-
 @pytest.mark.parametrize("on_failure", ["prune", "keep"])
 def test_a_wait_that_times_out_is_a_failure_under_on_failure(client: PreflightClient, on_failure: str) -> None:
     """A candidate not conditioned within the timeout raised WaitTimeout whatever on_failure said,
     so one slow job stopped the study. Here the job waits for a GPU worker that this service lacks."""
-    width = {"prune": 37, "keep": 41}[on_failure]
+    width = {"prune": 37, "keep": 41}[on_failure]  # 37, 41, 43, 47: widths no other test submits (the jobs stay queued)
     gate = ConditioningGate(client, options=TINY_OPTIONS | {"device": "cuda"}, timeout=0.5, on_failure=on_failure)
     study = optuna.create_study(direction="maximize")
     trial = study.ask()
     try:
         if on_failure == "prune":
             with pytest.raises(optuna.TrialPruned, match="was not conditioned"):
-                gate.check(trial, _unique_mlp(width))
+                gate.check(trial, mlp(1, "relu", width))
         else:
-            assert gate.check(trial, _unique_mlp(width)) is None
+            assert gate.check(trial, mlp(1, "relu", width)) is None
     finally:
         client.cancel(trial.user_attrs[ATTR_CANDIDATE_ID])
     assert trial.user_attrs[ATTR_VERDICT] == f"failed:{on_failure}"
@@ -306,14 +295,14 @@ def test_a_wait_that_times_out_is_a_failure_under_on_failure(client: PreflightCl
 def test_a_wait_that_times_out_raises_under_on_failure_raise(client: PreflightClient) -> None:
     gate = ConditioningGate(client, options=TINY_OPTIONS | {"device": "cuda"}, timeout=0.5)
     with pytest.raises(nas.errors.WaitTimeout) as caught:
-        gate.check(optuna.create_study().ask(), _unique_mlp(43))
+        gate.check(optuna.create_study().ask(), mlp(1, "relu", 43))
     client.cancel(caught.value.candidate.id)
 
 
 def test_a_prescreen_keeps_a_timed_out_candidate_to_train_from_its_plain_init(client: PreflightClient) -> None:
     gate = ConditioningGate(client, options=TINY_OPTIONS | {"device": "cuda"}, timeout=0.5, on_failure="keep")
     study = optuna.create_study(direction="maximize")
-    (screened,) = gate.prescreen(study, lambda trial: _unique_mlp(47), n_trials=1)
+    (screened,) = gate.prescreen(study, lambda trial: mlp(1, "relu", 47), n_trials=1)
     client.cancel(screened.candidate.id)
     assert not screened.conditioned and screened.scales == {} and screened.recommended_lr is None
     assert screened.build_model()(torch.zeros(2, 64)).shape == (2, 10)
