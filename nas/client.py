@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -59,6 +59,7 @@ __all__ = [
 DEFAULT_URL = "http://127.0.0.1:8000"
 TERMINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
 SpecLike = ArchitectureSpec | Mapping[str, Any] | str | bytes
+Unfinished = Literal["raise", "return"]  # a candidate still unfinished at a wait's deadline: WaitTimeout, or as is
 
 T = TypeVar("T")
 
@@ -345,13 +346,21 @@ class _Core:
                     candidate=candidate,
                 )
 
-    def wait_many(self, ids: Iterable[str], timeout: float | None) -> _Operation[list[Candidate]]:
-        """Wait for every candidate, all within one ``timeout``."""
+    def wait_many(
+        self, ids: Iterable[str], timeout: float | None, unfinished: Unfinished = "raise"
+    ) -> _Operation[list[Candidate]]:
+        """Wait for every candidate, all within one ``timeout``; one still unfinished then raises
+        WaitTimeout, or with ``unfinished="return"`` is returned as last seen."""
         deadline = None if timeout is None else time.monotonic() + timeout
         out = []
         for candidate_id in ids:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            out.append((yield from self.wait(candidate_id, left)))
+            try:
+                out.append((yield from self.wait(candidate_id, left)))
+            except WaitTimeout as exc:
+                if unfinished == "raise" or exc.candidate is None:
+                    raise
+                out.append(exc.candidate)
         return out
 
     def condition(
@@ -363,11 +372,15 @@ class _Core:
         return (yield from self.wait(candidate.id, timeout))
 
     def condition_many(
-        self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None, timeout: float | None
+        self,
+        specs: Iterable[SpecLike],
+        options: Mapping[str, Any] | None,
+        timeout: float | None,
+        unfinished: Unfinished = "raise",
     ) -> _Operation[list[Candidate]]:
         submitted = yield from self.submit_many(specs, options)
         pending = [c.id for c in submitted if not c.finished]
-        waited = iter((yield from self.wait_many(pending, timeout)))
+        waited = iter((yield from self.wait_many(pending, timeout, unfinished)))
         return [c if c.finished else next(waited) for c in submitted]
 
     def study_summary(self, study: str) -> _Operation[dict[str, Any]]:
@@ -482,9 +495,13 @@ class PreflightClient:
         :class:`~nas.errors.WaitTimeout` after ``timeout`` seconds (None: no limit)."""
         return self._run(self._core.wait(candidate_id, timeout))
 
-    def wait_many(self, ids: Iterable[str], timeout: float | None = None) -> list[Candidate]:
-        """:meth:`wait` for each id, all within one ``timeout``."""
-        return self._run(self._core.wait_many(ids, timeout))
+    def wait_many(
+        self, ids: Iterable[str], timeout: float | None = None, *, unfinished: Unfinished = "raise"
+    ) -> list[Candidate]:
+        """:meth:`wait` for each id, all within one ``timeout``; a candidate still unfinished then
+        raises :class:`~nas.errors.WaitTimeout`, or with ``unfinished="return"`` is returned as
+        last seen (queued or running)."""
+        return self._run(self._core.wait_many(ids, timeout, unfinished))
 
     def condition(
         self, spec: SpecLike, options: Mapping[str, Any] | None = None, timeout: float | None = None
@@ -497,9 +514,12 @@ class PreflightClient:
         specs: Iterable[SpecLike],
         options: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        *,
+        unfinished: Unfinished = "raise",
     ) -> list[Candidate]:
-        """Submit all specs in one request and wait for all, in the order given."""
-        return self._run(self._core.condition_many(specs, options, timeout))
+        """Submit all specs in one request and wait for all, in the order given (``unfinished``:
+        as for :meth:`wait_many`)."""
+        return self._run(self._core.condition_many(specs, options, timeout, unfinished))
 
     def cancel(self, candidate_id: str) -> Candidate | None:
         """Cancel a queued or running candidate."""
@@ -577,8 +597,10 @@ class AsyncPreflightClient:
     async def wait(self, candidate_id: str, timeout: float | None = None) -> Candidate:
         return await self._run(self._core.wait(candidate_id, timeout))
 
-    async def wait_many(self, ids: Iterable[str], timeout: float | None = None) -> list[Candidate]:
-        return await self._run(self._core.wait_many(ids, timeout))
+    async def wait_many(
+        self, ids: Iterable[str], timeout: float | None = None, *, unfinished: Unfinished = "raise"
+    ) -> list[Candidate]:
+        return await self._run(self._core.wait_many(ids, timeout, unfinished))
 
     async def condition(
         self, spec: SpecLike, options: Mapping[str, Any] | None = None, timeout: float | None = None
@@ -590,8 +612,10 @@ class AsyncPreflightClient:
         specs: Iterable[SpecLike],
         options: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        *,
+        unfinished: Unfinished = "raise",
     ) -> list[Candidate]:
-        return await self._run(self._core.condition_many(specs, options, timeout))
+        return await self._run(self._core.condition_many(specs, options, timeout, unfinished))
 
     async def cancel(self, candidate_id: str) -> Candidate | None:
         return await self._run(self._core.cancel(candidate_id))

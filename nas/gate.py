@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from optuna.trial import TrialState
 
 from nas._numbers import is_integral, is_real
 from nas.build import PreflightNet, build_model
-from nas.client import Candidate, PreflightClient, SpecLike, spec_payload
+from nas.client import Candidate, PreflightClient, SpecLike, Unfinished, spec_payload
 from nas.decision import conditioning_margin, keeps, report_threshold
 from nas.errors import CandidateFailed, WaitTimeout
 from nas.ranking import RankDecision, rank_among_trained, ranking_features
@@ -280,7 +279,12 @@ class ConditioningGate:
         trials = [study.ask() for _ in range(int(n_trials))]
         try:
             specs = [spec_payload(space(trial)) for trial in trials]
-            candidates = self._waited(self.client.submit_many(specs, self.job_options(study.study_name)))
+            unfinished: Unfinished = (
+                "raise" if self.on_failure == "raise" else "return"
+            )  # a failure, as on_failure says
+            candidates = self.client.condition_many(
+                specs, self.job_options(study.study_name), self.timeout, unfinished=unfinished
+            )
         except BaseException:  # the space, the connection or a refusal: no asked trial is left running
             for trial in trials:
                 study.tell(trial, state=TrialState.FAIL)
@@ -305,24 +309,6 @@ class ConditioningGate:
                 study.tell(screened.trial, state=TrialState.FAIL)
             raise failure
         return kept
-
-    def _waited(self, submitted: list[Candidate]) -> list[Candidate]:
-        """Each submitted candidate once finished, all within one ``timeout``; one still unfinished
-        then is a failure under ``on_failure`` (raised only for "raise")."""
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        out = []
-        for candidate in submitted:
-            if candidate.finished:
-                out.append(candidate)
-                continue
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                out.append(self.client.wait(candidate.id, left))
-            except WaitTimeout as exc:
-                if self.on_failure == "raise" or exc.candidate is None:
-                    raise
-                out.append(exc.candidate)
-        return out
 
     def rank(self, trial: optuna.Trial) -> RankDecision | None:
         """Where the trial's recorded features rank among the completed trials' (recorded as
