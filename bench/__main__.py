@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = analysis.analyze(rows, protocol)
     scaling = read_json(out / "scaling.json") if (out / "scaling.json").exists() else None
     context = {
-        "command": "make bench" + (" (python -m bench --smoke)" if args.smoke else ""),
+        "command": "make bench-v1" + (" (python -m bench --smoke)" if args.smoke else ""),
         "machine": _machine(),
         "engine": _engine_text(out),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),

@@ -110,7 +110,7 @@ def write_report(
         "",
     ]
     if args.note:
-        lines += [f"**This run.** {args.note}", ""]
+        lines += [args.note, ""]
     lines += _engine_line(done)
     if len(done) < args.seeds:
         lines += [f"Only {len(done)} of the {args.seeds} seeds have run; the figures are over those.", ""]
@@ -182,16 +182,16 @@ def _setup(args: argparse.Namespace) -> list[str]:
         f"{CONDITION_IMAGES} labelled training images and prunes a `prune` verdict before training; survivors "
         "train from the tuned initialization at the report's `recommended_lr` (the sampled rate is ignored). "
         "`gate + median` and `gate + hyperband`: `nas.pruners.ConditioningPruner` wrapping the pruner. "
-        f"`gate + rank`: the gate with `rank_after={STARTUP_TRIALS}` (added in a later session, after the other "
+        f"`gate + rank`: the gate with `rank_after={STARTUP_TRIALS}` (added later, after the other "
         "searches had run): once the random start-up trials have completed, it also skips a proposal that "
         "`nas.ranking`, fitted on the completed trials' reports (score, components, size; no expressivity "
         "terms) and validation accuracies, predicts below their median. "
         "`tuned, no gate`: every proposal conditioned (and charged) and trained as the gate's survivors are, "
         "none skipped, which separates the skipping from the tuned init and rate. `no gate, rate 0.03`: no "
         "gate, every proposal trained from its spec init at 0.03, the best fixed rate on benchmark v2's "
-        "development set when the search ran (now tied with 0.01 there; docs/conditioning.md, section 9), "
-        "not the sampled rate: does a sensible fixed rate do "
-        "what the recommended one does? `lsuv, no gate` (added in a later session, after the other searches "
+        "development set when the search ran (still so, 0.739 against 0.736 for 0.01; docs/conditioning.md, "
+        "section 9), not the sampled rate: does a sensible fixed rate do "
+        "what the recommended one does? `lsuv, no gate` (added later, after the other searches "
         "had run): every proposal trained at its sampled rate from LSUV's init (benchmark v2's peer, on the "
         f"same {CONDITION_IMAGES} images), LSUV's seconds and forward passes (a third of a training step each) "
         "charged as its conditioning: the twenty-line init a practitioner would add, and the simplest baseline "
@@ -313,7 +313,7 @@ def _retime_reading(figures: dict[str, Interval]) -> str:
     )
     first = (
         f"the machine that first timed the LSUV search ran at {1 / machines.point:.2f} of the speed of those that "
-        "timed the ungated one, so their seconds do not compare across sessions"
+        "timed the ungated one, so their seconds do not compare across runs on different machines"
         if excludes_one(machines)
         else "the machines that first timed the two searches are not told apart"
     )

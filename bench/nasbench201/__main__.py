@@ -67,14 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         print("no cell of the sample is scored yet: run without --report-only")
         return 1
     engines = _engines(results) + (f" Development sample: {_engines(dev).lower()}" if dev else "")
-    args.note = f"{kept_note(args.out / f'{args.data}-note.md', args.note)} {engines}".strip()
+    args.note = kept_note(args.out / f"{args.data}-note.md", args.note)
     if len(results) < len(cells):
-        args.note = f"{args.note} Only {len(results)} of the {len(cells)} sampled cells are scored so far.".strip()
-    skeleton = f"Networks: {args.channels} channels, {args.cells_per_stage} cells per stage."
+        engines += f" Only {len(results)} of the {len(cells)} sampled cells are scored so far."
+    skeleton = f"{engines} Networks: {args.channels} channels, {args.cells_per_stage} cells per stage."
     args.docs.parent.mkdir(parents=True, exist_ok=True)
     figure = Path(args.docs.stem) / f"score_vs_accuracy_{args.data}.png"  # beside the report
     plot(results, args.docs.parent / figure)
-    note = " ".join(p for p in (args.note, skeleton) if p)
+    note = "\n\n".join(p for p in (args.note, skeleton) if p)  # the kept note's paragraphs, then the provenance
     args.docs.write_text(report(results, args.data, note=note, figure=figure.as_posix(), dev=dev) + "\n")
     print(f"wrote {args.docs}")
     return 0
@@ -84,12 +84,13 @@ def _engines(results: list[dict[str, Any]]) -> str:
     """Which engines (``bench.pipeline.run.engine_version``, a hash of its source) scored the cells."""
     from collections import Counter
 
-    from bench.pipeline.run import engines_named
+    from bench.pipeline.run import engine_version, engines_named
 
     counts = Counter(r.get("engine") or "unrecorded" for r in results)
     named, stale = engines_named({engine: str(n) for engine, n in counts.items()})
+    which = "every cell" if engine_version() not in counts else "some"
     hint = (
-        " (an engine other than this checkout's scored some: a run without --report-only rescores those cells"
+        f" (an engine other than this checkout's scored {which}: a run without --report-only rescores those cells"
         " unless told --keep-older-engines, as `make bench` is)"
         if stale
         else ""

@@ -207,9 +207,9 @@ def write_markdown(fig: dict[str, Any], context: dict[str, Any], path: Path) -> 
         "# Trainability benchmark: Preflight against zero-cost proxies and init peers",
         "",
         f"Regenerate: `{context['command']}` (= `python -m bench --extra probe_length --extra "
-        "output_std --extra gaussian_path`; cached stages in `bench/out/`, an extra rerun only when "
-        "the engine or the score weights changed; `python -m bench --report-only` rebuilds this "
-        "page without training).",
+        "output_std --extra gaussian_path`; cached stages in `bench/out/`, not committed: a fresh clone "
+        "computes them first; an extra reruns only when the engine or the score weights changed, and "
+        "`python -m bench --report-only` rebuilds this page from that cache without training).",
         "",
         f"Machine: {context['machine']}. Date: {context['date']}. Wall time: {context['wall']}.",
         "",

@@ -596,10 +596,9 @@ def _v1_claims(test: dict[str, Any]) -> list[str]:
     for group, entry in test.items():
         spec = entry["tuning"].get("sgd", {}).get("spec")
         if spec:
-            ok = spec["wins"]["low"] >= 0.8 if not math.isnan(spec["wins"]["low"]) else False
-            tuned.append(
-                f"{analysis.GROUPS[group]}: {_iv(spec['wins'])} of {spec['n']}, {'holds' if ok else '**missed**'}"
-            )
+            low = spec["wins"]["low"]
+            status = "n/a, no interval (too few)" if math.isnan(low) else "holds" if low >= 0.8 else "**missed**"
+            tuned.append(f"{analysis.GROUPS[group]}: {_iv(spec['wins'])} of {spec['n']}, {status}")
     lines.append(
         "- v1: tuned better than the spec's init on 82 % of survivors (target >= 80 %): met. v2 test set, all "
         "candidates (no survivor selection), protocol S: " + ("; ".join(tuned) or "n/a")
@@ -673,7 +672,7 @@ def write(
             group_rows = [r for r in rows if r.group == group]
             plots = _plots(group_rows, entry, docs / PLOT_DIR, stem) if set_name == "test" else {}
             body += _section(f"{analysis.GROUPS[group]} ({set_name})", entry, replays[group], plots)
-    lines[7:7] = ([f"**This run.** {note}", ""] if note else []) + [
+    lines[7:7] = ([note, ""] if note else []) + [
         f"Seeds read for this report: {seeds}. Size: the whole benchmark (both sets, every stage, "
         f"{planned_seeds or seeds} seeds) takes {_cost_estimate(out, sets, planned_seeds or seeds)}, estimated "
         "from the tasks computed so far.",
