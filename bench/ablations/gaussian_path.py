@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
+from bench.ablations import v1_cache
 from bench.pipeline import metrics
 from bench.pipeline.run import finish_extra, imap_spawned
 
 __all__ = ["main", "summarize"]
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _task(cid: str) -> tuple[str, float, str | None]:
@@ -71,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.pipeline.protocol import FULL
     from bench.pipeline.rows import collect
 
-    out = Path(argv[0]) if argv else ROOT / "bench" / "out" / "full"
+    out = v1_cache(argv, "python -m bench.ablations.gaussian_path", __doc__.split("\n\n")[0])
     rows = collect(sample_candidates(160, seed=0), out, FULL)
     analysis.shipped_scores_(rows)
     usable = [r for r in rows if r["tuned_untrainable"] is not None and r["verdict"] is not None]

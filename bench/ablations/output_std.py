@@ -16,15 +16,14 @@ from __future__ import annotations
 import math
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
+from bench.ablations import v1_cache
 from bench.pipeline.run import finish_extra, imap_spawned, read_json
 
 __all__ = ["VARIANTS", "main", "summarize"]
 
 VARIANTS: dict[str, float | None] = {"0.05": 0.05, "0.2": 0.2, "1.0": 1.0, "null": None}
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _task(args: tuple[str, str, float | None]) -> tuple[str, str, float]:
@@ -78,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     from worker.engine._calibration import load
     from worker.engine.score import score
 
-    out = Path(argv[0]) if argv else ROOT / "bench" / "out" / "full"
+    out = v1_cache(argv, "python -m bench.ablations.output_std", __doc__.split("\n\n")[0])
     thresholds = Thresholds()
     survivors, spec, losses = [], {}, {}
     for path in sorted((out / "preflight").glob("*.json")):

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.ablations import v1_cache
 from bench.pipeline import metrics
 from bench.pipeline.run import finish_extra, imap_spawned, read_json
 
@@ -30,7 +30,6 @@ __all__ = ["LENGTHS", "MAX_STEPS", "RATE_SETS", "main", "probe_at", "summarize"]
 MAX_STEPS = 25
 LENGTHS = (5, 10, 15, 20, 25)
 RATE_SETS = ((0.1, 0.03, 0.01), (0.1, 0.03), (0.03, 0.01), (0.1,), (0.03,))
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _task(args: tuple[str, dict[str, float]]) -> tuple[str, dict[str, list[float | None]], float]:
@@ -108,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.pipeline.protocol import FULL
     from bench.pipeline.rows import collect
 
-    out = Path(argv[0]) if argv else ROOT / "bench" / "out" / "full"
+    out = v1_cache(argv, "python -m bench.ablations.probe_length", __doc__.split("\n\n")[0])
     rows = collect(sample_candidates(160, seed=0), out, FULL)
     usable = [r for r in rows if r["components"] and r["tuned_untrainable"] is not None]
     truth = {r["id"]: calibrate._truth(r, "B") for r in usable}
