@@ -342,7 +342,7 @@ def _table(summary: dict[str, Any], in_ops: dict[str, Any]) -> list[str]:
         "validation pass, a counted conditioning step is a training step at the conditioning batch), which no "
         "load on the machine can stretch. A supplementary column, added after the first two seeds' curves showed "
         f"the conditioned searches near the ungated best long before they reach it: the compute to come within "
-        f"{WITHIN} of it (the targets stay on the issue's definition).",
+        f"{WITHIN} of it (the targets stay on reaching the best itself).",
         "",
         "| search | compute to the ungated best | the same in multiply-accumulates | to within "
         f"{WITHIN} of it | total compute | best test accuracy (mean) | at equal compute, minus no gate | pruned "
