@@ -89,8 +89,12 @@ class SearchFigures:
     trained: np.ndarray  # proposals trained within the ungated search's first PROPOSALS
 
 
-def simulate(results: Sequence[dict[str, Any]], repeats: int = REPEATS) -> dict[str, SearchFigures]:
-    """Every search of the module's docstring on ``repeats`` random orders of ``results``."""
+def simulate(
+    results: Sequence[dict[str, Any]], repeats: int = REPEATS, skip_runs: list[tuple[int, float]] | None = None
+) -> dict[str, SearchFigures]:
+    """Every search of the module's docstring on ``repeats`` random orders of ``results``; with
+    ``skip_runs``, appends per order the rank gate's longest run of rank prunes in a row and its
+    largest ratio to the trained count (what ``nas.gate.RankingStalled`` watches)."""
     accuracy = np.array([r["accuracy"] for r in results], dtype=np.float64)
     cost = np.exp(np.array([r["proxies"]["flops"]["score"] for r in results], dtype=np.float64))  # ln MACs
     step = BATCH / (TRAINING_IMAGES * EPOCHS) * cost  # a counted step, in trainings' compute
@@ -109,6 +113,8 @@ def simulate(results: Sequence[dict[str, Any]], repeats: int = REPEATS) -> dict[
 
         return keep
 
+    run = {"now": 0, "longest": 0, "ratio": 0.0}  # the rank gate's run of rank prunes in this order
+
     def ranked(trained: list[int], i: int) -> bool:
         if verdict[i]:  # the gate skips a prune verdict first, from the first proposal on
             return False
@@ -117,6 +123,9 @@ def simulate(results: Sequence[dict[str, Any]], repeats: int = REPEATS) -> dict[
         decision = rank_among_trained(
             [features[j] for j in trained], accuracy[trained].tolist(), features[i], below=BELOW
         )
+        run["now"] = 0 if decision.keep else run["now"] + 1
+        run["longest"] = max(run["longest"], run["now"])
+        run["ratio"] = max(run["ratio"], run["now"] / len(trained))
         return decision.keep
 
     # each search's rule and what it costs per proposal before any training
@@ -135,8 +144,11 @@ def simulate(results: Sequence[dict[str, Any]], repeats: int = REPEATS) -> dict[
         base_spent = np.cumsum(cost[base])
         best = accuracy[base].max()
         base_to_best = base_spent[int(np.argmax(accuracy[base] >= best))]
+        run.update(now=0, longest=0, ratio=0.0)
         for name, (rule, charge) in searches.items():
             out[name].append(_replay(order, rule, accuracy, cost, charge, best, base_to_best, base_spent[-1]))
+        if skip_runs is not None:
+            skip_runs.append((int(run["longest"]), float(run["ratio"])))
     return {
         name: SearchFigures(*(np.array(column, dtype=np.float64) for column in zip(*values, strict=True)))
         for name, values in out.items()
@@ -188,7 +200,9 @@ def report_lines(results: Sequence[dict[str, Any]], repeats: int = REPEATS) -> l
     lines = ["", "## A search where skipping can pay: the gate's ranking replayed on random proposals", ""]
     if len(results) < 2 * PROPOSALS:
         return [*lines, f"Not run: {len(results)} cells scored (at least {2 * PROPOSALS} are needed).", ""]
-    figures = simulate(results, repeats)
+    runs: list[tuple[int, float]] = []
+    figures = simulate(results, repeats, runs)
+    longest = np.array([n for n, _ in runs])
     lines += [
         f"`bench/nasbench201/search.py`: {repeats} random orders of the {len(results)} reported cells, the table's "
         f"accuracy as what training gives. The ungated search trains {PROPOSALS} proposals; a gated one trains its "
@@ -234,6 +248,14 @@ def report_lines(results: Sequence[dict[str, Any]], repeats: int = REPEATS) -> l
             f"- {name}: first on {first:.2f} of the orders, {name.split(',')[0]} first on {second:.2f}; at equal "
             f"compute {diff.point:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}] ({_side(diff)})"
         )
+    lines += [
+        "",
+        "Runs of skips (what `nas.gate.RankingStalled` watches): the rank gate's longest run of proposals ranked "
+        f"below the cut in a row is a median {np.median(longest):.0f} per order and {longest.max()} at most; "
+        f"{np.mean(longest >= 10):.2f} of the orders have one of 10 or more, and the longest, at its end, is at "
+        f"most {max(r for _, r in runs):.2f} times the number of cells trained then. The gate warns only once a "
+        "run exceeds that number (and 10): here, never.",
+    ]
     return lines
 
 
