@@ -556,3 +556,66 @@ def test_supervisor_restarts_a_dead_child_and_stops_on_sigterm(sqlite_url: str) 
             process.kill()
             process.wait()
     assert "exited with -9; restarting" in log.read_text()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, which nothing may reap in a container, is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.slow
+def test_a_signal_to_the_supervisors_process_group_reaches_each_runner_once(sqlite_url: str) -> None:
+    """A Ctrl-C (or systemd's SIGTERM to the control group) reached the runner child directly and
+    again through the supervisor, and the second signal dropped the running job at once."""
+    log = Path(sqlite_url.removeprefix("sqlite:///")).with_name("group.log")
+    env = {**os.environ, **WORKER_ENV, "PREFLIGHT_DATABASE_URL": sqlite_url, "PREFLIGHT_SHUTDOWN_GRACE_SECONDS": "2"}
+    submit_many(sqlite_url, 1, tuning(**HEAVY), make=heavy_spec)
+    with log.open("w") as handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "worker", "--devices", "all"],
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, as a terminal or a service manager gives it
+        )
+    try:
+        wait_until(lambda: statuses(sqlite_url).get("running", 0) == 1, 120, "the job to start")
+        os.killpg(process.pid, signal.SIGTERM)
+        assert process.wait(120) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    text_ = log.read_text()
+    assert len(re.findall(r"worker \S+: signal 15", text_)) == 1, text_
+    assert "releasing the job" not in text_
+
+
+@pytest.mark.slow
+def test_a_killed_supervisor_leaves_no_runner_behind(sqlite_url: str) -> None:
+    """SIGKILL on the supervisor (an OOM kill, a restart by a service manager) left its runner
+    computing and claiming jobs, beside the runner a restarted supervisor starts."""
+    log = Path(sqlite_url.removeprefix("sqlite:///")).with_name("orphan.log")
+    env = {**os.environ, **WORKER_ENV, "PREFLIGHT_DATABASE_URL": sqlite_url}
+    with log.open("w") as handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "worker", "--devices", "all"],
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
+    child = re.compile(r"started worker pid (\d+) on cpu")
+    try:
+        wait_until(lambda: len(child.findall(log.read_text())) == 1, 120, "the CPU child")
+        runner = int(child.findall(log.read_text())[0])
+        process.kill()
+        process.wait()
+        wait_until(lambda: not _running(runner), 60, "the runner to stop with its supervisor")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

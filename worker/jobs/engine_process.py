@@ -8,7 +8,6 @@ it never inherits a forked CUDA context, and it dies with its parent (PR_SET_PDE
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import os
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+from worker.jobs.lifetime import die_with_parent
 from worker.jobs.outcome import Outcome
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ __all__ = ["EngineCrashed", "EngineError", "EngineProcess", "warm_up"]
 log = logging.getLogger(__name__)
 
 _CONTEXT = multiprocessing.get_context("spawn")
-_PR_SET_PDEATHSIG = 1
 # Errors that retrying cannot fix: the job fails at once instead of using up its attempts. An
 # out-of-memory (MemoryError; torch's OutOfMemoryError, a RuntimeError subclass, is matched by name)
 # comes back the same on the same device: the job names what to change instead.
@@ -56,13 +55,6 @@ class EngineError:
 
 class EngineCrashed(RuntimeError):
     """The engine process died while working on a job."""
-
-
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the pipe's EOF ends the child instead
-        pass
 
 
 # A network small enough to condition in milliseconds once the libraries are loaded.
@@ -131,7 +123,7 @@ def _limit_memory(resolved: str, setting: int | None) -> None:
 
 def _serve(connection: Connection, device: str, memory_bytes: int | None = None) -> None:
     """The child: resolve the device, limit its memory, then condition each (spec, options) it is sent."""
-    _die_with_parent()
+    die_with_parent()  # off Linux the pipe's EOF ends the child instead
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:

@@ -16,6 +16,7 @@ from multiprocessing.context import SpawnProcess
 from typing import Any
 
 from service.settings import Settings
+from worker.jobs.lifetime import die_with_parent
 
 __all__ = ["Supervisor", "visible_gpu_count"]
 
@@ -43,8 +44,14 @@ def visible_gpu_count(timeout: float = 120.0) -> int:
     return 0 if queue.empty() else int(queue.get())
 
 
-def _child(settings_json: str, device: str, burst: bool, max_jobs: int | None, log_level: int) -> None:
-    """Entry point of a child process (spawned: it imports everything afresh)."""
+def _child(settings_json: str, device: str, burst: bool, max_jobs: int | None, log_level: int, parent: int) -> None:
+    """Entry point of a child process (spawned: it imports everything afresh). In a process group
+    of its own, so that a Ctrl-C or a group's SIGTERM reaches it once, forwarded by the supervisor
+    (a second signal would drop its job); stopped gracefully (SIGTERM) if the supervisor is killed."""
+    os.setpgrp()
+    die_with_parent(signal.SIGTERM)
+    if os.getppid() != parent:  # the supervisor died before the line above could take effect
+        return
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from worker.jobs.runner import Runner
 
@@ -82,6 +89,7 @@ class Supervisor:
                 self.burst,
                 self.max_jobs,
                 logging.getLogger().getEffectiveLevel(),
+                os.getpid(),
             ),
             name=f"preflight-worker-{device}",
         )
