@@ -492,23 +492,28 @@ def queue_depth(session: Session) -> dict[Status, int]:
 class Backlog:
     """The work a worker of one engine revision sees in the queue (``backlog``)."""
 
-    claimable: int  # queued under its own revision, or before revisions were recorded
+    claimable: int  # queued under its own revision (or before revisions were recorded), for its device kind
     running: int  # leased by any worker
     foreign: int  # queued under another revision: never its to claim
 
 
-def backlog(session: Session, engine: str | None = None) -> Backlog:
-    """The queue as a worker of revision ``engine`` (this process's when None) sees it, in one
-    query: what it could still claim, what runs, and what waits for a worker of another release."""
+def backlog(session: Session, engine: str | None = None, device_kind: str | None = None) -> Backlog:
+    """The queue as a worker of revision ``engine`` (this process's when None) and device kind
+    ``device_kind`` (any when None) sees it, in one query: what it could still claim, what runs,
+    and what waits for a worker of another release. A job that asks for another device kind is
+    not claimable: a burst worker on a CPU stops although a ``cuda`` job waits."""
     mine = engine or engine_revision()
     queued = Candidate.status == Status.QUEUED
     foreign = and_(queued, Candidate.engine.is_not(None), Candidate.engine != mine)
+    mine_to_run = (
+        not_(foreign) if device_kind is None else and_(not_(foreign), Candidate.device.in_(DEVICE_KINDS[device_kind]))
+    )
 
     def _count(condition: ColumnElement[bool]) -> ColumnElement[int]:
         return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
 
     row = session.execute(
-        select(_count(and_(queued, not_(foreign))), _count(Candidate.status == Status.RUNNING), _count(foreign))
+        select(_count(and_(queued, mine_to_run)), _count(Candidate.status == Status.RUNNING), _count(foreign))
     ).one()
     claimable, running, foreign_queued = (int(n) for n in row)
     return Backlog(claimable=claimable, running=running, foreign=foreign_queued)

@@ -71,6 +71,7 @@ def submit_many(
     make: Callable[[int], dict[str, Any]] = spec,
     owner_id: int = 0,
     engine: str | None = None,
+    device: str = "any",
 ) -> list[int]:
     from nas import parse_spec, spec_hash
 
@@ -83,6 +84,7 @@ def submit_many(
                 spec_hash=spec_hash(parsed),
                 options=options,
                 owner_id=owner_id,
+                device=device,
                 **({"engine": engine} if engine else {}),  # None: this checkout's revision
             )
         )
@@ -262,6 +264,25 @@ def test_a_burst_worker_does_its_engines_jobs_and_stops_leaving_another_revision
     final = dict(rows(sqlite_url, select(Candidate.id, Candidate.status)))
     assert [final[i] for i in mine] == ["done", "done"] and final[older[0]] == "queued"
     assert any("1 queued job(s) were keyed by another engine revision" in r.getMessage() for r in caplog.records)
+
+
+def test_a_burst_worker_on_a_cpu_stops_while_a_job_for_a_gpu_waits(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """The backlog counted a job queued for ``cuda`` as claimable by a CPU worker, which can never
+    claim it: a burst worker waited on it forever."""
+    mine = submit_many(sqlite_url, 1, tuning(**TINY))
+    (gpu,) = submit_many(sqlite_url, 1, tuning(**TINY), make=lambda width: spec(width + 1), device="cuda")
+    runner = Runner(make_settings(sqlite_url), device="cpu", burst=True, name="burst")
+    runner.start_thread()
+    runner.join(180)
+    stuck = runner._thread is not None and runner._thread.is_alive()
+    if stuck:
+        runner.stop(hard=True)
+        runner.join(60)
+    assert not stuck, "the burst worker waited on a job only a GPU worker can claim"
+    final = dict(rows(sqlite_url, select(Candidate.id, Candidate.status)))
+    assert final[mine[0]] == "done" and final[gpu] == "queued"
 
 
 @pytest.mark.slow  # a real worker loop

@@ -32,8 +32,9 @@ _CONTEXT = multiprocessing.get_context("spawn")
 # comes back the same on the same device: the job names what to change instead.
 _DETERMINISTIC = (ValueError, TypeError, KeyError, MemoryError)
 _OUT_OF_MEMORY = ("OutOfMemoryError", "MemoryError")
-# what torch's allocators say (CPU: "DefaultCPUAllocator: can't allocate memory"; CUDA: "out of memory")
-_OUT_OF_MEMORY_SIGNS = ("can't allocate memory", "out of memory")
+# what torch's allocators say (CPU: "DefaultCPUAllocator: can't allocate memory", or C++'s
+# "std::bad_alloc" under an address-space limit; CUDA: "out of memory"), and the OS's ENOMEM
+_OUT_OF_MEMORY_SIGNS = ("can't allocate memory", "out of memory", "bad_alloc", "cannot allocate memory")
 
 
 @dataclass(frozen=True)
@@ -228,18 +229,28 @@ class EngineProcess:
         try:
             if not self._connection.poll(timeout):
                 if not self._process.is_alive():
-                    raise EngineCrashed(f"the engine process died (exit code {self._process.exitcode})")
+                    raise EngineCrashed(f"the engine process died ({self._exit()})")
                 return None
             outcome, value = self._connection.recv()
         except (EOFError, OSError):
-            code = self._process.exitcode if self._process is not None else None
+            how = self._exit()
             self.kill()
-            raise EngineCrashed(f"the engine process died (exit code {code})") from None
+            raise EngineCrashed(f"the engine process died ({how})") from None
         if outcome is Outcome.DONE:
             from nas.report import ConditioningReport  # lazily: importing ``nas`` imports torch
 
             return outcome, ConditioningReport.model_validate(value)
         return outcome, value
+
+    def _exit(self) -> str:
+        """How the child ended, once it has (a pipe's EOF comes before the exit status is known)."""
+        if self._process is None:
+            return "exit code unknown"
+        self._process.join(5.0)
+        code = self._process.exitcode
+        if code is not None and code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit code {code}"
 
     def kill(self) -> None:
         """End the child now (the job it was on is abandoned)."""

@@ -81,6 +81,7 @@ class Runner:
         self._last_reap = 0.0
         self._last_backlog = -math.inf  # when the idle loop last looked at the backlog
         self._foreign_warned = 0  # the other revisions' queued jobs named in the last warning
+        self._kind: str | None = None  # the device kind the runner claims for, once its engine runs
         # liveness (``liveness()``): when the loop last made progress, and why the engine is down
         self._progress = time.monotonic()
         self._touched = -math.inf  # when the alive file was last touched
@@ -153,7 +154,7 @@ class Runner:
             device = self._ensure_engine()  # an engine that cannot start is retried, not fatal
             if device is None:
                 return self.done
-            kind = "cuda" if device.startswith("cuda") else "cpu"
+            kind = self._kind = "cuda" if device.startswith("cuda") else "cpu"
             self.name = f"{self.name}:{device}"
             log.info("worker %s: started (engine revision %s)", self.name, engine_revision())
             while not self._stop.is_set():
@@ -212,7 +213,7 @@ class Runner:
         if self._stop.is_set() or (not self.burst and now - self._last_backlog < _BACKLOG_SECONDS):
             return self.burst
         self._last_backlog = now
-        backlog = self._db(jobs.backlog, write=False, until_stopped=True)
+        backlog = self._db(lambda s: jobs.backlog(s, device_kind=self._kind), write=False, until_stopped=True)
         if backlog is None:  # stopped while the database was unreachable
             return True
         if backlog.foreign and backlog.foreign != self._foreign_warned:

@@ -136,8 +136,9 @@ def test_an_engine_error_names_its_outcome() -> None:
             "[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator: can't allocate memory: 17179869184 bytes"
         ),
         RuntimeError("CUDA out of memory. Tried to allocate 16.00 GiB"),
+        RuntimeError("std::bad_alloc"),
     ],
-    ids=["memory-error", "cpu-allocator", "cuda"],
+    ids=["memory-error", "cpu-allocator", "cuda", "bad-alloc-under-a-memory-limit"],
 )
 def test_an_out_of_memory_fails_the_job_at_once_saying_what_to_change(exc: BaseException) -> None:
     error = engine_error(exc)
