@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["LOOPBACK_HOSTS", "Settings", "get_settings"]
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+_HOUR, _DAY = 3600.0, 86400.0
+_ENGINE_MEMORY_FLOOR = 2**30  # below it the engine child dies importing torch
 
 
 class Settings(BaseSettings):
@@ -27,13 +29,13 @@ class Settings(BaseSettings):
     # True forces them on localhost too; False is refused unless ``host`` is loopback.
     require_auth: bool | None = None
     # Revocation takes effect within this many seconds (tokens are cached in memory).
-    token_cache_seconds: float = Field(5.0, ge=0)
+    token_cache_seconds: float = Field(5.0, ge=0, le=_HOUR, allow_inf_nan=False)
     # The highest priority a token that is not admin gets: a submission asking for more is
     # queued at this (lowering is free), so that no tenant can put its work ahead of everyone's.
     max_token_priority: int = Field(10, ge=-1000, le=1000)
     max_body_bytes: int = Field(4 * 2**20, ge=1024)
     max_batch: int = Field(256, ge=1)
-    max_wait_seconds: float = Field(60.0, gt=0)
+    max_wait_seconds: float = Field(60.0, gt=0, le=_HOUR, allow_inf_nan=False)
     page_size: int = Field(50, ge=1, le=1000)
     # Threads of an API process for blocking (database) work, and so its connection pool
     # size. Few is faster on a local database (the threads contend for the GIL: 4 threads
@@ -41,20 +43,33 @@ class Settings(BaseSettings):
     # round trips take milliseconds, wants more.
     api_threads: int = Field(4, ge=1, le=256)
     # The queue.
-    lease_seconds: float = Field(30.0, gt=0)
-    heartbeat_seconds: float = Field(5.0, gt=0)
-    max_attempts: int = Field(3, ge=1)
-    job_timeout_seconds: float = Field(1800.0, gt=0)
-    shutdown_grace_seconds: float = Field(30.0, ge=0)
-    poll_seconds: float = Field(0.5, gt=0)
+    # Every duration is finite and bounded: timestamps and timedeltas past these overflow.
+    lease_seconds: float = Field(30.0, gt=0, le=_DAY, allow_inf_nan=False)
+    heartbeat_seconds: float = Field(5.0, gt=0, le=_HOUR, allow_inf_nan=False)
+    max_attempts: int = Field(3, ge=1, le=1000)
+    job_timeout_seconds: float = Field(1800.0, gt=0, le=7 * _DAY, allow_inf_nan=False)
+    shutdown_grace_seconds: float = Field(30.0, ge=0, le=_DAY, allow_inf_nan=False)
+    poll_seconds: float = Field(0.5, gt=0, le=_HOUR, allow_inf_nan=False)
     # A file a worker touches while it can take jobs (at most every heartbeat): a container's
     # healthcheck reads its age. None: no file.
     worker_alive_file: str | None = None
     # The engine child's memory limit in bytes (address space on the CPU, the allocator's share of a
     # GPU); None: three quarters of the machine's memory on the CPU, none on a GPU; 0: no limit.
-    engine_memory_bytes: int | None = Field(None, ge=0)
+    engine_memory_bytes: int | None = Field(None, ge=0, le=2**62)
     # Start-up refuses a database whose schema is not at the latest migration.
     check_migrations: bool = True
+
+    @field_validator("engine_memory_bytes")
+    @classmethod
+    def _room_to_start_the_engine(cls, limit: int | None) -> int | None:
+        """Importing torch alone takes hundreds of MB: a smaller limit kills the engine child as it
+        starts, which a worker retries forever, saying only that it died."""
+        if limit is not None and 0 < limit < _ENGINE_MEMORY_FLOOR:
+            raise ValueError(
+                f"engine_memory_bytes {limit} is too small to start the engine (at least {_ENGINE_MEMORY_FLOOR}, "
+                "1 GiB; 0 turns the limit off)"
+            )
+        return limit
 
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> Settings:
