@@ -111,6 +111,10 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         return None
     if isinstance(error, ArgumentError):
         return EXIT_DATABASE, f"PREFLIGHT_DATABASE_URL is not a database URL ({_one_line(error)})"
+    from service.store.migrations import MigrationsPending
+
+    if isinstance(error, MigrationsPending):  # not migrated, or migrated by a newer release
+        return EXIT_DATABASE, _one_line(error)
     # DatabaseError itself: SQLite's "file is not a database"; its other subclasses (an integrity
     # error) are bugs, and keep their traceback
     if isinstance(error, OperationalError | ProgrammingError) or type(error) is DatabaseError:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import make_url
@@ -104,19 +103,22 @@ def _device_usable(device: str) -> bool:
     return True
 
 
-def _check_schema(settings: Any) -> bool:
+def _check_schema(settings: Any) -> None:
+    """Raise MigrationsPending (exit 5) unless the database is at the latest migration; skipped
+    with ``PREFLIGHT_CHECK_MIGRATIONS=false``. A SQLite file that does not exist is not created."""
     from service.store.db import make_engine
-    from service.store.migrations import MigrationsPending, check_current
+    from service.store.migrations import MigrationsPending, check_current, missing_sqlite_file
 
+    if not settings.check_migrations:
+        return
+    missing = missing_sqlite_file(settings.database_url)
+    if missing is not None:
+        raise MigrationsPending(f"no database file at {missing}; run `preflight db upgrade` (or `preflight serve`)")
     engine = make_engine(settings.database_url)
     try:
         check_current(engine)
-    except MigrationsPending as exc:
-        print(f"preflight: {exc}", file=sys.stderr)
-        return False
     finally:
         engine.dispose()
-    return True
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -135,8 +137,7 @@ def _serve(args: argparse.Namespace) -> int:
         from service.store.migrations import upgrade
 
         upgrade(settings.database_url)
-    if not _check_schema(settings):
-        return 2
+    _check_schema(settings)
     log.info(
         "preflight %s: database %s; auth %s; %s",
         version(),
@@ -191,8 +192,7 @@ def _worker(args: argparse.Namespace) -> int:
     _logging(args.log_level)
     if args.devices != "all" and not _device_usable(args.device):
         return 2
-    if not _check_schema(settings):
-        return 2
+    _check_schema(settings)
     if args.devices == "all":
         from worker.jobs.supervisor import Supervisor
 
@@ -216,17 +216,16 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 
 def _db_current(args: argparse.Namespace) -> int:
     from service.store.db import make_engine
-    from service.store.migrations import current_revision, head_revision
+    from service.store.migrations import checked_revision, head_revision, missing_sqlite_file
 
     database_url = _settings().database_url
-    url = make_url(database_url)
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        if not Path(url.database).exists():  # connecting would create the file: a check must not
-            print(f"empty: no database file at {url.database} (run `preflight db upgrade` or `preflight serve`)")
-            return 1
+    missing = missing_sqlite_file(database_url)
+    if missing is not None:  # connecting would create the file: a check must not
+        print(f"empty: no database file at {missing} (run `preflight db upgrade` or `preflight serve`)")
+        return 1
     engine = make_engine(database_url)
     try:
-        current = current_revision(engine)
+        current = checked_revision(engine)  # a newer release's revision: exit 5, naming it
     finally:
         engine.dispose()
     head = head_revision()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -73,8 +74,51 @@ def test_db_current_and_upgrade(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_worker_refuses_a_database_without_migrations(tmp_path: Path) -> None:
-    result = preflight(tmp_path / "p.db", "worker", "--burst", "--device", "cpu")
-    assert result.returncode == 2 and "preflight db upgrade" in result.stderr
+    """Exit 5 (the database), with the command's prefix; a missing SQLite file is not created."""
+    db = tmp_path / "p.db"
+    result = preflight(db, "worker", "--burst", "--device", "cpu")
+    assert result.returncode == cli.EXIT_DATABASE and "preflight db upgrade" in result.stderr
+    assert result.stderr.startswith("preflight worker: no database file at") and not db.exists()
+    sqlite3.connect(db).close()  # an empty file: no tables
+    result = preflight(db, "worker", "--burst", "--device", "cpu")
+    assert result.returncode == cli.EXIT_DATABASE and "revision none (empty)" in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_a_database_migrated_by_a_newer_release_is_named_so_by_every_command(tmp_path: Path) -> None:
+    """db current said "behind: run db upgrade", and db upgrade and serve died with alembic's
+    traceback ("Can't locate revision")."""
+    db = tmp_path / "p.db"
+    assert preflight(db, "db", "upgrade").returncode == 0
+    with sqlite3.connect(db) as connection:
+        connection.execute("update alembic_version set version_num = '0099_future'")
+    for args in (
+        ["db", "current"],
+        ["db", "upgrade"],
+        ["worker", "--burst", "--device", "cpu"],
+        ["serve", "--port", "1"],
+    ):
+        result = preflight(db, *args)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == cli.EXIT_DATABASE and len(lines) == 1, (args, result.stderr)
+        assert "0099_future, which this release" in lines[0] and "newer Preflight" in lines[0], lines
+
+
+@pytest.mark.slow
+def test_two_migrations_of_one_new_sqlite_file_at_once_both_succeed(tmp_path: Path) -> None:
+    """SQLite answers "database is locked" at once when two transactions both write: one of two
+    `preflight db upgrade` (or two `serve`s) on a new file failed about one time in three."""
+    for round_ in range(4):
+        env = {**os.environ, "PREFLIGHT_DATABASE_URL": f"sqlite:///{tmp_path / f'race-{round_}.db'}"}
+        both = [
+            subprocess.Popen(
+                [sys.executable, "-m", "service.cli", "db", "upgrade"], env=env, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(2)
+        ]
+        for process in both:
+            _, error = process.communicate(timeout=120)
+            assert process.returncode == 0, error
 
 
 @pytest.mark.slow
