@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import make_url
 
+from service.cli.usage import UsageError
 from service.cli.version import version
 
 __all__ = ["register"]
@@ -26,6 +27,20 @@ def positive_integer(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+_WORKER_NAME_MAX = 180  # the jobs' worker column holds 200 characters, with ":cuda:NN" appended
+
+
+def _check_worker_name(name: str | None) -> None:
+    """``--name``: printable, not empty, short enough for the jobs' column (PostgreSQL refused a
+    longer one at the first claim, with a traceback; SQLite stored it unchecked)."""
+    if name is None:
+        return
+    if not name.strip() or not name.isprintable():
+        raise UsageError(f"--name must be printable and not empty, got {name!r}")
+    if len(name) > _WORKER_NAME_MAX:
+        raise UsageError(f"--name must be at most {_WORKER_NAME_MAX} characters, got {len(name)}")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     worker.add_argument("--max-jobs", type=positive_integer, help="exit after this many jobs")
-    worker.add_argument("--name", help="worker name stored with its jobs (default host:pid)")
+    worker.add_argument("--name", help="worker name stored with its jobs, then ':DEVICE' (default host:pid)")
     worker.add_argument("--log-level", default="info", type=str.lower, choices=LOG_LEVELS)
     worker.set_defaults(handler=_worker)
 
@@ -188,6 +203,7 @@ def _any_token(settings: Any) -> bool:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    _check_worker_name(args.name)
     settings = _settings()
     _logging(args.log_level)
     if args.devices != "all" and not _device_usable(args.device):
@@ -196,7 +212,7 @@ def _worker(args: argparse.Namespace) -> int:
     if args.devices == "all":
         from worker.jobs.supervisor import Supervisor
 
-        return Supervisor(settings, burst=args.burst, max_jobs=args.max_jobs).run()
+        return Supervisor(settings, burst=args.burst, max_jobs=args.max_jobs, name=args.name).run()
     from worker.jobs.runner import Runner
 
     runner = Runner(settings, device=args.device, name=args.name, burst=args.burst, max_jobs=args.max_jobs)

@@ -165,6 +165,8 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
         (["demo", "--out", "/proc/forbidden", "--no-progress"], {}, "/proc/forbidden"),
         (["describe"], {"PREFLIGHT_SPEC_MAX_BLOCKS": "abc"}, "PREFLIGHT_SPEC_MAX_BLOCKS: Input should be"),
         (["describe", ""], {}, "the spec file argument is empty"),  # described the example network
+        (["worker", "--name", "n" * 250, "--burst"], {}, "at most 180 characters"),  # PostgreSQL's column: traceback
+        (["worker", "--name", "a\tb", "--burst"], {}, "must be printable"),
     ],
     ids=[
         "bad-url",
@@ -177,6 +179,8 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
         "out",
         "spec-limit-setting",
         "describe-empty",
+        "worker-name-long",
+        "worker-name-tab",
     ],
 )
 def test_a_setting_or_argument_that_cannot_work_is_one_line_and_a_non_zero_status(

@@ -597,7 +597,7 @@ def test_a_signal_to_the_supervisors_process_group_reaches_each_runner_once(sqli
     submit_many(sqlite_url, 1, tuning(**HEAVY), make=heavy_spec)
     with log.open("w") as handle:
         process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "worker", "--devices", "all"],
+            [sys.executable, "-m", "service.cli", "worker", "--devices", "all", "--name", "box"],
             env=env,
             stdout=handle,
             stderr=subprocess.STDOUT,
@@ -612,6 +612,7 @@ def test_a_signal_to_the_supervisors_process_group_reaches_each_runner_once(sqli
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     text_ = log.read_text()
+    assert "worker box:cpu: started" in text_, "the supervisor's children take its --name"
     assert len(re.findall(r"worker \S+: signal 15", text_)) == 1, text_
     assert "releasing the job" not in text_
 

@@ -44,7 +44,9 @@ def visible_gpu_count(timeout: float = 120.0) -> int:
     return 0 if queue.empty() else int(queue.get())
 
 
-def _child(settings_json: str, device: str, burst: bool, max_jobs: int | None, log_level: int, parent: int) -> None:
+def _child(
+    settings_json: str, device: str, burst: bool, max_jobs: int | None, log_level: int, parent: int, name: str | None
+) -> None:
     """Entry point of a child process (spawned: it imports everything afresh). In a process group
     of its own, so that a Ctrl-C or a group's SIGTERM reaches it once, forwarded by the supervisor
     (a second signal would drop its job); stopped gracefully (SIGTERM) if the supervisor is killed."""
@@ -55,7 +57,9 @@ def _child(settings_json: str, device: str, burst: bool, max_jobs: int | None, l
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from worker.jobs.runner import Runner
 
-    runner = Runner(Settings.model_validate_json(settings_json), device=device, burst=burst, max_jobs=max_jobs)
+    runner = Runner(
+        Settings.model_validate_json(settings_json), device=device, burst=burst, max_jobs=max_jobs, name=name
+    )
     runner.install_signal_handlers()
     runner.run()
 
@@ -71,8 +75,10 @@ class Supervisor:
         devices: list[str] | None = None,
         burst: bool = False,
         max_jobs: int | None = None,
+        name: str | None = None,
     ) -> None:
         self.settings = settings
+        self.name = name  # each child's is ``name:DEVICE`` (default host:pid:DEVICE)
         self.devices = devices
         self.burst = burst
         self.max_jobs = max_jobs
@@ -90,6 +96,7 @@ class Supervisor:
                 self.max_jobs,
                 logging.getLogger().getEffectiveLevel(),
                 os.getpid(),
+                self.name,
             ),
             name=f"preflight-worker-{device}",
         )
