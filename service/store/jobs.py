@@ -179,7 +179,7 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
         session.execute(
             update(Candidate)
             .where(Candidate.id.in_([ids[key] for key in existing]), Candidate.status == Status.CANCELLED)
-            .values(status=Status.QUEUED, attempts=0, error=None, finished_at=None)
+            .values(status=Status.QUEUED, attempts=0, error=None, started_at=None, finished_at=None)
         )
         _widen_devices(session, {ids[key]: by_key[key].device for key in existing})
     held = _hold(session, candidates, ids, now)
@@ -302,7 +302,7 @@ def claim(
             leased_until=now + timedelta(seconds=lease_seconds),
             worker=worker,
             attempts=Candidate.attempts + 1,
-            started_at=func.coalesce(Candidate.started_at, now),
+            started_at=now,  # the last start: queued_seconds and run_seconds are of the attempt that ran
         )
         .returning(
             Candidate.id,

@@ -194,6 +194,24 @@ def test_release_gives_the_job_back_without_using_an_attempt(sessions: Any) -> N
     assert again is not None and again.id == job.id and again.attempts == 1
 
 
+def test_a_job_started_again_is_timed_from_its_last_start(sessions: Any) -> None:
+    """A retried job kept its first attempt's start, so its run_seconds counted the failed attempt
+    and the wait between them (the API says: from the last start to the end)."""
+    submit(sessions, new(8))
+    first = claim(sessions)
+    assert first is not None
+    with session_scope(sessions, write=True) as session:
+        session.execute(
+            update(Candidate).where(Candidate.id == first.id).values(started_at=utcnow() - timedelta(hours=1))
+        )
+        assert jobs.fail(session, job_id=first.id, token=first.lease_token, error="boom") == Status.QUEUED
+    second = claim(sessions)
+    assert second is not None and second.id == first.id
+    with session_scope(sessions) as session:
+        started = session.scalar(select(Candidate.started_at).where(Candidate.id == first.id))
+    assert started is not None and utcnow() - started.replace(tzinfo=utcnow().tzinfo) < timedelta(minutes=5)
+
+
 def expire(sessions: Any, job_id: int) -> None:
     with session_scope(sessions, write=True) as session:
         session.execute(
@@ -248,6 +266,8 @@ def test_a_cancelled_candidate_submitted_again_is_queued_again(sessions: Any) ->
         jobs.cancel(session, job_id=entry.id)
     (again,) = submit(sessions, new(8))
     assert again.id == entry.id and status_of(sessions, entry.id) == Status.QUEUED
+    with session_scope(sessions) as session:
+        assert session.scalar(select(Candidate.started_at).where(Candidate.id == entry.id)) is None
 
 
 def test_cancel_of_unknown_or_finished_jobs(sessions: Any, sample_report: ConditioningReport) -> None:
