@@ -243,6 +243,23 @@ def test_a_worker_touches_its_alive_file_only_while_it_can_take_jobs(
             runner.join(60)
 
 
+def test_an_alive_file_that_cannot_be_written_is_named_once_not_every_heartbeat(
+    sqlite_url: str, make_settings: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    unwritable = tmp_path / "no-such-folder" / "alive"
+    settings = make_settings(sqlite_url, worker_alive_file=str(unwritable), heartbeat_seconds=0.1, lease_seconds=1.0)
+    with caplog.at_level("WARNING", logger="worker.jobs.runner"):
+        runner = run_runner(settings)
+        try:
+            wait_until(lambda: runner.liveness() is None and runner.name.endswith(":cpu"), 120, "the runner to start")
+            time.sleep(1.0)  # ten heartbeats
+        finally:
+            runner.stop(hard=True)
+            runner.join(60)
+    warned = [r for r in caplog.records if "cannot touch" in r.getMessage()]
+    assert len(warned) == 1 and "healthcheck" in warned[0].getMessage()
+
+
 @pytest.mark.slow  # a real worker loop
 def test_a_burst_worker_does_its_engines_jobs_and_stops_leaving_another_revisions_queued(
     sqlite_url: str, make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture

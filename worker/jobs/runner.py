@@ -85,6 +85,7 @@ class Runner:
         # liveness (``liveness()``): when the loop last made progress, and why the engine is down
         self._progress = time.monotonic()
         self._touched = -math.inf  # when the alive file was last touched
+        self._touch_failed = False  # the last touch failed (warned once until one succeeds)
         self._engine_down: str | None = None
 
     # Control -------------------------------------------------------------------------
@@ -139,8 +140,17 @@ class Runner:
             self._touched = now
             try:
                 Path(path).touch()
-            except OSError as exc:  # a healthcheck's file must not stop the work
-                log.warning("worker %s: cannot touch %s (%s)", self.name, path, exc)
+                self._touch_failed = False
+            except OSError as exc:  # a healthcheck's file must not stop the work; said once, not every heartbeat
+                if not self._touch_failed:
+                    log.warning(
+                        "worker %s: cannot touch %s (%s); a healthcheck that reads PREFLIGHT_WORKER_ALIVE_FILE "
+                        "will call this worker dead until it can",
+                        self.name,
+                        path,
+                        exc,
+                    )
+                self._touch_failed = True
 
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
