@@ -72,6 +72,9 @@ def _one_line(error: BaseException) -> str:
 _SETTINGS = {"Settings": "PREFLIGHT_", "SpecLimits": "PREFLIGHT_SPEC_"}
 _PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 
+# Modules whose package on PyPI has another name (a database URL can name their drivers).
+_DISTRIBUTIONS = {"MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary", "pymysql": "PyMySQL"}
+
 
 def _failure(error: Exception) -> tuple[int, str] | None:
     """(exit status, one-line message with the fix) for the failures a user can act on."""
@@ -103,7 +106,8 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         return EXIT_USAGE, f"invalid settings (PREFLIGHT_* or the options that set them): {fields}"
     if isinstance(error, ModuleNotFoundError) and error.name:
         extra = _EXTRAS.get(error.name.split(".")[0])
-        fix = f'pip install "nas-preflight[{extra}]"' if extra else f"pip install {error.name.split('.')[0]}"
+        module = error.name.split(".")[0]
+        fix = f'pip install "nas-preflight[{extra}]"' if extra else f"pip install {_DISTRIBUTIONS.get(module, module)}"
         return EXIT_MISSING_EXTRA, f"this command needs {error.name.split('.')[0]!r}, which is not installed: {fix}"
     try:
         from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError, ProgrammingError

@@ -136,6 +136,27 @@ def _check_schema(settings: Any) -> None:
         engine.dispose()
 
 
+def _check_listen(host: str, port: int) -> None:
+    """Refuse, in one line, an address the server could not listen on (uvicorn's own failure is a
+    multi-line log and exit 3, the status of an unreachable service); an empty host would listen
+    on every interface."""
+    import socket
+
+    if not host.strip():
+        raise UsageError("--host (PREFLIGHT_HOST) is empty; give 127.0.0.1, or 0.0.0.0 for every interface")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(f"--host {host!r} is not an address this machine can listen on ({exc})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn sets it
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def _serve(args: argparse.Namespace) -> int:
     import os
 
@@ -144,6 +165,7 @@ def _serve(args: argparse.Namespace) -> int:
     from service.api.app import create_app
 
     settings = _settings(host=args.host, port=args.port)
+    _check_listen(settings.host, settings.port)
     _logging(args.log_level)
     if args.embedded_worker and not _device_usable(args.device):
         return 2

@@ -167,6 +167,8 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
         (["describe", ""], {}, "the spec file argument is empty"),  # described the example network
         (["worker", "--name", "n" * 250, "--burst"], {}, "at most 180 characters"),  # PostgreSQL's column: traceback
         (["worker", "--name", "a\tb", "--burst"], {}, "must be printable"),
+        (["serve", "--host", ""], {}, "is empty"),  # listened on every interface
+        (["serve", "--host", "no-such-host.invalid"], {}, "is not an address this machine can listen on"),
     ],
     ids=[
         "bad-url",
@@ -181,6 +183,8 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
         "describe-empty",
         "worker-name-long",
         "worker-name-tab",
+        "serve-empty-host",
+        "serve-unknown-host",
     ],
 )
 def test_a_setting_or_argument_that_cannot_work_is_one_line_and_a_non_zero_status(
@@ -190,6 +194,20 @@ def test_a_setting_or_argument_that_cannot_work_is_one_line_and_a_non_zero_statu
     lines = result.stderr.strip().splitlines()
     assert result.returncode != 0 and len(lines) == 1 and words in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_a_usage_error(tmp_path: Path) -> None:
+    """uvicorn's own failure was a multi-line log and exit 3, the status of an unreachable service."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = preflight(tmp_path / "p.db", "serve", "--port", str(port))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == cli.EXIT_USAGE and len(lines) == 1, result.stderr
+    assert lines[0] == f"preflight serve: cannot listen on 127.0.0.1:{port}: Address already in use"
 
 
 def test_a_file_that_is_no_database_and_a_token_id_beyond_64_bits_are_one_line(tmp_path: Path) -> None:
