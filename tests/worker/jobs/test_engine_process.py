@@ -1,10 +1,46 @@
+"""The engine child's start-up: it pays the process's one-time costs before its first job."""
+
+from __future__ import annotations
+
+import json
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
 from nas.testing import mlp
 from worker.jobs.engine_process import EngineCrashed, EngineProcess
+
+
+@pytest.mark.slow
+def test_after_the_warm_up_conditioning_a_candidate_loads_no_further_module() -> None:
+    """The first candidate's timings measure the candidate: every module conditioning needs
+    (PyTorch loads some lazily on first use, e.g. ``torch._dynamo`` from ``torch.optim``) is
+    loaded by ``warm_up`` already. In a fresh interpreter, so no other test has loaded them."""
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from nas.examples import EXAMPLE_MLP
+        from worker.engine.pipeline import condition
+        from worker.jobs.engine_process import warm_up
+
+        loaded_by_import = set(sys.modules)
+        seconds = warm_up("cpu")
+        loaded_by_warm_up = set(sys.modules) - loaded_by_import
+        condition(EXAMPLE_MLP, None, {"device": "cpu", "steps": 2})
+        print(json.dumps({"seconds": seconds, "warm_up": sorted(loaded_by_warm_up),
+                          "first_job": sorted(set(sys.modules) - loaded_by_import - loaded_by_warm_up)}))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["seconds"] > 0
+    assert result["warm_up"], "the warm-up loaded nothing: the first job would pay the lazy loading"
+    assert result["first_job"] == [], f"the first job still loaded: {result['first_job'][:10]}"
 
 
 @pytest.mark.slow  # a spawned engine child: seconds to import torch
