@@ -260,6 +260,18 @@ def test_an_alive_file_that_cannot_be_written_is_named_once_not_every_heartbeat(
     assert len(warned) == 1 and "healthcheck" in warned[0].getMessage()
 
 
+def _burst_stops(settings: Settings) -> bool:
+    """Run a burst worker on the CPU: whether it stopped by itself (within a generous bound)."""
+    runner = Runner(settings, device="cpu", burst=True, name="burst")
+    runner.start_thread()
+    runner.join(180)
+    stuck = runner._thread is not None and runner._thread.is_alive()
+    if stuck:
+        runner.stop(hard=True)
+        runner.join(60)
+    return not stuck
+
+
 @pytest.mark.slow  # a real worker loop
 def test_a_burst_worker_does_its_engines_jobs_and_stops_leaving_another_revisions_queued(
     sqlite_url: str, make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
@@ -269,15 +281,8 @@ def test_a_burst_worker_does_its_engines_jobs_and_stops_leaving_another_revision
     and stops instead of waiting on them forever."""
     mine = submit_many(sqlite_url, 2, tuning(**TINY))
     older = submit_many(sqlite_url, 1, tuning(**TINY), engine="0123456789abcdef")
-    runner = Runner(make_settings(sqlite_url), device="cpu", burst=True, name="burst")
     with caplog.at_level("WARNING", logger="worker.jobs.runner"):
-        runner.start_thread()
-        runner.join(180)
-        stuck = runner._thread is not None and runner._thread.is_alive()
-        if stuck:
-            runner.stop(hard=True)
-            runner.join(60)
-    assert not stuck, "the burst worker waited on a job it cannot claim"
+        assert _burst_stops(make_settings(sqlite_url)), "the burst worker waited on a job it cannot claim"
     final = dict(rows(sqlite_url, select(Candidate.id, Candidate.status)))
     assert [final[i] for i in mine] == ["done", "done"] and final[older[0]] == "queued"
     assert any("1 queued job(s) were keyed by another engine revision" in r.getMessage() for r in caplog.records)
@@ -290,14 +295,7 @@ def test_a_burst_worker_on_a_cpu_stops_while_a_job_for_a_gpu_waits(
     claim it: a burst worker waited on it forever."""
     mine = submit_many(sqlite_url, 1, tuning(**TINY))
     (gpu,) = submit_many(sqlite_url, 1, tuning(**TINY), make=lambda width: spec(width + 1), device="cuda")
-    runner = Runner(make_settings(sqlite_url), device="cpu", burst=True, name="burst")
-    runner.start_thread()
-    runner.join(180)
-    stuck = runner._thread is not None and runner._thread.is_alive()
-    if stuck:
-        runner.stop(hard=True)
-        runner.join(60)
-    assert not stuck, "the burst worker waited on a job only a GPU worker can claim"
+    assert _burst_stops(make_settings(sqlite_url)), "the burst worker waited on a job only a GPU worker can claim"
     final = dict(rows(sqlite_url, select(Candidate.id, Candidate.status)))
     assert final[mine[0]] == "done" and final[gpu] == "queued"
 
@@ -568,17 +566,26 @@ def test_workers_and_api_survive_a_postgres_restart(
     assert rows(pg_url, select(func.max(Candidate.attempts)))[0][0] <= 2
 
 
-@pytest.mark.slow
-def test_supervisor_restarts_a_dead_child_and_stops_on_sigterm(sqlite_url: str) -> None:
-    log = Path(sqlite_url.removeprefix("sqlite:///")).with_name("supervisor.log")
-    env = {**os.environ, **WORKER_ENV, "PREFLIGHT_DATABASE_URL": sqlite_url}
+def _supervisor(
+    sqlite_url: str, log_name: str, *args: str, grace: str = "30", start_new_session: bool = False
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """``preflight worker --devices all`` in a subprocess, its log in a file beside the database."""
+    log = Path(sqlite_url.removeprefix("sqlite:///")).with_name(log_name)
+    env = {**os.environ, **WORKER_ENV, "PREFLIGHT_DATABASE_URL": sqlite_url, "PREFLIGHT_SHUTDOWN_GRACE_SECONDS": grace}
     with log.open("w") as handle:
         process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "worker", "--devices", "all"],
+            [sys.executable, "-m", "service.cli", "worker", "--devices", "all", *args],
             env=env,
             stdout=handle,
             stderr=subprocess.STDOUT,
+            start_new_session=start_new_session,
         )
+    return process, log
+
+
+@pytest.mark.slow
+def test_supervisor_restarts_a_dead_child_and_stops_on_sigterm(sqlite_url: str) -> None:
+    process, log = _supervisor(sqlite_url, "supervisor.log")
     try:
         child = re.compile(r"started worker pid (\d+) on cpu")
         wait_until(lambda: len(child.findall(log.read_text())) == 1, 120, "the CPU child (no GPU here)")
@@ -609,17 +616,15 @@ def _running(pid: int) -> bool:
 def test_a_signal_to_the_supervisors_process_group_reaches_each_runner_once(sqlite_url: str) -> None:
     """A Ctrl-C (or systemd's SIGTERM to the control group) reached the runner child directly and
     again through the supervisor, and the second signal dropped the running job at once."""
-    log = Path(sqlite_url.removeprefix("sqlite:///")).with_name("group.log")
-    env = {**os.environ, **WORKER_ENV, "PREFLIGHT_DATABASE_URL": sqlite_url, "PREFLIGHT_SHUTDOWN_GRACE_SECONDS": "2"}
     submit_many(sqlite_url, 1, tuning(**HEAVY), make=heavy_spec)
-    with log.open("w") as handle:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "worker", "--devices", "all", "--name", "box"],
-            env=env,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, as a terminal or a service manager gives it
-        )
+    process, log = _supervisor(
+        sqlite_url,
+        "group.log",
+        "--name",
+        "box",
+        grace="2",
+        start_new_session=True,  # its own process group, as a terminal or a service manager gives it
+    )
     try:
         wait_until(lambda: statuses(sqlite_url).get("running", 0) == 1, 120, "the job to start")
         os.killpg(process.pid, signal.SIGTERM)
@@ -638,15 +643,7 @@ def test_a_signal_to_the_supervisors_process_group_reaches_each_runner_once(sqli
 def test_a_killed_supervisor_leaves_no_runner_behind(sqlite_url: str) -> None:
     """SIGKILL on the supervisor (an OOM kill, a restart by a service manager) left its runner
     computing and claiming jobs, beside the runner a restarted supervisor starts."""
-    log = Path(sqlite_url.removeprefix("sqlite:///")).with_name("orphan.log")
-    env = {**os.environ, **WORKER_ENV, "PREFLIGHT_DATABASE_URL": sqlite_url}
-    with log.open("w") as handle:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "worker", "--devices", "all"],
-            env=env,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-        )
+    process, log = _supervisor(sqlite_url, "orphan.log")
     child = re.compile(r"started worker pid (\d+) on cpu")
     try:
         wait_until(lambda: len(child.findall(log.read_text())) == 1, 120, "the CPU child")
