@@ -15,8 +15,7 @@ class DeviceUnavailable(ValueError, RuntimeError):
 
 
 def resolve_device(preference: str = "auto", *, pin_index: bool = False) -> torch.device:
-    """``auto``: CUDA when present, else the CPU; ``cpu`` (or ``cpu:0``, returned as ``cpu``);
-    ``cuda[:N]``, which must be present.
+    """``auto``: CUDA when present, else the CPU; ``cpu``; ``cuda[:N]``, which must be present.
 
     ``pin_index``: a bare ``cuda`` (and ``auto`` on a GPU machine) becomes ``cuda:0``, the
     form a worker process that owns one device reports; without it ``auto`` gives ``cuda``.
@@ -33,8 +32,6 @@ def resolve_device(preference: str = "auto", *, pin_index: bool = False) -> torc
         device = None
     if device is None or device.type not in ("cpu", "cuda") or (device.type == "cpu" and device.index not in (None, 0)):
         raise ValueError(f"device must be auto, cpu, cuda or cuda:N, but got {preference!r}")
-    if device.type == "cpu":
-        return torch.device("cpu")  # cpu:0 is torch's name for the same device; options know only "cpu"
     if device.type == "cuda" and not torch.cuda.is_available():
         raise DeviceUnavailable(f"device {preference!r} was asked for but CUDA is not available; use 'auto' or 'cpu'")
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():

@@ -20,9 +20,11 @@ from worker.jobs.lifetime import die_with_parent
 from worker.jobs.outcome import Outcome
 
 if TYPE_CHECKING:
+    import torch
+
     from nas.report import ConditioningReport
 
-__all__ = ["EngineCrashed", "EngineError", "EngineProcess", "warm_up"]
+__all__ = ["EngineCrashed", "EngineError", "EngineProcess", "option_device", "warm_up"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +124,13 @@ def _limit_memory(resolved: str, setting: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
 
 
+def option_device(device: torch.device) -> str:
+    """The device as ``options.device`` names it: torch's ``cpu:0`` is ``cpu`` there (the child
+    passed ``cpu:0`` into every job's options, which refuse it, so a worker started with
+    ``--device cpu:0`` failed each job it claimed, for good)."""
+    return "cpu" if device.type == "cpu" else str(device)
+
+
 def _serve(connection: Connection, device: str, memory_bytes: int | None = None) -> None:
     """The child: resolve the device, limit its memory, then condition each (spec, options) it is sent."""
     die_with_parent()  # off Linux the pipe's EOF ends the child instead
@@ -130,7 +139,7 @@ def _serve(connection: Connection, device: str, memory_bytes: int | None = None)
     try:
         from worker.engine.device import resolve_device
 
-        resolved = str(resolve_device(device, pin_index=True))
+        resolved = option_device(resolve_device(device, pin_index=True))
         if resolved.startswith("cuda"):
             import torch
 

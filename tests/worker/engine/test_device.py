@@ -31,16 +31,6 @@ def test_the_resolver_pins_the_index_when_asked() -> None:
                 resolve_device("cuda:0", pin_index=True)
 
 
-def test_cpu_0_is_the_cpu_in_the_form_the_options_take() -> None:
-    """A worker started with ``--device cpu:0`` passed the CLI's check, then put ``cpu:0`` into every
-    job's options, which refuse it: each job it claimed failed for good."""
-    from nas.options import ConditionOptions
-
-    resolved = resolve_device("cpu:0", pin_index=True)
-    assert resolved == torch.device("cpu") and str(resolved) == "cpu"
-    assert ConditionOptions(device=str(resolved)).device == "cpu"
-
-
 @pytest.mark.parametrize("device", ["mps", "meta", "cpu:1", "tpu", ""])
 def test_a_device_the_engine_cannot_run_on_is_refused_naming_the_choices(device: str) -> None:
     """torch parses mps, meta and cpu:1 as devices (tpu not at all); each would fail later, inside a job."""

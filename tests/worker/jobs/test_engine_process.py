@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from nas.testing import mlp
-from worker.jobs.engine_process import EngineCrashed, EngineProcess
+from worker.jobs.engine_process import EngineCrashed, EngineProcess, option_device
 
 
 @pytest.mark.slow
@@ -58,3 +58,16 @@ def test_a_killed_engine_child_is_reported_with_the_signal_that_ended_it() -> No
                 pass
     finally:
         engine.kill()
+
+
+def test_cpu_0_is_the_cpu_in_the_form_the_options_take() -> None:
+    """A worker started with ``--device cpu:0`` passed the CLI's check, then its engine child put
+    ``cpu:0`` into every job's options, which refuse it: each job it claimed failed for good."""
+    import torch
+
+    from nas.options import ConditionOptions
+    from worker.engine.device import resolve_device
+
+    named = option_device(resolve_device("cpu:0", pin_index=True))
+    assert named == "cpu" and ConditionOptions(device=named).device == "cpu"
+    assert option_device(torch.device("cuda", 1)) == "cuda:1"
