@@ -96,7 +96,7 @@ def test_a_database_migrated_by_a_newer_release_is_named_so_by_every_command(tmp
         ["db", "current"],
         ["db", "upgrade"],
         ["worker", "--burst", "--device", "cpu"],
-        ["serve", "--port", "1"],
+        ["serve", "--port", "0"],
     ):
         result = preflight(db, *args)
         lines = result.stderr.strip().splitlines()
