@@ -64,15 +64,25 @@ def _invalid(path: str, message: str) -> InvalidBatch:
     return InvalidBatch(path, message)
 
 
-def _fast_shape(value: Any) -> list[int] | None:
-    """The shape by numpy, for a well-formed batch (about 20x faster than the walk below on 2**20
-    numbers); None whenever anything is off (ragged, empty, not finite, beyond 2**53, a string or a
-    boolean anywhere), and the walk then finds and names the fault."""
+def _as_array(value: Any) -> np.ndarray | None:
+    """numpy's reading of a nested list (read once per upload: the shape and the first distinct
+    sample both use it); None when numpy cannot read it."""
     if not isinstance(value, list):
         return None
     try:
-        array = np.asarray(value)
+        return np.asarray(value)
     except (ValueError, TypeError, OverflowError):
+        return None
+
+
+def _fast_shape(value: Any, array: np.ndarray | None = None) -> list[int] | None:
+    """The shape by numpy (``array``: ``value`` as numpy read it, when already read), for a
+    well-formed batch (about 20x faster than the walk below on 2**20 numbers); None whenever
+    anything is off (ragged, empty, not finite, beyond 2**53, a string or a boolean anywhere), and
+    the walk then finds and names the fault."""
+    if array is None:
+        array = _as_array(value)
+    if array is None:
         return None
     if array.dtype.kind not in "if" or array.ndim > MAX_RANK + 1 or 0 in array.shape:
         return None
@@ -93,9 +103,10 @@ def _has_bool(value: Any) -> bool:
     return any(type(item) is bool for item in value)
 
 
-def _shape(value: Any, path: str, depth: int = 0) -> list[int]:
-    """The shape of a rectangular nested list of numbers (a scalar has shape [])."""
-    if depth == 0 and (fast := _fast_shape(value)) is not None:
+def _shape(value: Any, path: str, depth: int = 0, array: np.ndarray | None = None) -> list[int]:
+    """The shape of a rectangular nested list of numbers (a scalar has shape []); ``array``: the
+    list as numpy read it, when already read."""
+    if depth == 0 and (fast := _fast_shape(value, array)) is not None:
         return fast
     if depth > MAX_RANK:
         raise _invalid(path, f"nested deeper than {MAX_RANK} levels: expected [N, *input_shape]")
@@ -128,14 +139,15 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
         raise _invalid(unknown[0], "unknown field; a batch has 'x' and optionally 'y'")
     if "x" not in body:
         raise _invalid("x", "required: the inputs, a list of N samples of the spec's input_shape")
-    shape = _shape(body["x"], "x")
+    array = _as_array(body["x"])
+    shape = _shape(body["x"], "x", array=array)
     if len(shape) < 2:
         raise _invalid("x", f"expected [N, *input_shape] with N >= 2, got shape {shape}")
     if not 2 <= shape[0] <= MAX_ROWS:
         raise _invalid("x", f"expected 2 to {MAX_ROWS} samples, got {shape[0]}")
     if math.prod(shape) > MAX_VALUES:
         raise _invalid("x", f"{math.prod(shape)} numbers exceed the limit of {MAX_VALUES}")
-    distinct = _first_distinct(body["x"])
+    distinct = _first_distinct(body["x"] if array is None else array)
     if distinct is None:
         raise _invalid(
             "x",
@@ -160,7 +172,7 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
     return {"values": body["x"]}, None, {"x": shape, "labels": None, "first_distinct": distinct}
 
 
-def _first_distinct(x: list[Any]) -> int | None:
+def _first_distinct(x: list[Any] | np.ndarray) -> int | None:
     """The index of the first sample that differs from sample 0 in float32, where the engine reads
     them; None when all are the same (the engine refuses such a batch too, over the samples a job
     conditions on: ``worker.engine.inputs``)."""
