@@ -105,10 +105,10 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         )
         return EXIT_USAGE, f"invalid settings (PREFLIGHT_* or the options that set them): {fields}"
     if isinstance(error, ModuleNotFoundError) and error.name:
-        extra = _EXTRAS.get(error.name.split(".")[0])
         module = error.name.split(".")[0]
+        extra = _EXTRAS.get(module)
         fix = f'pip install "nas-preflight[{extra}]"' if extra else f"pip install {_DISTRIBUTIONS.get(module, module)}"
-        return EXIT_MISSING_EXTRA, f"this command needs {error.name.split('.')[0]!r}, which is not installed: {fix}"
+        return EXIT_MISSING_EXTRA, f"this command needs {module!r}, which is not installed: {fix}"
     try:
         from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError, ProgrammingError
     except ModuleNotFoundError:
