@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from nas._numbers import is_integral, is_real
 from nas.build import PreflightNet, build_model
 from nas.client import Candidate, PreflightClient, SpecLike, Unfinished, spec_payload
 from nas.decision import conditioning_margin, keeps, report_threshold
-from nas.errors import CandidateFailed, WaitTimeout
+from nas.errors import CandidateFailed, SpecRejectedError, WaitTimeout
 from nas.ranking import RankDecision, rank_among_trained, ranking_features
 from nas.report import ConditioningReport, float_or_nan
 from nas.summary import summarize
@@ -66,6 +67,7 @@ __all__ = [
     "ConditioningGate",
     "RankingStalled",
     "Screened",
+    "SpecRefused",
     "conditioning_margin",
     "earlier_scores",
     "report_threshold",
@@ -88,6 +90,10 @@ _STALLED = 10
 
 class RankingStalled(UserWarning):
     """``rank_after`` has ranked many candidates in a row below the cut while no trial completed."""
+
+
+class SpecRefused(UserWarning):
+    """A prescreen's space gave a spec the service refused; that trial failed, the rest went on."""
 
 
 @dataclass(frozen=True)
@@ -273,6 +279,11 @@ class ConditioningGate:
         """Ask ``n_trials`` trials, submit all their specs in one request (the worker pool
         takes them in parallel), tell the pruned ones, return the kept ones to train.
 
+        A spec the service refuses (an invalid architecture the space can propose) fails its own
+        trial, with the refusal in its ``preflight_reasons`` and a :class:`SpecRefused` warning,
+        and the rest are conditioned; when it refuses every spec, or the request itself, the
+        refusal is raised after every asked trial is told failed.
+
         Each kept :class:`Screened` must be told by the caller:
         ``study.tell(s.trial, value)`` after training.
         """
@@ -282,12 +293,7 @@ class ConditioningGate:
         trials = [study.ask() for _ in range(int(n_trials))]
         try:
             specs = [spec_payload(space(trial)) for trial in trials]
-            unfinished: Unfinished = (
-                "raise" if self.on_failure == "raise" else "return"
-            )  # a failure, as on_failure says
-            candidates = self.client.condition_many(
-                specs, self.job_options(study.study_name), self.timeout, unfinished=unfinished
-            )
+            trials, specs, candidates = self._condition_accepted(study, trials, specs)
         except BaseException:  # the space, the connection or a refusal: no asked trial is left running
             for trial in trials:
                 study.tell(trial, state=TrialState.FAIL)
@@ -312,6 +318,40 @@ class ConditioningGate:
                 study.tell(screened.trial, state=TrialState.FAIL)
             raise failure
         return kept
+
+    def _condition_accepted(
+        self, study: optuna.Study, trials: list[optuna.Trial], specs: list[dict[str, Any]]
+    ) -> tuple[list[optuna.Trial], list[dict[str, Any]], list[Candidate]]:
+        """Condition the specs the service accepts: a refusal that names one spec of the batch
+        (the service validates all or nothing and names the first at fault, before queueing any)
+        fails that spec's trial, removed from ``trials`` and ``specs`` in place, and the rest are
+        sent again. Returns the accepted trials, their specs and their candidates; raises the
+        refusal when it names the last spec left, or no single spec."""
+        unfinished: Unfinished = "raise" if self.on_failure == "raise" else "return"  # a failure, as on_failure says
+        while True:
+            try:
+                candidates = self.client.condition_many(
+                    specs, self.job_options(study.study_name), self.timeout, unfinished=unfinished
+                )
+                return trials, specs, candidates
+            except SpecRejectedError as exc:
+                index = _refused_spec(exc, len(specs))
+                if index is None:
+                    raise
+                reasons = _refusal_reasons(exc, index)
+                trials[index].set_user_attr(ATTR_VERDICT, "refused")
+                trials[index].set_user_attr(ATTR_REASONS, reasons)
+                if len(specs) == 1:
+                    raise  # the caller tells it failed
+                refused = trials.pop(index)
+                specs.pop(index)
+                study.tell(refused, state=TrialState.FAIL)
+                warnings.warn(
+                    f"trial {refused.number}: the service refused its spec ({'; '.join(reasons)}); "
+                    f"the trial failed and the other {len(specs)} were sent again",
+                    SpecRefused,
+                    stacklevel=4,
+                )
 
     def rank(self, trial: optuna.Trial) -> RankDecision | None:
         """Where the trial's recorded features rank among the completed trials' (recorded as
@@ -394,6 +434,35 @@ def _study_name(trial: optuna.Trial) -> str | None:
     which runs an objective once with fixed parameters)."""
     study = getattr(trial, "study", None)
     return None if study is None else study.study_name
+
+
+_SPEC_IN_BATCH = re.compile(r"specs\[(\d+)\](?=$|[.\[ ])")
+
+
+def _refused_spec(refusal: SpecRejectedError, batch: int) -> int | None:
+    """The index of the one spec a batch's refusal names in every issue (its ``errors`` paths start
+    ``specs[i]``); None when it names the request, the options, or more than one spec."""
+    issues = refusal.problem.get("errors")
+    if not isinstance(issues, list) or not issues:
+        return None
+    indices = set()
+    for issue in issues:
+        match = _SPEC_IN_BATCH.match(str(issue.get("path", ""))) if isinstance(issue, Mapping) else None
+        if match is None:
+            return None
+        indices.add(int(match.group(1)))
+    (index,) = indices if len(indices) == 1 else (None,)
+    return index if index is not None and index < batch else None
+
+
+def _refusal_reasons(refusal: SpecRejectedError, index: int) -> list[str]:
+    """The refusal's issues as the trial's reasons, each path relative to the trial's own spec."""
+    prefix = f"specs[{index}]"
+    reasons = []
+    for issue in refusal.problem.get("errors", [])[:10]:
+        path = str(issue.get("path", "")).removeprefix(prefix).lstrip(".")
+        reasons.append(f"spec{'.' + path if path and path[0] not in '[ ' else path}: {issue.get('message', '')}")
+    return reasons
 
 
 def _not_conditioned(candidate: Candidate) -> str:

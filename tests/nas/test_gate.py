@@ -328,6 +328,54 @@ def test_prescreening_submits_all_specs_at_once_and_returns_the_kept(client: Pre
     assert all(t.user_attrs[ATTR_VERDICT] == "prune" for t in study.trials if t.state == PRUNED)
 
 
+NO_PARAMETERS = {"input_shape": [64], "blocks": [{"layers": [{"type": "relu"}]}]}
+ZERO_WIDTH = {"input_shape": [64], "blocks": [{"layers": [{"type": "linear", "out": 0}]}]}
+
+
+def test_a_prescreen_fails_only_the_trials_whose_spec_the_service_refuses(client: PreflightClient) -> None:
+    """The service validates a batch all or nothing, so one invalid architecture failed every
+    trial of the prescreen; now it fails its own trial, saying why, and the rest are conditioned."""
+    from nas.gate import SpecRefused
+
+    specs = SPECS | {"no_parameters": NO_PARAMETERS, "zero_width": ZERO_WIDTH}
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
+    study = enqueued_study(["no_parameters", "well", "zero_width", "ill", "well"], direction="maximize")
+    with pytest.warns(SpecRefused) as warned:
+        kept = gate.prescreen(study, lambda t: specs[t.suggest_categorical("arch", list(specs))], n_trials=5)
+    assert [s.trial.number for s in kept] == [1, 4]
+    assert [str(w.message).split(":")[0] for w in warned] == ["trial 0", "trial 2"]
+    FAIL = optuna.trial.TrialState.FAIL
+    assert [t.state for t in study.trials] == [
+        FAIL,
+        optuna.trial.TrialState.RUNNING,
+        FAIL,
+        PRUNED,
+        optuna.trial.TrialState.RUNNING,
+    ]
+    refused = study.trials[2]
+    assert refused.user_attrs[ATTR_VERDICT] == "refused"
+    assert refused.user_attrs["preflight_reasons"][0].startswith("spec.blocks[0].layers[0] (linear).out: ")
+    assert "no parameters" in study.trials[0].user_attrs["preflight_reasons"][0]
+
+
+def test_a_prescreen_whose_every_spec_is_refused_raises_with_every_trial_failed(client: PreflightClient) -> None:
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
+    study = optuna.create_study()
+    with pytest.warns(nas.gate.SpecRefused), pytest.raises(nas.errors.SpecRejectedError, match="out"):
+        gate.prescreen(study, lambda trial: ZERO_WIDTH, n_trials=2)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2
+    assert all(t.user_attrs[ATTR_VERDICT] == "refused" for t in study.trials)
+
+
+def test_a_refusal_of_the_options_fails_the_whole_prescreen(client: PreflightClient) -> None:
+    gate = ConditioningGate(client, options=TINY_OPTIONS | {"no_such_option": 1}, timeout=300)
+    study = enqueued_study(["well", "ill"], direction="maximize")
+    with pytest.raises(nas.errors.SpecRejectedError, match="no_such_option"):
+        gate.prescreen(study, arch_space, n_trials=2)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2
+    assert all(ATTR_VERDICT not in t.user_attrs for t in study.trials)
+
+
 def test_rank_after_prunes_a_trainable_candidate_predicted_below_the_trained_ones(client: PreflightClient) -> None:
     """The objective here is the network's size, which the ranking's features include: once six
     trials have completed, a narrower network than any of them is predicted worst and pruned
