@@ -231,7 +231,7 @@ class ConditioningGate:
         study = getattr(trial, "study", None)  # an optuna.trial.FixedTrial has none
         if study is not None:
             self._check_rank_study(study)
-        options = self.job_options(_study_name(trial), trial.number)
+        options = self.job_options(None if study is None else study.study_name, trial.number)
         try:
             candidate = self.client.condition(spec, options, self.timeout)
         except WaitTimeout as exc:  # not conditioned in time: a failure, as on_failure says
