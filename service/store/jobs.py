@@ -64,6 +64,7 @@ __all__ = [
     "reap",
     "release",
     "submit",
+    "wanted_priority",
 ]
 
 # Which job device preferences a worker of each kind takes.
@@ -183,6 +184,8 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
         )
         _widen_devices(session, {ids[key]: by_key[key].device for key in existing})
     held = _hold(session, candidates, ids, now)
+    if existing:
+        wanted_priority(session, [ids[key] for key in existing])
     session.execute(
         insert(Submission),
         [
@@ -203,6 +206,25 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
         out.append(Enqueued(id=ids[c.cache_key], created=created, owned_id=owned_id, public_id=public))
         seen.add(c.cache_key)
     return out
+
+
+def wanted_priority(session: Session, job_ids: Sequence[int]) -> None:
+    """Queue each unfinished job at the highest priority of the owners that still want it: the
+    job row kept the priority of whoever queued it first, so a job another owner had queued (or
+    queued and cancelled) at a priority over the cap ran there for a tenant that asked for less,
+    and one queued low held back a later owner that asked for more. Each owner's priority is
+    already capped, so the job's is too."""
+    highest = (
+        select(func.max(OwnedCandidate.priority))
+        .where(OwnedCandidate.candidate_id == Candidate.id, OwnedCandidate.cancelled_at.is_(None))
+        .scalar_subquery()
+    )
+    session.execute(
+        update(Candidate)
+        .where(Candidate.id.in_(job_ids), Candidate.status.in_((Status.QUEUED, Status.RUNNING)))
+        .values(priority=func.coalesce(highest, Candidate.priority))
+        .execution_options(synchronize_session=False)
+    )
 
 
 def _widen_devices(session: Session, wanted: dict[int, str]) -> None:

@@ -161,6 +161,8 @@ def cancel_owned(session: Session, *, public_id: str, caller: Caller) -> tuple[S
         )
         if not wanted:
             jobs.cancel(session, job_id=found.candidate_id)
+        else:  # it runs on for the others, at their priority
+            jobs.wanted_priority(session, [found.candidate_id])
     return before, session.execute(_VIEW.where(_OWNED.c.id == found.id)).one()
 
 

@@ -238,6 +238,30 @@ def test_a_tokens_priority_is_capped_and_an_admins_is_not(tenants: Tenants) -> N
     assert job is not None and job.spec["blocks"][0]["layers"][0]["out"] == 3  # the admin's runs first
 
 
+def test_a_shared_job_runs_at_the_highest_priority_of_the_owners_that_still_want_it(tenants: Tenants) -> None:
+    """The job kept the priority of whoever queued it first: a job the admin queued at 1000 and
+    cancelled was queued again at 1000 for a tenant capped at 5, and one queued at -9 held back a
+    tenant that asked for 4."""
+
+    def priority(width: int) -> int:
+        (row,) = [row for row in tenants.jobs() if row.id == job_ids[width]]
+        return int(row.priority)
+
+    urgent = submit(tenants.admin, {"spec": spec(8), "options": {"priority": 1000}})
+    tenants.admin.delete(f"/v1/candidates/{urgent['id']}")
+    job_ids = {8: tenants.jobs()[0].id}
+    assert submit(tenants.a, {"spec": spec(8), "options": {"priority": 1000}})["priority"] == 5
+    assert priority(8) == 5  # queued again at the cap, not at the admin's 1000
+
+    low = submit(tenants.b, {"spec": spec(9), "options": {"priority": -9}})
+    job_ids[9] = next(row.id for row in tenants.jobs() if row.id != job_ids[8])
+    high = submit(tenants.a, {"spec": spec(9), "options": {"priority": 4}})
+    assert priority(9) == 4  # B's low priority does not hold A's job back
+    tenants.a.delete(f"/v1/candidates/{high['id']}")
+    assert priority(9) == -9  # it runs on for B alone, at B's priority
+    assert tenants.b.get(f"/v1/candidates/{low['id']}").json()["status"] == "queued"
+
+
 def test_with_auth_off_everything_is_one_anonymous_owner_and_priority_is_not_capped(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:
