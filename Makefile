@@ -69,6 +69,7 @@ lint: $(STAMP)
 	$(BIN)/mypy --strict -p nas
 	$(BIN)/mypy -p service -p worker
 	$(BIN)/mypy -p bench
+	$(BIN)/mypy --explicit-package-bases tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info

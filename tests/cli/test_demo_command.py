@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -130,7 +131,7 @@ def test_a_keep_that_failed_only_without_the_gate_is_not_called_a_false_keep() -
     from service.cli.demo_commands import SearchResult, TrialRecord, _score_ungated, _what_happened
 
     def trial(number: int, accuracy: float, state: str = "complete", gated: bool = False) -> TrialRecord:
-        extra = {"candidate_id": f"c{number}", "verdict": "keep", "score": 0.0} if gated else {}
+        extra: dict[str, Any] = {"candidate_id": f"c{number}", "verdict": "keep", "score": 0.0} if gated else {}
         return TrialRecord(number, f"net-{number}", state, 4, accuracy, 1.0, params={"n": number}, **extra)
 
     plain = SearchResult("no gate", trials=[trial(0, 0.80), trial(1, 0.0), trial(2, 0.10), trial(3, 0.05)])

@@ -37,7 +37,9 @@ def test_compose_refuses_to_start_without_a_database_password() -> None:
 
 
 def real_setting_names() -> dict[str, tuple[type, str]]:
-    names = {f"PREFLIGHT_{field.upper()}": (Settings, field) for field in Settings.model_fields}
+    names: dict[str, tuple[type, str]] = {
+        f"PREFLIGHT_{field.upper()}": (Settings, field) for field in Settings.model_fields
+    }
     names |= {f"PREFLIGHT_SPEC_{field.upper()}": (SpecLimits, field) for field in SpecLimits.model_fields}
     return names
 
@@ -113,7 +115,9 @@ def test_the_api_healthcheck_asks_a_real_endpoint() -> None:
     from service.api.app import create_app
 
     test = " ".join(SERVICES["api"]["healthcheck"]["test"])
-    path = re.search(r"http://127\.0\.0\.1:8000(/[a-z]+)", test).group(1)
+    match = re.search(r"http://127\.0\.0\.1:8000(/[a-z]+)", test)
+    assert match is not None
+    path = match.group(1)
     assert path in create_app(Settings()).openapi()["paths"]
 
 
@@ -122,5 +126,7 @@ def test_the_worker_healthcheck_reads_the_file_its_workers_touch() -> None:
     path = worker["environment"]["PREFLIGHT_WORKER_ALIVE_FILE"]
     test = " ".join(worker["healthcheck"]["test"])
     assert f"getmtime('{path}')" in test
-    limit = float(re.search(r"> (\d+)\)", test).group(1))
+    match = re.search(r"> (\d+)\)", test)
+    assert match is not None
+    limit = float(match.group(1))
     assert limit > Settings().heartbeat_seconds * 3  # the file is touched at most once a heartbeat

@@ -10,10 +10,17 @@ import pytest
 import torch
 from torch import nn
 
-from nas import build_model, summarize
+from nas import PreflightNet, build_model, summarize
 from nas.build import init_variance
 from nas.examples import EXAMPLE_CNN, EXAMPLE_MLP
 from nas.spec import Init
+
+
+def _block(model: PreflightNet, index: int) -> Any:
+    """``model.blocks[index]``, an ``nn.Sequential``; untyped, as the tests reach into the attributes
+    of each layer's own class."""
+    return model.blocks[index]
+
 
 SCHEMES: list[dict[str, Any]] = [
     {"scheme": "fan_in"},
@@ -58,7 +65,7 @@ def test_weight_variance_matches_the_init_table(
     """Measured weight variance equals the table's variance times gain^2 within 5 standard
     errors of the sample variance; biases are zero except under torch_default."""
     spec = {"input_shape": input_shape, "blocks": [{"layers": [{**layer, "init": init}]}]}
-    module = build_model(spec, seed=0).blocks[0][0]
+    module = _block(build_model(spec, seed=0), 0)[0]
     weight = module.weight.detach().double()
     expected = EXPECTED_VARIANCE[init["scheme"]](*fans) * init.get("gain", 1.0) ** 2
     measured = weight.var().item()
@@ -85,8 +92,8 @@ def test_layer_init_overrides_the_spec_default() -> None:
         ],
     }
     model = build_model(spec, seed=0)
-    assert model.blocks[0][0].weight.std().item() == pytest.approx(1.0, rel=0.02)
-    assert model.blocks[0][1].weight.std().item() == pytest.approx(math.sqrt(2 / 500), rel=0.02)
+    assert _block(model, 0)[0].weight.std().item() == pytest.approx(1.0, rel=0.02)
+    assert _block(model, 0)[1].weight.std().item() == pytest.approx(math.sqrt(2 / 500), rel=0.02)
 
 
 ALL_LAYERS_SPEC: dict[str, Any] = {
@@ -155,7 +162,7 @@ def test_every_layer_builds_with_the_inferred_shapes() -> None:
 
 def test_residual_computes_alpha_shortcut_plus_beta_body() -> None:
     model = build_model(ALL_LAYERS_SPEC, seed=0).eval()
-    residual = model.blocks[1][0]
+    residual = _block(model, 1)[0]
     x = torch.randn(2, 8, 4, 4)
     expected = 0.5 * residual.shortcut(x) + 0.25 * residual.body(x)
     torch.testing.assert_close(residual(x), expected)
@@ -163,9 +170,9 @@ def test_residual_computes_alpha_shortcut_plus_beta_body() -> None:
 
 def test_batchnorm_dimension_follows_the_input_rank() -> None:
     model = build_model(ALL_LAYERS_SPEC, seed=0)
-    assert isinstance(model.blocks[0][1], nn.BatchNorm2d)
-    assert isinstance(model.blocks[2][6], nn.BatchNorm1d)
-    assert model.blocks[0][1].weight.eq(1).all() and model.blocks[0][1].bias.eq(0).all()
+    assert isinstance(_block(model, 0)[1], nn.BatchNorm2d)
+    assert isinstance(_block(model, 2)[6], nn.BatchNorm1d)
+    assert _block(model, 0)[1].weight.eq(1).all() and _block(model, 0)[1].bias.eq(0).all()
 
 
 def test_same_seed_builds_identical_weights_and_leaves_global_rng_alone() -> None:
@@ -176,7 +183,7 @@ def test_same_seed_builds_identical_weights_and_leaves_global_rng_alone() -> Non
     for (name, p), (_, q) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
         assert torch.equal(p, q), name
     c = build_model(EXAMPLE_CNN, seed=8)
-    assert not torch.equal(a.blocks[0][0].weight, c.blocks[0][0].weight)
+    assert not torch.equal(_block(a, 0)[0].weight, _block(c, 0)[0].weight)
 
 
 @pytest.mark.parametrize("seed", [-1, 1.5, "3", True, 2**64], ids=["negative", "float", "text", "bool", "too-large"])
@@ -189,7 +196,7 @@ def test_a_seed_torch_would_misread_is_refused(seed: object) -> None:
 def test_numpy_integer_seeds_build_the_same_network_as_python_ints() -> None:
     import numpy as np
 
-    a, b = build_model(EXAMPLE_MLP, seed=np.int64(5)), build_model(EXAMPLE_MLP, seed=5)
+    a, b = build_model(EXAMPLE_MLP, seed=np.int64(5)), build_model(EXAMPLE_MLP, seed=5)  # type: ignore[arg-type]
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
 
 

@@ -12,8 +12,14 @@ import pytest
 import torch
 from torch import nn
 
-from nas.build import Cell, SelfAttention, build_model
+from nas.build import Cell, PreflightNet, SelfAttention, build_model
 from nas.space import nasbench201_cell, nasbench201_spec, transformer_block, vit_spec
+
+
+def _block(model: PreflightNet, index: int) -> Any:
+    """``model.blocks[index]``, an ``nn.Sequential``; untyped, as the tests reach into the attributes
+    of each layer's own class."""
+    return model.blocks[index]
 
 
 def _sequence_spec(layers: list[dict[str, Any]], width: int = 16, tokens_side: int = 3) -> dict[str, Any]:
@@ -37,7 +43,7 @@ def _copy_attention(ours: SelfAttention, reference: nn.MultiheadAttention) -> No
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_matches_torch_multihead_attention(causal: bool) -> None:
     model = build_model(_sequence_spec([{"type": "attention", "heads": 4, "causal": causal}]), seed=0)
-    ours = model.blocks[1][0]
+    ours = _block(model, 1)[0]
     assert isinstance(ours, SelfAttention)
     reference = nn.MultiheadAttention(16, 4, batch_first=True)
     _copy_attention(ours, reference)
@@ -53,7 +59,7 @@ def test_attention_matches_torch_multihead_attention(causal: bool) -> None:
 
 def test_pre_ln_transformer_block_matches_torch_transformer_encoder_layer() -> None:
     model = build_model(_sequence_spec(transformer_block(16, heads=2, mlp_ratio=4.0)), seed=1)
-    attention_branch, mlp_branch = model.blocks[1]
+    attention_branch, mlp_branch = _block(model, 1)
     reference = nn.TransformerEncoderLayer(
         16, 2, dim_feedforward=64, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
     )
@@ -170,7 +176,7 @@ def test_a_cells_names_and_weights_do_not_depend_on_the_edge_listing() -> None:
 
 def test_parallel_edges_sum_and_concat_stacks_nodes() -> None:
     edges = [{"from": 0, "to": 1}, {"from": 0, "to": 1}, {"from": 1, "to": 2, "op": [{"type": "scale", "factor": 3.0}]}]
-    spec = {
+    spec: dict[str, Any] = {
         "format": "1.1",
         "input_shape": [2, 4, 4],
         "blocks": [{"layers": [{"type": "cell", "nodes": 3, "edges": edges}]}],
@@ -179,7 +185,7 @@ def test_parallel_edges_sum_and_concat_stacks_nodes() -> None:
     torch.testing.assert_close(build_model(spec)(x), 6 * x)
     spec["blocks"][0]["layers"][0]["output"] = "concat"
     model = build_model(spec)
-    assert isinstance(model.blocks[0][0], Cell)
+    assert isinstance(_block(model, 0)[0], Cell)
     torch.testing.assert_close(model(x), torch.cat([2 * x, 6 * x], dim=1))
 
 
@@ -197,7 +203,7 @@ def test_patch_embedding_is_a_strided_conv_with_row_major_tokens() -> None:
         "blocks": [{"layers": [{"type": "patch_embed", "patch": 4, "out": 5}]}],
     }
     model = build_model(spec, seed=0)
-    conv = model.blocks[0][0].proj
+    conv = _block(model, 0)[0].proj
     x = torch.randn(2, 3, 8, 8)
     tokens = model(x)
     assert tokens.shape == (2, 4, 5)
@@ -208,11 +214,11 @@ def test_patch_embedding_is_a_strided_conv_with_row_major_tokens() -> None:
 def test_attention_projections_follow_the_init_scheme() -> None:
     width = 256
     spec = _sequence_spec([{"type": "attention", "heads": 4, "init": {"scheme": "fan_in", "gain": 0.5}}], width=width)
-    attention = build_model(spec, seed=0).blocks[1][0]
+    attention = _block(build_model(spec, seed=0), 1)[0]
     for projection in (attention.q, attention.k, attention.v, attention.o):
         variance = projection.weight.var().item()
         assert variance == pytest.approx(0.25 * 2 / width, rel=0.05)
         assert torch.count_nonzero(projection.bias) == 0
-    pos = build_model(vit_spec(depth=1, width=64, heads=2), seed=0).blocks[0][1].embedding
+    pos = _block(build_model(vit_spec(depth=1, width=64, heads=2), seed=0), 0)[1].embedding
     assert pos.std().item() == pytest.approx(0.02, rel=0.1)
     assert math.isfinite(pos.sum().item())

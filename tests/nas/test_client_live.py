@@ -50,6 +50,7 @@ def test_an_invalid_spec_is_a_spec_rejected_error_naming_the_path(client: Prefli
     with pytest.raises(SpecRejectedError) as caught:
         client.submit(bad)
     assert caught.value.status == 422
+    assert caught.value.detail is not None
     assert "blocks[0].layers[0]" in caught.value.detail
     assert caught.value.problem["title"]
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from nas.errors import (
@@ -46,7 +48,7 @@ def test_the_problem_document_is_carried_and_quoted() -> None:
         "detail": "blocks[0].layers[0] (linear).out: required",
         "errors": [{"path": "x"}],
     }
-    error = error_for_status(422, problem)
+    error = cast(ClientError, error_for_status(422, problem))
     assert error.status == 422
     assert error.problem == problem
     assert error.detail == problem["detail"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import optuna
@@ -56,9 +56,9 @@ def test_bad_gate_arguments_are_refused_and_quoted(kwargs: dict[str, Any], messa
 def test_numpy_numbers_are_gate_arguments_like_python_ones() -> None:
     gate = ConditioningGate(
         PreflightClient("http://unused.invalid"),
-        rank_after=np.int64(5),
+        rank_after=np.int64(5),  # type: ignore[arg-type]  # numpy numbers are accepted
         rank_below=np.float64(0.4),
-        timeout=np.float32(9),
+        timeout=np.float32(9),  # type: ignore[arg-type]
     )
     assert gate.rank_after == 5 and type(gate.rank_after) is int
 
@@ -121,6 +121,7 @@ def test_an_ill_conditioned_candidate_is_pruned_and_a_well_conditioned_one_kept_
     def objective(trial: optuna.Trial) -> float:
         spec = arch_space(trial)
         report = gate.check(trial, spec)  # before any training
+        assert report is not None
         model = nas.build_model(spec, scales=report.scales, seed=0)
         trainer = Trainer(model, data, generator=torch.Generator().manual_seed(0))
         return max(trainer.epoch() for _ in range(3))
@@ -130,7 +131,7 @@ def test_an_ill_conditioned_candidate_is_pruned_and_a_well_conditioned_one_kept_
     ill, well = study.trials
     assert ill.state == PRUNED and ill.user_attrs[ATTR_VERDICT] == "prune"
     assert well.state == COMPLETE and well.user_attrs[ATTR_VERDICT] == "keep"
-    assert well.value > 0.85  # trained from the tuned initialization, on real digits
+    assert well.value is not None and well.value > 0.85  # trained from the tuned initialization, on real digits
     assert ill.user_attrs[ATTR_CANDIDATE_ID] != well.user_attrs[ATTR_CANDIDATE_ID]
     assert ill.user_attrs.get(ATTR_SCORE) is None or ill.user_attrs[ATTR_SCORE] < well.user_attrs[ATTR_SCORE]
     assert ill.constraints[CONSTRAINT_KEY] > 0 >= well.constraints[CONSTRAINT_KEY]
@@ -220,6 +221,7 @@ def test_the_pruner_decides_at_the_first_check_and_median_pruner_later(client: P
         if trial.should_prune():
             checked.append((trial.number, "conditioning"))
             raise optuna.TrialPruned()
+        assert report is not None
         nas.build_model(arch_space(trial), scales=report.scales)
         for step in range(3):
             trial.report(1.0 if trial.number == 1 else 0.0, step)  # the second 'well' trains worse
@@ -271,7 +273,9 @@ def test_the_percentile_rule_applies_to_trials_that_were_only_submitted(client: 
 
 
 @pytest.mark.parametrize("on_failure", ["prune", "keep"])
-def test_a_wait_that_times_out_is_a_failure_under_on_failure(client: PreflightClient, on_failure: str) -> None:
+def test_a_wait_that_times_out_is_a_failure_under_on_failure(
+    client: PreflightClient, on_failure: Literal["prune", "keep"]
+) -> None:
     """A candidate not conditioned within the timeout raised WaitTimeout whatever on_failure said,
     so one slow job stopped the study. Here the job waits for a GPU worker that this service lacks."""
     width = {"prune": 37, "keep": 41}[on_failure]  # 37, 41, 43, 47: widths no other test submits (the jobs stay queued)
@@ -434,7 +438,8 @@ def test_ranking_that_skips_every_candidate_while_nothing_completes_warns_once()
     assert sum(isinstance(w.message, RankingStalled) for w in caught) == 1
     kept = study.ask()
     kept.set_user_attr(ATTR_FEATURES, {"score": 2.0})
-    assert gate.rank(kept).keep  # the streak ends with a candidate kept
+    ranked = gate.rank(kept)
+    assert ranked is not None and ranked.keep  # the streak ends with a candidate kept
 
 
 def test_a_run_of_skips_shorter_than_the_trained_count_is_not_a_stall() -> None:

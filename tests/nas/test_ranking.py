@@ -17,7 +17,7 @@ def _rows(n: int, seed: int = 0) -> tuple[list[dict[str, float | None]], np.ndar
     rng = np.random.default_rng(seed)
     meco, probe = rng.normal(size=n), rng.normal(size=n)
     noise = rng.normal(size=n) * 0.1
-    rows = [
+    rows: list[dict[str, float | None]] = [
         {"meco": float(m), "probe_loss": float(p), "naswot": float(rng.normal())}
         for m, p in zip(meco, probe, strict=True)
     ]

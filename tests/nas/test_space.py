@@ -137,8 +137,8 @@ def test_prefix_keeps_two_parts_of_one_space_apart() -> None:
         # each was accepted and then searched something else, or failed later with another library's words
         (lambda: MLPSpace([64], 10, norms=("none", "groupnorm")), "groupnorm needs image inputs"),  # dropped
         (lambda: ResidualSpace([64], 10, norms=("groupnorm",)), "groupnorm needs image inputs"),
-        (lambda: MLPSpace([64], 10, depth=(1.5, 3.5)), "pair of integers"),
-        (lambda: MLPSpace([64], 10, depth=("1", "3")), "pair of integers"),  # '<' not supported
+        (lambda: MLPSpace([64], 10, depth=(1.5, 3.5)), "pair of integers"),  # type: ignore[arg-type]
+        (lambda: MLPSpace([64], 10, depth=("1", "3")), "pair of integers"),  # type: ignore[arg-type]  # '<' not supported
         (lambda: MLPSpace([64], None), "n_classes"),  # type: ignore[arg-type]
         (lambda: CNNSpace([1, 2, 2], 10, stages=(3, 3)), "room for at most 2 stages"),  # Optuna's low <= high
         (lambda: CNNSpace([1, 0, 0], 10), "input_shape"),  # math domain error
@@ -171,7 +171,7 @@ def test_numpy_integers_are_integers_to_a_space() -> None:
     import numpy as np
 
     labels = np.array([0, 3, 9])
-    space = MLPSpace([np.int64(64)], labels.max() + 1, depth=(np.int64(1), np.int64(3)))  # n_classes: a numpy int
+    space = MLPSpace([np.int64(64)], labels.max() + 1, depth=(np.int64(1), np.int64(3)))  # type: ignore[list-item, arg-type]  # n_classes: a numpy int
     assert space(
         optuna.trial.FixedTrial(
             {"depth": 2, "width": 32, "activation": "relu", "norm": "none", "init_scheme": "fan_in", "init_gain": 1.0}

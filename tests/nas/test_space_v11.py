@@ -3,6 +3,9 @@ spec, and both usable in an Optuna objective exactly as the chain spaces are."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import optuna
 import pytest
 
@@ -11,6 +14,7 @@ from nas.space import (
     NB201_EDGES,
     NB201_OPS,
     NASBench201Space,
+    SearchSpace,
     ViTSpace,
     nasbench201_arch_string,
     nasbench201_cells,
@@ -55,9 +59,9 @@ def test_a_sample_of_cells_all_build_into_distinct_valid_specs() -> None:
     assert len(hashes) == len(cells)
 
 
-def _objective(space: object) -> object:
+def _objective(space: SearchSpace) -> Callable[[optuna.Trial], float]:
     def objective(trial: optuna.Trial) -> float:
-        spec = parse_spec(space(trial))  # type: ignore[operator]
+        spec = parse_spec(space(trial))
         return float(len(spec.blocks))
 
     return objective
@@ -88,8 +92,9 @@ def test_vit_space_runs_in_an_optuna_study_and_refuses_impossible_ranges() -> No
 @pytest.mark.parametrize("field", ["widths", "head_dims", "patches"])
 def test_an_empty_choice_of_the_vit_space_is_refused_when_the_space_is_made(field: str) -> None:
     """Optuna refused it only at the first trial, in its own words."""
+    overrides: dict[str, Any] = {field: ()}
     with pytest.raises(ValueError, match=f"{field} must be a non-empty list"):
-        ViTSpace(**{field: ()})
+        ViTSpace(**overrides)
 
 
 @pytest.mark.parametrize(

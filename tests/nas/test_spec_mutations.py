@@ -45,7 +45,7 @@ def _containers(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any,
     if len(path) > 30:
         return []
     if isinstance(value, dict):
-        found = [(path, value)]
+        found: list[tuple[tuple[Any, ...], Any]] = [(path, value)]
         for key, item in value.items():
             found += _containers(item, (*path, key))
         return found

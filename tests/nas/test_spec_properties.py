@@ -129,7 +129,7 @@ def _with_explicit_defaults(spec: dict[str, Any]) -> dict[str, Any]:
     """Write out the defaults a spec omitted, and push the spec-wide init onto each layer."""
     spec = copy.deepcopy(spec)
     default_init = spec.pop("init", {"scheme": "fan_in"})
-    defaults = {
+    defaults: dict[str, dict[str, Any]] = {
         "linear": {"bias": True},
         "conv2d": {"stride": 1, "padding": "same", "groups": 1, "bias": True},
         "leaky_relu": {"slope": 0.01},

@@ -25,7 +25,7 @@ V1_HASHES = {
     "cnn": "17a25dca782c4368472bd66f28db7544df1c8d0c796633d23ffa5ffa6f9f5b48",
     "resnet": "4b5030c1b1823ed0ad94e8971f880b7bb59d863fe6b14446c5212985acbe8f4e",
 }
-V1_POOLS = {
+V1_POOLS: dict[str, Any] = {
     "input_shape": [3, 8, 8],
     "blocks": [
         {

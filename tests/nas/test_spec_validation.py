@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from nas import SpecError, SpecLimits, parse_spec
 from nas.examples import EXAMPLE_CNN, EXAMPLE_MLP
+from nas.spec import LinearLayer
 
 
 def _mlp(*layers: dict[str, Any], input_shape: list[int] | None = None) -> dict[str, Any]:
@@ -321,7 +322,7 @@ def test_an_integral_number_of_any_type_is_an_integer() -> None:
 
     spec = {"input_shape": [np.int64(4)], "blocks": [{"layers": [{"type": "linear", "out": np.int32(16)}]}]}
     parsed = parse_spec(spec)
-    assert parsed.input_shape == [4] and type(parsed.blocks[0].layers[0].out) is int
+    assert parsed.input_shape == [4] and type(cast(LinearLayer, parsed.blocks[0].layers[0]).out) is int
 
 
 def test_an_error_about_a_large_value_quotes_it_cut_short() -> None:

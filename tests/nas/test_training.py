@@ -106,6 +106,7 @@ def test_an_epoch_is_momentum_sgd_over_the_seeded_permutation_written_out_by_han
         torch.nn.functional.cross_entropy(reference(data.x_train[index]), data.y_train[index]).backward()
         with torch.no_grad():
             for name, p in reference.named_parameters():
+                assert p.grad is not None
                 buffers[name].mul_(momentum).add_(p.grad)
                 p.sub_(lr * buffers[name])
         steps += 1

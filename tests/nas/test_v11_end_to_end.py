@@ -12,7 +12,7 @@ import nas
 from nas.client import PreflightClient
 from nas.errors import SpecRejectedError
 from nas.gate import ATTR_VERDICT, ConditioningGate
-from nas.space import NASBench201Space, ViTSpace, nasbench201_spec, vit_spec
+from nas.space import NASBench201Space, SearchSpace, ViTSpace, nasbench201_spec, vit_spec
 from nas.testing import FAST_OPTIONS
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -42,6 +42,7 @@ def test_a_10_spec_using_a_11_type_is_refused_with_the_version_named(client: Pre
     with pytest.raises(SpecRejectedError) as caught:
         client.submit(old)
     assert caught.value.status == 422
+    assert caught.value.detail is not None
     assert "blocks[0].layers[0] (patch_embed)" in caught.value.detail
     assert "format 1.1" in caught.value.detail
 
@@ -51,13 +52,14 @@ def test_a_10_spec_using_a_11_type_is_refused_with_the_version_named(client: Pre
     [NASBench201Space(channels=4, cells_per_stage=1, input_shape=(3, 16, 16)), ViTSpace(depth=(1, 2), widths=(32,))],
     ids=["nasbench201", "vit"],
 )
-def test_the_gate_checks_11_search_spaces(client: PreflightClient, space: object) -> None:
+def test_the_gate_checks_11_search_spaces(client: PreflightClient, space: SearchSpace) -> None:
     gate = ConditioningGate(client, options=FAST_OPTIONS, timeout=300)
     checked = []
 
     def objective(trial: optuna.Trial) -> float:
-        spec = space(trial)  # type: ignore[operator]
+        spec = space(trial)
         report = gate.check(trial, spec)  # prunes the trial when the verdict is "prune"
+        assert report is not None
         checked.append(report.spec_hash)
         return float(report.score or 0.0)
 

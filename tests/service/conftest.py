@@ -9,8 +9,9 @@ cannot be reached the PostgreSQL tests are skipped, or fail if PREFLIGHT_TEST_RE
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -106,10 +107,10 @@ def sessions(db_url: str) -> Iterator[object]:
 
 
 @pytest.fixture
-def make_settings() -> object:
+def make_settings() -> Callable[..., Settings]:
     """``make_settings(url, **overrides)``: settings with fast leases for the tests."""
 
-    def make(url: str, **overrides: object) -> Settings:
+    def make(url: str, **overrides: Any) -> Settings:
         return Settings(database_url=url, **{**FAST_QUEUE, **overrides})
 
     return make

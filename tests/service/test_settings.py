@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
@@ -36,8 +38,9 @@ def test_a_setting_past_what_the_queue_can_represent_is_refused_at_start(
     """Each of these started and then crashed a worker (an infinite lease overflowed a timedelta, a
     huge poll a timestamp), made every submission a 500 (an attempt count beyond SQLite's integers)
     or killed the engine child as it started, retried forever."""
+    overrides: dict[str, Any] = {field: value}
     with pytest.raises(ValidationError, match=message):
-        Settings(**{field: value})
+        Settings(**overrides)
 
 
 def test_no_memory_limit_and_a_workable_one_are_accepted() -> None:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -85,13 +85,13 @@ def submit_many(
                 options=options,
                 owner_id=owner_id,
                 device=device,
-                **({"engine": engine} if engine else {}),  # None: this checkout's revision
+                **cast(dict[str, Any], {"engine": engine} if engine else {}),  # None: this checkout's revision
             )
         )
-    engine = make_engine(url)
-    with session_scope(make_sessionmaker(engine), write=True) as session:
+    db_engine = make_engine(url)
+    with session_scope(make_sessionmaker(db_engine), write=True) as session:
         ids = [e.id for e in jobs.submit(session, candidates=new, max_attempts=max_attempts)]
-    engine.dispose()
+    db_engine.dispose()
     return ids
 
 
@@ -547,7 +547,7 @@ def test_workers_and_api_survive_a_postgres_restart(
         restart = threading.Thread(target=_restart_postgres)
         restart.start()
         restart.join(130)
-        late = []
+        late: list[int] = []
         deadline = time.monotonic() + 60
         while len(late) < 5 and time.monotonic() < deadline:  # the API reconnects by itself
             response = client.post("/v1/candidates", json={"spec": spec(1000 + len(late)), "options": TINY})

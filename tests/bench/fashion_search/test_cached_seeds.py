@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from bench.fashion_search.report import _engine_line
 from bench.fashion_search.run import config, seed_path, seed_results
@@ -41,7 +42,7 @@ def test_keeping_older_engines_runs_only_the_missing_seeds(tmp_path: Path, monke
     import bench.fashion_search.run as runner
 
     ran: list[int] = []
-    monkeypatch.setattr(runner, "_one_seed", lambda task: ran.append(task[1]) or task[1])
+    monkeypatch.setattr(runner, "_one_seed", lambda task: ran.append(task[1]) or task[1])  # type: ignore[func-returns-value]
     _seed(tmp_path, 0, "an-older-engine")
     runner.run(tmp_path, [0, 1], 30, 4, jobs=1, any_engine=True)
     assert ran == [1]
@@ -53,8 +54,8 @@ def test_a_search_added_later_runs_alone_on_the_seeds_that_have_the_others(tmp_p
     import bench.fashion_search.run as runner
 
     tasks: list[tuple] = []
-    monkeypatch.setattr(runner, "_one_seed", lambda task: tasks.append(task) or task[1])
-    older = dict.fromkeys([n for n in SEARCHES if n != "lsuv, no gate"], [])
+    monkeypatch.setattr(runner, "_one_seed", lambda task: tasks.append(task) or task[1])  # type: ignore[func-returns-value]
+    older: dict[str, list[Any]] = dict.fromkeys([n for n in SEARCHES if n != "lsuv, no gate"], [])
     write_json(
         seed_path(tmp_path, 0),
         {"config": config(30, 4) | {"engine": "an-older-engine"}, "seed": 0, "searches": older},
@@ -71,7 +72,7 @@ def test_an_added_search_joins_its_seed_and_is_named_with_its_engine(tmp_path: P
     from bench.fashion_search.run import _one_seed
     from bench.pipeline.run import read_json
 
-    older = dict.fromkeys([n for n in SEARCHES if n != "lsuv, no gate"], [{"number": 0}])
+    older: dict[str, list[Any]] = dict.fromkeys([n for n in SEARCHES if n != "lsuv, no gate"], [{"number": 0}])
     write_json(seed_path(tmp_path, 0), {"config": config(30, 4), "seed": 0, "wall_seconds": 9.0, "searches": older})
     monkeypatch.setattr(evaluate, "Evaluator", lambda out: None)
     monkeypatch.setattr(searches, "run_seed", lambda *a, names, **k: dict.fromkeys(names, [{"number": 1}]))

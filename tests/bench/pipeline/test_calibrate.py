@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
@@ -111,7 +113,10 @@ def _synthetic(n: int = 60) -> list[dict]:
     rng = np.random.default_rng(1)
     rows = []
     for i in range(n):
-        comps = {name: float(rng.uniform(0, 3)) for name in calibrate.COMPONENTS} | {"non_finite": 0.0}
+        comps = cast(
+            dict[str, float | None],
+            {name: float(rng.uniform(0, 3)) for name in calibrate.COMPONENTS} | {"non_finite": 0.0},
+        )
         if i % 3 == 0:
             comps["hessian_log_spread"] = None  # skipped under the budget
         rows.append(_row(i, comps, family="ab"[i % 2]))
@@ -180,7 +185,9 @@ def test_write_engine_weights_is_the_writer_of_the_file_the_engine_loads(tmp_pat
     assert not (tmp_path / "bad.json").exists()
 
 
-def test_the_command_writes_through_write_engine_weights_and_check_compares(tmp_path, monkeypatch):
+def test_the_command_writes_through_write_engine_weights_and_check_compares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``python -m bench.pipeline.calibrate`` then ``--check``: the file written matches a fresh
     fit (exit 0), and a moved cut does not (exit 1)."""
     from bench.pipeline import rows as rows_module
@@ -189,7 +196,9 @@ def test_the_command_writes_through_write_engine_weights_and_check_compares(tmp_
     written: list = []
     original = calibrate.write_engine_weights
     monkeypatch.setattr(
-        calibrate, "write_engine_weights", lambda fit, path: written.append(path) or original(fit, path)
+        calibrate,
+        "write_engine_weights",
+        lambda fit, path: written.append(path) or original(fit, path),  # type: ignore[func-returns-value]
     )
     target = tmp_path / "weights.json"
     assert calibrate.main(["--out", str(tmp_path), "--weights", str(target)]) == 0

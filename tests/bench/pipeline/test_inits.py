@@ -31,7 +31,7 @@ def test_a_peer_draws_the_same_weights_after_any_earlier_draws_and_leaves_the_ge
         assert torch.equal(first[key], second[key]), f"{name}: {key} differs"
 
 
-def test_lsuv_centered_keeps_lsuvs_weights_and_centers_every_biased_layers_output_on_the_batch():
+def test_lsuv_centered_keeps_lsuvs_weights_and_centers_every_biased_layers_output_on_the_batch() -> None:
     x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1)) + 0.5
     y = torch.randint(0, 10, (32,), generator=torch.Generator().manual_seed(2))
     lsuv = initialize("lsuv", nas.build_model(EXAMPLE_MLP, seed=0), x, y, seed=0)
@@ -61,7 +61,7 @@ def test_lsuv_centered_keeps_lsuvs_weights_and_centers_every_biased_layers_outpu
         assert lsuv.train()(x).mean(dim=0).abs().max() > 1e-2  # LSUV alone leaves a mean to remove
 
 
-def test_lsuv_counted_draws_lsuvs_weights_and_counts_each_forward_pass_it_ran():
+def test_lsuv_counted_draws_lsuvs_weights_and_counts_each_forward_pass_it_ran() -> None:
     x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1)) * 3.0  # far from unit variance
     y = torch.randint(0, 10, (32,), generator=torch.Generator().manual_seed(2))
     lsuv = initialize("lsuv", nas.build_model(EXAMPLE_MLP, seed=0), x, y, seed=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from bench.pipeline.run import write_json
 from bench.v2.analysis import load_rows
@@ -70,7 +71,7 @@ def test_a_tuned_run_survives_an_engine_rerun_that_moves_the_last_digits_and_no_
     pre = tmp_path / "preflight/s0" / f"{candidate.id}.json"
     write_json(pre, _report(scales, shifts, 17.0))
     for stage in (tuned, baselines):
-        stored = {"fingerprint": _fingerprint(stage, candidate, 1.0)}
+        stored: dict[str, Any] = {"fingerprint": _fingerprint(stage, candidate, 1.0)}
         stored["preflight_inputs"] = _preflight_inputs(tmp_path, stage, candidate)
         write_json(tmp_path / stage.key / f"{candidate.id}.json", stored)
         assert cached(tmp_path, stage, candidate)

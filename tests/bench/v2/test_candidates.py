@@ -44,7 +44,7 @@ def test_sampling_is_deterministic():
     assert [c.to_json() for c in dev_set()] == [c.to_json() for c in dev_set()]
 
 
-def test_the_validation_samples_share_no_candidate_with_the_benchmark_or_each_other():
+def test_the_validation_samples_share_no_candidate_with_the_benchmark_or_each_other() -> None:
     from bench.v2.candidates import FRESH_SAMPLES, fresh_set
 
     benchmark = {_key(c.spec) for c in dev_set() + frozen_test_set()}

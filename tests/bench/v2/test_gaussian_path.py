@@ -40,7 +40,7 @@ def test_a_cached_default_path_report_is_rescored_by_the_shipped_weights(
     from nas.options import Thresholds
     from worker.engine.score import score
 
-    components = {"probe_loss": 0.99, "non_finite": 0.0}
+    components: dict[str, float | None] = {"probe_loss": 0.99, "non_finite": 0.0}
     write_json(tmp_path / "c.json", {"score": 123.0, "verdict": "keep", "components": components})
     monkeypatch.setattr(gaussian_path, "OUT", tmp_path)
     cached = gaussian_path._cached("c")

@@ -179,7 +179,7 @@ def test_bad_arguments_are_refused_and_quoted(kwargs: dict[str, Any], message: s
 
 
 def test_numpy_numbers_are_arguments_like_python_ones() -> None:
-    pruner = ConditioningPruner(percentile=np.float64(50.0), n_startup_trials=np.int64(3), timeout=np.float32(5))
+    pruner = ConditioningPruner(percentile=np.float64(50.0), n_startup_trials=np.int64(3), timeout=np.float32(5))  # type: ignore[arg-type]
     assert pruner._n_startup_trials == 3
 
 
@@ -250,6 +250,7 @@ def test_controller_processes_share_one_rdb_storage(tmp_path: Path) -> None:
     assert [p.wait(timeout=120) for p in processes] == [0, 0]
     study = optuna.load_study(study_name="shared", storage=storage)
     assert len(study.trials) == 12
+    trial: optuna.trial.FrozenTrial | optuna.Trial
     for trial in study.trials:
         assert trial.state == (PRUNED_STATE if trial.params["score"] < 0 else optuna.trial.TrialState.COMPLETE)
     # A third controller's percentile rule sees every score the two recorded.

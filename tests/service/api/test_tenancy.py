@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -284,7 +284,7 @@ def test_token_create_admin_makes_a_token_that_sees_everything(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from service.cli import main
-    from service.store.tokens import active_token, hash_token
+    from service.store.tokens import ActiveToken, active_token, hash_token
 
     monkeypatch.setenv("PREFLIGHT_DATABASE_URL", sqlite_url)
     assert main(["token", "create", "ops", "--admin"]) == 0
@@ -298,5 +298,5 @@ def test_token_create_admin_makes_a_token_that_sees_everything(
     with session_scope(make_sessionmaker(engine)) as session:
         found = {token: active_token(session, digest=hash_token(token)) for token in (admin, tenant)}
     engine.dispose()
-    assert found[admin] is not None and found[admin].admin
-    assert found[tenant] is not None and not found[tenant].admin
+    assert found[admin] is not None and cast(ActiveToken, found[admin]).admin
+    assert found[tenant] is not None and not cast(ActiveToken, found[tenant]).admin

@@ -50,9 +50,18 @@ def claim(sessions: Any, device_kind: str = "cpu", lease: float = 30.0) -> jobs.
         return jobs.claim(session, worker="w", device_kind=device_kind, lease_seconds=lease)
 
 
+def claimed_id(sessions: Any) -> int:
+    """The id of the job ``claim`` takes (there must be one)."""
+    job = claim(sessions)
+    assert job is not None
+    return job.id
+
+
 def status_of(sessions: Any, job_id: int) -> Status:
     with session_scope(sessions) as session:
-        return Status(session.scalar(select(Candidate.status).where(Candidate.id == job_id)))
+        status = session.scalar(select(Candidate.status).where(Candidate.id == job_id))
+        assert status is not None
+        return Status(status)
 
 
 def test_same_spec_and_options_is_one_candidate_and_two_submissions(sessions: Any) -> None:
@@ -67,7 +76,7 @@ def test_same_spec_and_options_is_one_candidate_and_two_submissions(sessions: An
 
 def test_claim_takes_highest_priority_then_oldest(sessions: Any) -> None:
     low, high, high_later = submit(sessions, new(1), new(2, priority=5), new(3, priority=5))
-    assert [claim(sessions).id, claim(sessions).id, claim(sessions).id] == [high.id, high_later.id, low.id]
+    assert [claimed_id(sessions), claimed_id(sessions), claimed_id(sessions)] == [high.id, high_later.id, low.id]
     assert claim(sessions) is None
 
 
@@ -77,18 +86,18 @@ def test_an_owner_with_nothing_running_goes_before_a_busier_owners_urgent_jobs(s
     first, urgent, urgent_later = submit(
         sessions, new(1, owner_id=1, priority=10), new(2, owner_id=1, priority=10), new(3, owner_id=1, priority=10)
     )
-    assert claim(sessions).id == first.id
+    assert claimed_id(sessions) == first.id
     (other,) = submit(sessions, new(4, owner_id=2))
-    assert [claim(sessions).id for _ in range(3)] == [other.id, urgent.id, urgent_later.id]
+    assert [claimed_id(sessions) for _ in range(3)] == [other.id, urgent.id, urgent_later.id]
 
 
 def test_a_job_several_owners_hold_is_ranked_by_its_least_busy_owner(sessions: Any) -> None:
     busy, busy_queued = submit(sessions, new(1, owner_id=1, priority=5), new(2, owner_id=1, priority=5))
-    assert claim(sessions).id == busy.id
+    assert claimed_id(sessions) == busy.id
     shared, same = submit(sessions, new(3, owner_id=2), new(3, owner_id=1))  # owner 2 has nothing running
     (idle_owner_job,) = submit(sessions, new(4, owner_id=3, priority=1))
     assert shared.id == same.id
-    assert [claim(sessions).id for _ in range(3)] == [idle_owner_job.id, shared.id, busy_queued.id]
+    assert [claimed_id(sessions) for _ in range(3)] == [idle_owner_job.id, shared.id, busy_queued.id]
 
 
 @pytest.mark.parametrize(
@@ -152,7 +161,7 @@ def test_non_finite_figures_are_stored_as_null(sessions: Any, sample_report: Con
         assert jobs.complete(session, job_id=job.id, token=job.lease_token, report=report)
     with session_scope(sessions) as session:
         row = session.get(Candidate, job.id)
-        assert row is not None and row.score is None and row.report["score"] is None
+        assert row is not None and row.report is not None and row.score is None and row.report["score"] is None
         assert session.scalar(select(BlockFigure.apjn_before).where(BlockFigure.block_index == 0)) is None
 
 
@@ -352,7 +361,7 @@ def test_a_worker_claims_only_jobs_of_its_own_engine_revision_and_those_queued_b
         session.execute(update(Candidate).where(Candidate.id == legacy.id).values(engine=None))
         assert jobs.backlog(session) == jobs.Backlog(claimable=2, running=0, foreign=1)
         assert jobs.backlog(session, OLDER_ENGINE) == jobs.Backlog(claimable=2, running=0, foreign=1)
-    assert [claim(sessions).id, claim(sessions).id] == [legacy.id, mine.id]
+    assert [claimed_id(sessions), claimed_id(sessions)] == [legacy.id, mine.id]
     assert claim(sessions) is None
     with session_scope(sessions, write=True) as session:
         job = jobs.claim(session, worker="old", device_kind="cpu", lease_seconds=30.0, engine=OLDER_ENGINE)
@@ -400,6 +409,6 @@ def test_a_worker_whose_clock_runs_60s_behind_writes_leases_that_hold(
     monkeypatch.undo()  # a healthy worker reaps: the lease must still be 30 s in its future
     with session_scope(sessions, write=True) as session:
         assert jobs.reap(session) == 0
-        assert session.scalar(select(Candidate.leased_until).where(Candidate.id == held.id)) > utcnow() + timedelta(
-            seconds=20
-        )
+        leased_until = session.scalar(select(Candidate.leased_until).where(Candidate.id == held.id))
+        assert leased_until is not None
+        assert leased_until > utcnow() + timedelta(seconds=20)

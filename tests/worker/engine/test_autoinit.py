@@ -10,7 +10,7 @@ import torch
 
 from nas import build_model
 from nas.build import apply_scales_
-from worker.engine.autoinit import autoinit, conditioning_mode
+from worker.engine.autoinit import Loss, autoinit, conditioning_mode
 from worker.engine.jacobian import block_jacobians
 
 
@@ -28,7 +28,7 @@ def batch(shape: list[int], n: int, seed: int = 0) -> torch.Tensor:
 
 @pytest.mark.parametrize("loss", ["log", "square"])
 @pytest.mark.parametrize("sigma_w", [0.5, 1.0, 1.5, 2.0, 2.5, 3.0])
-def test_relu_mlp_is_critical_after_one_step_of_the_one_step_rate(sigma_w: float, loss: str) -> None:
+def test_relu_mlp_is_critical_after_one_step_of_the_one_step_rate(sigma_w: float, loss: Loss) -> None:
     """AutoInit Fig. 1 (left) with eq. 19 (log loss) and eq. 43 (square loss): a ReLU MLP with
     10 hidden layers (width 128 here, 500 in the paper), sigma_w from 0.5 to 3, tuned for one
     step: every J^{l,l+1} lies in [0.8, 1.25]. The hidden multipliers match the closed form
@@ -202,6 +202,7 @@ def test_kernel_term_restrains_the_forward_growth_of_deep_silu_nets() -> None:
         block["layers"][1]["type"] = "silu"
     x = batch([64], 32)
     growth, apjn = {}, {}
+    loss: Loss
     for loss, lam in (("log", 0.0), ("kernel", 2.0)):
         result = autoinit(
             build_model(spec, seed=0),

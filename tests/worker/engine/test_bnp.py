@@ -167,6 +167,7 @@ def test_bnp_gradients_equal_p_p_transpose_times_the_gradient_for_dense_and_conv
     cmu, cvar = x.mean((0, 2, 3)), x.var((0, 2, 3), unbiased=False)
     cin = 4 // groups
     q2 = max(cin * 9 / 5, math.sqrt(36))
+    assert conv.weight.grad is not None and conv.bias is not None and conv.bias.grad is not None
     for group in range(groups):
         rows = slice(group * (6 // groups), (group + 1) * (6 // groups))
         chans = slice(group * cin, (group + 1) * cin)

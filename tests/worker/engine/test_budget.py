@@ -3,7 +3,7 @@ balancing that did not converge."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -54,12 +54,16 @@ def test_the_whole_conditioning_of_a_small_cnn_stays_within_its_budget(budget: f
     assert set(timings) >= stages
     # counted by the cost model (deterministic, what decides): within the budget exactly, the probe
     # included (its cost is reserved before AutoInit)
-    counted = {
-        k.removeprefix("counted_"): v
-        for k, v in tuning.budget.items()
-        if k.startswith("counted_") and k != "counted_steps"
-    }
+    counted = cast(
+        dict[str, float],
+        {
+            k.removeprefix("counted_"): v
+            for k, v in tuning.budget.items()
+            if k.startswith("counted_") and k != "counted_steps"
+        },
+    )
     assert set(counted) >= stages
+    assert tuning.budget["counted_steps"] is not None
     assert (
         sum(counted.values()) == pytest.approx(tuning.budget["counted_steps"])
         and tuning.budget["counted_steps"] <= budget
@@ -84,6 +88,7 @@ def test_the_default_path_costs_at_most_twenty_training_steps_all_in() -> None:
     report = condition(CNN, options={"batch_size": 32})
     budget = report.tuning.budget
     assert budget["budget_steps"] == 20.0
+    assert budget["counted_steps"] is not None and budget["probe_counted_steps"] is not None
     assert budget["counted_steps"] <= 20.0 and budget["probe_counted_steps"] > 0
     assert report.tuning.probe is not None  # the probe ran, inside the budget
     assert report.environment.diagnostics == []  # the diagnostics are off the default path

@@ -6,12 +6,14 @@ as convolutions over positions."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
+from torch import nn
 
 import nas
+from nas.build import Residual
 from nas.space import nasbench201_spec, vit_spec
 from worker.engine import condition
 from worker.engine._moments import per_sample_weight_grad_sq
@@ -76,7 +78,7 @@ def test_the_query_key_compensation_holds_the_logits_while_the_branch_gain_moves
     assert fractions[q] == pytest.approx(-fractions[layernorm])
     x = torch.randn(8, 1, 28, 28)
     reference = logit_variances(model, x)
-    branch = model.blocks[1][0].body
+    branch = cast(Residual, cast(nn.Sequential, model.blocks[1])[0]).body
     out_before = branch(torch.randn(2, 49, 32, generator=torch.Generator().manual_seed(0)))
     u = 1.5
     nas.build.apply_scales_(model, {t: math.exp(g.fraction * u) for g in unit.gains for t in g.tensors})

@@ -181,6 +181,7 @@ def test_options_are_validated() -> None:
         ConditionOptions.model_validate({"stepz": 3})
     with pytest.raises(ValidationError, match="less than or equal to 4611686018427387904"):
         ConditionOptions.model_validate({"seed": 2**70})  # torch's generators take < 2**64: refuse it here
+    bad: object
     for bad in ("bogus", 0.0, -1.0):
         with pytest.raises(ValidationError, match="output_std"):
             ConditionOptions.model_validate({"output_std": bad})

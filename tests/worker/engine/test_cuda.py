@@ -6,6 +6,7 @@ bit-equal to the CPU's: the tests compare what a user reads off it (verdict, sca
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -90,7 +91,7 @@ def _cell() -> dict[str, Any]:
 
 # the engine's paths off its default (the first GPU run conditioned with the defaults only), each on
 # a network that exercises it; ``None`` data: the service's default path (a synthetic batch)
-OPTION_PATHS = {
+OPTION_PATHS: dict[str, tuple[Callable[[], dict[str, Any]], dict[str, Any]]] = {
     "diagnostics (Hessian, scaling, kappa(D))": (_cnn, {"diagnostics": True}),
     "expressivity": (_cnn, {"expressivity": True}),
     "forward variance, final": (_cnn, {"forward_variance": "final"}),

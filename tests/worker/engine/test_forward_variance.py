@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from nas import build_model
+from nas import PreflightNet, build_model
 from nas.build import apply_scales_
 from worker.engine import condition
 from worker.engine._moments import forward_hooks
@@ -31,7 +31,7 @@ SPEC: dict[str, Any] = {
 }
 
 
-def _model() -> nn.Module:
+def _model() -> PreflightNet:
     model = build_model(SPEC, seed=0)
     with torch.no_grad():
         for name, p in model.named_parameters():

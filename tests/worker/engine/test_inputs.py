@@ -122,6 +122,7 @@ def test_a_list_of_per_sample_tensors_is_the_stacked_batch() -> None:
     listed = batch(parse_spec(EXAMPLE_MLP), {"x": list(x.double()), "y": list(y)}, opts, cpu)
     stacked = batch(parse_spec(EXAMPLE_MLP), {"x": x, "y": y}, opts, cpu)
     assert listed[0].dtype == torch.float32 and torch.equal(listed[0], stacked[0])
+    assert listed[1] is not None and stacked[1] is not None
     assert torch.equal(listed[1], stacked[1])
 
 
@@ -144,6 +145,7 @@ def test_more_samples_than_the_batch_keep_their_labels_in_step() -> None:
     y = torch.arange(100) % 10
     opts = ConditionOptions.model_validate(LEAN)
     bx, by, source = batch(parse_spec(EXAMPLE_MLP), {"x": x, "y": y}, opts, torch.device("cpu"))
+    assert by is not None
     assert source == "given" and bx.shape[0] == by.shape[0] == 32
     assert torch.equal(by, y[:32]) and torch.equal(bx, x[:32])
 

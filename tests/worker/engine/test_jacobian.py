@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.autograd.functional import jacobian
 
-from nas import build_model
+from nas import PreflightNet, build_model
 from worker.engine.autoinit import conditioning_mode
 from worker.engine.jacobian import block_jacobians, has_batch_coupling, run_blocks
 
@@ -39,7 +39,7 @@ BN_MLP: dict[str, Any] = {
 }
 
 
-def exact_apjn(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def exact_apjn(model: PreflightNet, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 3 from full Jacobians: per sample (|B| = 1) without BatchNorm, over the whole
     batch (cross-sample derivatives included) with it. Returns (J per block, K per boundary)."""
     _, outputs = run_blocks(model, x, detach=False)
@@ -58,7 +58,7 @@ def exact_apjn(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, t
     return torch.stack(values), k
 
 
-def _setup(spec: dict[str, Any], batch: int, seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor]:
+def _setup(spec: dict[str, Any], batch: int, seed: int = 0) -> tuple[PreflightNet, torch.Tensor]:
     model = build_model(spec, seed=seed).double()
     x = torch.randn((batch, *spec["input_shape"]), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     return model, x

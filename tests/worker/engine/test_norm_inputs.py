@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
+from torch import nn
 
 from nas import build_model
 from nas.build import apply_scales_
@@ -35,7 +36,10 @@ def _unit(spec: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict[str, f
         before = model(x)
         apply_scales_(model, scales)
         after = model(x)
-        hidden = [model.blocks[0][0](x), model.blocks[1][0](model.blocks[0](x))]
+        hidden = [
+            cast(nn.Sequential, model.blocks[0])[0](x),
+            cast(nn.Sequential, model.blocks[1])[0](model.blocks[0](x)),
+        ]
     return before, after, scales, hidden
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-import worker
+import worker.engine
 from nas import build_model
 from worker.engine.probe import CAP, probe_cost, reference_loss, run_probe
 
@@ -136,6 +136,7 @@ def test_condition_reports_the_probe_as_a_score_component_and_counts_its_cost() 
         == pytest.approx(len(rates) * (steps + 1 / 3))
     )
     # counted in the budget: the whole conditioning, the probe included, within budget_steps
+    assert report.tuning.budget["counted_steps"] is not None and defaults.budget_steps is not None
     assert report.tuning.budget["counted_steps"] <= defaults.budget_steps
     assert "probe" in report.tuning.timings
 
@@ -174,9 +175,14 @@ def test_a_prune_whose_probe_did_best_at_its_lowest_rate_is_probed_again_below_i
     x, y = _separable()
     options = {"probe_lrs": (30.0, 10.0), "budget_steps": None}
     pruned = worker.engine.condition(_mlp(), data={"x": x, "y": y}, options=options | {"probe_lower_lr": None})
-    assert pruned.verdict == "prune" and set(pruned.tuning.probe.curves) == {"30", "10"}
+    assert (
+        pruned.verdict == "prune"
+        and pruned.tuning.probe is not None
+        and set(pruned.tuning.probe.curves) == {"30", "10"}
+    )
     kept = worker.engine.condition(_mlp(), data={"x": x, "y": y}, options=options | {"probe_lower_lr": 0.03})
     probe = kept.tuning.probe
+    assert probe is not None
     assert set(probe.curves) == {"30", "10", "0.03"} and probe.best_lr == 0.03
     assert kept.verdict == "keep" and probe.loss is not None and probe.loss < 0.9
     assert kept.components["probe_loss"] == pytest.approx(probe.loss)
@@ -198,4 +204,8 @@ def test_a_lower_rate_not_below_every_probe_rate_is_never_tried() -> None:
     x, y = _separable()
     options = {"probe_lrs": (30.0, 10.0), "budget_steps": None, "probe_lower_lr": 10.0}
     report = worker.engine.condition(_mlp(), data={"x": x, "y": y}, options=options)
-    assert report.verdict == "prune" and set(report.tuning.probe.curves) == {"30", "10"}
+    assert (
+        report.verdict == "prune"
+        and report.tuning.probe is not None
+        and set(report.tuning.probe.curves) == {"30", "10"}
+    )

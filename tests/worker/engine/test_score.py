@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import cast
 
 import pytest
 
@@ -25,7 +26,8 @@ THRESHOLD = {
     "kappa_d_log": T.kappa_d_log,
     "probe_loss": T.probe_loss,
 }
-PERFECT = {name: 0.0 for name in WEIGHTS} | {"non_finite": 0.0}  # the probe measured: the default fit
+# the probe measured: the default fit
+PERFECT = cast(dict[str, float | None], {name: 0.0 for name in WEIGHTS} | {"non_finite": 0.0})
 WEIGHTED = [name for name, w in WEIGHTS.items() if w > 0]
 BUT_PROBE = [name for name in THRESHOLD if name != "probe_loss"]
 
