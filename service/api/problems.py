@@ -99,6 +99,13 @@ class ProblemError(Exception):
         return cls.at(exc.path, exc.message)
 
     @classmethod
+    def not_found(cls, what: str, key: str) -> ProblemError:
+        """A 404 for an id that names nothing the caller may see: any text at all (an id of another
+        length or alphabet is no id, not a malformed request), quoted up to 64 characters."""
+        shown = key if len(key) <= 64 else f"{key[:64]}... ({len(key)} characters)"
+        return cls(404, f"no {what} with id {shown}", kind="not-found")
+
+    @classmethod
     def at(cls, path: str, message: str) -> ProblemError:
         """A 422 for one fault of the request at ``path`` (``query.cursor``, ``path.study``, ``x[0][1]``)."""
         return cls(422, f"{path}: {message}", kind="invalid-request", errors=[ProblemIssue(path=path, message=message)])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Response
+from fastapi import APIRouter, Body, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 from sqlalchemy import Engine
@@ -71,12 +71,10 @@ def _shape(engine: Engine, key: str, caller: Caller) -> data_batches.BatchShape 
     responses={404: {"model": Problem, "description": "no data batch with this id that the caller uploaded"}},
     summary="A data batch's shape",
 )
-async def get_batch(
-    engine: EngineDep, caller: CallerDep, batch_id: Annotated[str, Path(max_length=64)]
-) -> DataBatchPublic:
+async def get_batch(engine: EngineDep, caller: CallerDep, batch_id: str) -> DataBatchPublic:
     # ids are hex digests: anything else (a NUL byte, a lone surrogate) is no batch, not a query
     ok = batch_id.isascii() and batch_id.isalnum()
     shape = await run_in_threadpool(_shape, engine, batch_id, caller) if ok else None
     if shape is None:
-        raise ProblemError(404, f"no data batch with id {batch_id}", kind="not-found")
+        raise ProblemError.not_found("data batch", batch_id)
     return _public(shape, batch_id)

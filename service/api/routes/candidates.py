@@ -62,7 +62,7 @@ router = APIRouter(
 )
 
 # Ids are 32 hex characters; anything else is no candidate (404) and is never looked up.
-CandidateId = Annotated[str, Path(max_length=64, description="the candidate's id, as the submission answered it")]
+CandidateId = Annotated[str, Path(description="the candidate's id, as the submission answered it")]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "no candidate with this id"}}
 _SUBMIT_EXAMPLES = {
     "one": {
@@ -240,7 +240,7 @@ async def get_candidate(engine: EngineDep, caller: CallerDep, candidate_id: Cand
     # async, with the one blocking read in the thread pool: one hop per request, not three
     row = await run_in_threadpool(_read_once, engine, candidate_id, caller)
     if row is None:
-        raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
+        raise ProblemError.not_found("candidate", candidate_id)
     return _json(CandidatePublic.of(row))
 
 
@@ -267,7 +267,7 @@ async def wait_for_candidate(
     while True:
         row = await run_in_threadpool(_read_once, engine, candidate_id, caller)
         if row is None:
-            raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
+            raise ProblemError.not_found("candidate", candidate_id)
         left = deadline - time.monotonic()
         if Status(row.status).is_final or left <= 0 or await request.is_disconnected():
             return _json(CandidatePublic.of(row))
@@ -341,7 +341,7 @@ async def cancel_candidate(sessions: SessionsDep, caller: CallerDep, candidate_i
         else await run_in_threadpool(_cancel, sessions, candidate_id, caller)
     )
     if status is None:
-        raise ProblemError(404, f"no candidate with id {candidate_id}", kind="not-found")
+        raise ProblemError.not_found("candidate", candidate_id)
     if status in (Status.DONE, Status.FAILED):
         raise ProblemError(
             409,

@@ -257,6 +257,26 @@ def test_a_body_of_another_media_type_than_json_is_a_415_naming_the_header(sqlit
         assert response.status_code == 202, response.text
 
 
+def test_a_body_without_a_content_type_is_read_as_json(sqlite_api: httpx.Client) -> None:
+    """As docs/service.md says; FastAPI from 0.122 read it as bytes, and answered "Input should be
+    a valid dictionary or object"."""
+    body = json.dumps({"spec": spec()}).encode()
+    response = sqlite_api.post("/v1/candidates", content=body)
+    assert "content-type" not in response.request.headers
+    assert response.status_code == 202, response.text
+    batch = json.dumps({"x": [[float(i), 1.0] for i in range(4)]}).encode()
+    assert sqlite_api.post("/v1/batches", content=batch).status_code == 201
+
+
+def test_a_content_type_given_twice_is_refused_naming_the_header(sqlite_api: httpx.Client) -> None:
+    """The format check read the last one and FastAPI the first: text/plain then JSON passed the
+    check and was misread as "not an object"."""
+    body = json.dumps({"spec": spec()}).encode()
+    twice = [("content-type", "text/plain"), ("content-type", "application/json")]
+    problem = assert_problem(sqlite_api.post("/v1/candidates", content=body, headers=twice), 400)
+    assert problem["errors"][0]["path"] == "header.content-type" and "2 times" in problem["detail"]
+
+
 def test_a_bare_spec_gets_a_hint_to_wrap_it(sqlite_api: httpx.Client) -> None:
     problem = assert_problem(sqlite_api.post("/v1/candidates", json=spec()), 422)
     assert problem["errors"][0]["path"] == "$" and '{"spec": <your spec>' in problem["errors"][0]["message"]
@@ -268,9 +288,11 @@ def test_unknown_ids_are_404_problems(sqlite_api: httpx.Client) -> None:
         ("GET", "/v1/candidates/999/wait?timeout=0"),
         ("DELETE", "/v1/candidates/999"),
         ("GET", "/v1/nothing"),
+        ("GET", "/v1/candidates/" + "a" * 65),  # was a 422 naming max_length, for an id that names nothing
+        ("GET", "/v1/batches/" + "f" * 2000),
     ]:
         problem = assert_problem(sqlite_api.request(method, path), 404)
-        assert problem["instance"] == path.split("?")[0]
+        assert problem["instance"] == path.split("?")[0] and len(problem["detail"]) < 120
 
 
 def test_oversized_bodies_and_batches_are_413(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
