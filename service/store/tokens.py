@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -71,6 +72,7 @@ def hash_token(token: str) -> str:
 def create_token(session: Session, *, name: str, admin: bool = False) -> CreatedToken:
     """A new token under ``name``, which must say who holds it and name one active token only:
     ``preflight token revoke NAME`` revokes by it, and reads a number as an id."""
+    name = unicodedata.normalize("NFC", name)  # one name however the terminal composed its accents
     _check_name(session, name)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken(name=name, token_hash=hash_token(token), prefix=token[:10], admin=admin, created_at=utcnow())
@@ -88,6 +90,10 @@ MAX_NAME = 200  # the column's length
 def _check_name(session: Session, name: str) -> None:
     if not name.strip():
         raise ValueError("a token's name must not be empty: say who or what uses it")
+    if name != name.strip():
+        raise ValueError(
+            f"a token's name must not begin or end with spaces: {name!r} would be listed as {name.strip()!r}"
+        )
     if len(name) > MAX_NAME:
         raise ValueError(f"a token's name is at most {MAX_NAME} characters, got {len(name)}")
     if any(not character.isprintable() for character in name):
@@ -101,13 +107,28 @@ def _check_name(session: Session, name: str) -> None:
         raise ValueError(_taken(name))
 
 
+def _is_text(name: str) -> bool:
+    """Whether ``name`` encodes as UTF-8 (an argument's undecodable bytes arrive as lone surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _taken(name: str) -> str:
     return f"an active token is named {name!r} already; pick another name or revoke that one first"
 
 
 def revoke_token(session: Session, *, token_id: int | None = None, name: str | None = None) -> int:
-    """Revoke by id or by name; returns how many tokens were revoked."""
-    condition = ApiToken.id == token_id if token_id is not None else ApiToken.name == name
+    """Revoke by id or by name (as given, or composed as a new name is stored); returns how many
+    tokens were revoked. A name that is not text (a non-UTF-8 argument) names none."""
+    if token_id is not None:
+        condition = ApiToken.id == token_id
+    else:
+        if name is None or not _is_text(name):
+            return 0
+        condition = ApiToken.name.in_({name, unicodedata.normalize("NFC", name)})
     result = session.execute(
         update(ApiToken).where(condition, ApiToken.revoked_at.is_(None)).values(revoked_at=utcnow())
     )

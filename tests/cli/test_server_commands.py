@@ -146,10 +146,19 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
         ("   ", "must not be empty"),
         ("a\tb\nc", "printable"),  # broke the tab-separated list
         ("x" * 201, "at most 200 characters"),
+        ("alice ", "must not begin or end with spaces"),  # listed as alice beside alice, revoked apart
+        ("\udcff", "printable"),  # a byte that is not UTF-8
     ]:
         result = preflight(db, "token", "create", name)
         assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert preflight(db, "token", "list").stdout.count("\n") == 1  # alice alone
+    decomposed, composed = "jos\u0065\u0301", "jos\u00e9"  # one name as two terminals may type it
+    assert preflight(db, "token", "create", decomposed).returncode == 0
+    result = preflight(db, "token", "create", composed)
+    assert result.returncode == 2 and "already" in result.stderr, result.stderr
+    assert preflight(db, "token", "revoke", decomposed).stdout == "revoked 1 token(s)\n"
+    result = preflight(db, "token", "revoke", "\udcff")  # was a UnicodeEncodeError traceback from SQLite
+    assert result.returncode == 1 and result.stdout == "revoked 0 token(s)\n" and result.stderr == "", result
 
 
 @pytest.mark.parametrize(
