@@ -35,9 +35,11 @@ class CandidateOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     study: Annotated[str, AfterValidator(storable_text)] | None = Field(None, min_length=1, max_length=200)
-    trial: int | None = Field(None, ge=0, le=2**62)
+    # strict, as the tuning options' counts are: "11", 11.0 and true are refused, not read as numbers
+    trial: int | None = Field(None, ge=0, le=2**62, strict=True)
     priority: int = Field(
         0,
+        strict=True,
         ge=-1000,
         le=1000,
         description=(

@@ -156,6 +156,10 @@ def test_a_bad_spec_gets_422_with_its_json_path_and_nothing_is_queued(api: httpx
         ({"spec": {}, "options": {"no_such_option": 1}}, "options.no_such_option"),
         ({"spec": {}, "options": {"device": "tpu"}}, "options.device"),
         ({"spec": {}, "options": {"steps": True}}, "options.steps"),  # was read as 1 step
+        ({"spec": {}, "options": {"priority": "11"}}, "options.priority"),  # was read as 11
+        ({"spec": {}, "options": {"priority": True}}, "options.priority"),  # was read as 1
+        ({"spec": {}, "options": {"trial": True}}, "options.trial"),
+        ({"spec": {}, "options": {"trial": 3.0}}, "options.trial"),
         ({"spec": {}, "options": {"diagnostics": "no"}}, "options.diagnostics"),  # was read as false
         ({"spec": {}, "extra": 1}, "extra"),
     ],
