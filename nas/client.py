@@ -259,7 +259,15 @@ class _Core:
         if not (math.isfinite(max_poll) and max_poll > 0):
             raise ValueError(f"max_poll must be a positive number of seconds, but got {max_poll=}.")
         self.url = (url or os.environ.get("PREFLIGHT_URL") or DEFAULT_URL).rstrip("/")
+        source = "token" if token is not None else "PREFLIGHT_API_TOKEN"
         token = token if token is not None else os.environ.get("PREFLIGHT_API_TOKEN")
+        if token is not None and not isinstance(token, str):
+            raise TypeError(f"token must be a string, but got {type(token).__name__}.")
+        if token and not all("!" <= c <= "~" for c in token):  # a header of other characters never reaches the service
+            raise ValueError(
+                f"{source} holds a character no token has (tokens are printable ASCII without spaces); "
+                "copy it again from `preflight token create`."
+            )
         self.headers = {"accept": "application/json, application/problem+json"}
         if token:
             self.headers["authorization"] = f"Bearer {token}"

@@ -188,6 +188,19 @@ def test_the_token_comes_from_the_environment(run: Any, monkeypatch: pytest.Monk
     assert seen == ["Bearer secret-token"]
 
 
+@pytest.mark.parametrize("token", ["pf_\u00e9", "pf_abc\r\nx-injected: 1", "pf_ abc"])
+def test_a_token_no_header_can_carry_is_refused_when_the_client_is_made(
+    token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A non-ASCII token raised UnicodeEncodeError at the first request, and one with a line break
+    was retried and reported as "is the service running?"."""
+    with pytest.raises(ValueError, match="token holds a character no token has"):
+        PreflightClient("http://unused.invalid", token=token)
+    monkeypatch.setenv("PREFLIGHT_API_TOKEN", token)
+    with pytest.raises(ValueError, match="PREFLIGHT_API_TOKEN holds a character"):
+        PreflightClient("http://unused.invalid")
+
+
 def test_the_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PREFLIGHT_URL", "http://gpu-node:9000/")
     assert PreflightClient().url == "http://gpu-node:9000"
