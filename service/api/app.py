@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from nas import SpecLimits
 from service.api.auth import TokenCache
 from service.api.metrics import Metrics, RequestLatencyMiddleware
-from service.api.middleware import BodyLimitMiddleware, RequestFormatMiddleware
+from service.api.middleware import BodyLimitMiddleware, RequestFormatMiddleware, TokenFirstMiddleware
 from service.api.problems import install_problem_handlers
 from service.api.routes import batches, candidates, health, studies
 from service.settings import Settings, get_settings
@@ -88,6 +88,7 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
     _declare_problem_responses(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestFormatMiddleware)
+    app.add_middleware(TokenFirstMiddleware)  # runs before the two above: a 401 before a 413 or 415
     app.add_middleware(RequestLatencyMiddleware, get_metrics=lambda: app.state.metrics)
     app.include_router(candidates.router)
     app.include_router(batches.router)

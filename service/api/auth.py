@@ -11,12 +11,14 @@ import hmac
 import threading
 import time
 
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.api.problems import ProblemError
 from service.store.owners import Caller
 from service.store.tokens import TOKEN_PREFIX, active_token, hash_token
 
-__all__ = ["TokenCache"]
+__all__ = ["TokenCache", "authenticate", "bearer_token"]
 
 
 class TokenCache:
@@ -50,3 +52,30 @@ class TokenCache:
                     self._known.clear()
                 self._known[digest] = (caller, now + self._ttl)
         return caller
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header (the scheme in any case); empty
+    when there is none or the scheme is another."""
+    scheme, _, token = (authorization or "").strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+async def authenticate(tokens: TokenCache, token: str) -> Caller:
+    """Whom the bearer ``token`` acts for; a 401 problem when it is missing, invalid or revoked."""
+    if not token:
+        raise ProblemError(
+            401,
+            "missing bearer token; send 'Authorization: Bearer <token>' (see `preflight token create`)",
+            kind="unauthorized",
+            headers={"WWW-Authenticate": 'Bearer realm="preflight"'},
+        )
+    caller = await run_in_threadpool(tokens.caller, token)
+    if caller is None:
+        raise ProblemError(
+            401,
+            "invalid or revoked token",
+            kind="unauthorized",
+            headers={"WWW-Authenticate": 'Bearer realm="preflight", error="invalid_token"'},
+        )
+    return caller

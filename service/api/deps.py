@@ -12,15 +12,13 @@ from collections.abc import Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from nas import SpecLimits
-from service.api.auth import TokenCache
+from service.api.auth import authenticate
 from service.api.metrics import Metrics
-from service.api.problems import ProblemError
 from service.settings import Settings
 from service.store.db import session_scope
 from service.store.group_commit import GroupCommitter
@@ -84,29 +82,14 @@ async def require_token(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
 ) -> Caller:
     """Refuse the request unless auth is off or it carries a valid bearer token; answer whom it
-    acts for (auth off: the one anonymous owner, who sees everything, as before tenancy)."""
+    acts for (auth off: the one anonymous owner, who sees everything, as before tenancy). A
+    request with a body had its token checked before the body was read
+    (``service.api.middleware.TokenFirstMiddleware``); this check is then a cache hit."""
     settings: Settings = request.app.state.settings
     if not settings.auth_required:
         return ANONYMOUS
-    token = credentials.credentials if credentials is not None else ""
-    challenge = {"WWW-Authenticate": 'Bearer realm="preflight"'}
-    if not token.strip():
-        raise ProblemError(
-            401,
-            "missing bearer token; send 'Authorization: Bearer <token>' (see `preflight token create`)",
-            kind="unauthorized",
-            headers=challenge,
-        )
-    tokens: TokenCache = request.app.state.tokens
-    caller = await run_in_threadpool(tokens.caller, token.strip())
-    if caller is None:
-        raise ProblemError(
-            401,
-            "invalid or revoked token",
-            kind="unauthorized",
-            headers={"WWW-Authenticate": 'Bearer realm="preflight", error="invalid_token"'},
-        )
-    return caller
+    token = credentials.credentials.strip() if credentials is not None else ""
+    return await authenticate(request.app.state.tokens, token)
 
 
 async def get_worker_liveness(request: Request) -> Callable[[], str | None] | None:

@@ -125,6 +125,12 @@ def list_candidates(
     return list(session.execute(query))
 
 
+def owned_row_id(session: Session, *, public_id: str, caller: Caller) -> int | None:
+    """The store's row id of the caller's candidate with this public id (where a page of the list
+    resumes), or None when the caller may see no such candidate."""
+    return session.scalar(select(_OWNED.c.id).where(_OWNED.c.public_id == public_id, _visible(caller)))
+
+
 def cancel_owned(session: Session, *, public_id: str, caller: Caller) -> tuple[Status | None, Row[Any] | None]:
     """Cancel the caller's submission of a queued or running candidate; returns the status it
     had for the caller before (None: no such candidate the caller may see) and the candidate

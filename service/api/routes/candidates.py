@@ -7,8 +7,6 @@ every owner's. Ids are opaque, one per owner even when owners share a candidate'
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import time
 from typing import Annotated, Any
 
@@ -23,6 +21,7 @@ from nas.canonical import key_options
 from nas.report import Verdict
 from nas.spec import storable_text
 from nas.validate import conditioning_issue, count_layers, job_limit_issue, parse_and_trace
+from service.api.auth import authenticate, bearer_token
 from service.api.deps import (
     AuthDep,
     CallerDep,
@@ -81,6 +80,9 @@ _SUBMIT_EXAMPLES = {
     },
 }
 
+
+# A long-poll checks its token again this often (a cache hit until token_cache_seconds pass).
+_RECHECK_SECONDS = 1.0
 
 # Batches up to this size are validated on the event loop, larger ones in the thread pool.
 _INLINE_VALIDATION = 4
@@ -264,7 +266,12 @@ async def wait_for_candidate(
     have passed (then with its current status). Polls the store; costs no worker time."""
     deadline = time.monotonic() + min(timeout, settings.max_wait_seconds)
     interval = 0.05
+    checked = time.monotonic()
     while True:
+        if settings.auth_required and time.monotonic() - checked >= _RECHECK_SECONDS:
+            # a token revoked while its wait runs is refused within token_cache_seconds, as documented
+            await authenticate(request.app.state.tokens, bearer_token(request.headers.get("authorization")))
+            checked = time.monotonic()
         row = await run_in_threadpool(_read_once, engine, candidate_id, caller)
         if row is None:
             raise ProblemError.not_found("candidate", candidate_id)
@@ -275,19 +282,14 @@ async def wait_for_candidate(
         interval = min(interval * 1.5, 0.5)
 
 
-def _encode_cursor(last_id: int) -> str:
-    return base64.urlsafe_b64encode(f"c{last_id}".encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> int:
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        # an id fits in 64 bits: a longer number would overflow the database's integer
-        if not text.startswith("c") or not text[1:].isdigit() or len(text) > 19:
-            raise ValueError(cursor)
-        return int(text[1:])
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise ProblemError.at("query.cursor", "invalid cursor; pass next_cursor from the previous page") from None
+def _resume_after(session: Session, cursor: str, caller: Caller) -> int:
+    """The row a page resumes after. A cursor is the last listed candidate's public id, which says
+    nothing the caller has not seen: the store's sequential row ids (the cursor was one) told a
+    tenant how many candidates others had submitted between two pages."""
+    row_id = reports.owned_row_id(session, public_id=cursor, caller=caller) if is_public_id(cursor) else None
+    if row_id is None:
+        raise ProblemError.at("query.cursor", "invalid cursor; pass next_cursor from the previous page")
+    return row_id
 
 
 @router.get("", summary="List candidates, oldest first, with cursor pagination")
@@ -308,7 +310,7 @@ def list_candidates(
             storable_text(study)
         except ValueError as error:  # a NUL or a lone surrogate: no database can be asked for it
             raise ProblemError.at("query.study", f"study {error}") from None
-    after_id = _decode_cursor(cursor) if cursor is not None else None
+    after_id = _resume_after(session, cursor, caller) if cursor is not None else None
     rows = list(
         reports.list_candidates(
             session, caller=caller, limit=page + 1, study=study, status=status, verdict=verdict, after_id=after_id
@@ -318,7 +320,7 @@ def list_candidates(
     rows = rows[:page]
     return CandidateList(
         candidates=[CandidatePublic.of(row, with_report=include_report) for row in rows],
-        next_cursor=_encode_cursor(rows[-1].owned_id) if more and rows else None,
+        next_cursor=rows[-1].id if more and rows else None,
     )
 
 

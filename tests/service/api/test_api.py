@@ -490,6 +490,60 @@ def test_tokens_are_required_beyond_localhost_or_when_asked(
     engine.dispose()
 
 
+def test_a_request_with_a_body_is_refused_for_its_token_before_the_body_is_read(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """FastAPI parses a body before the route's dependencies run: a caller without a token had a
+    malformed body answered 422 (and a large one decoded) before its 401."""
+    engine = make_engine(sqlite_url)
+    with session_scope(make_sessionmaker(engine), write=True) as session:
+        token = create_token(session, name="ci").token
+    engine.dispose()
+    json_type = {"content-type": "application/json"}
+    with live_server(make_settings(sqlite_url, require_auth=True)) as url, httpx.Client(base_url=url) as client:
+        for path in ("/v1/candidates", "/v1/batches"):
+            for headers in ({}, {"authorization": "Bearer pf_wrong"}, {"authorization": f"Basic {token}"}):
+                problem = assert_problem(client.post(path, content=b"{bad", headers=json_type | headers), 401)
+                assert problem["type"].endswith("/unauthorized")
+            good = json_type | {"authorization": f"bearer  {token}"}  # the scheme in any case, as before
+            assert_problem(client.post(path, content=b"{bad", headers=good), 422)
+        body = {"spec": spec()}
+        assert client.post("/v1/candidates", json=body, headers={"authorization": f"Bearer {token}"}).status_code == 202
+
+
+def test_a_long_poll_is_refused_once_its_token_is_revoked(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """The wait checked the token once, when it began, and answered 200 up to max_wait_seconds
+    after the token was revoked; docs/configuration.md says revocation takes effect within
+    token_cache_seconds (0 here)."""
+    engine = make_engine(sqlite_url)
+    sessions = make_sessionmaker(engine)
+    with session_scope(sessions, write=True) as session:
+        token = create_token(session, name="ci").token
+    settings = make_settings(sqlite_url, require_auth=True, max_wait_seconds=120.0)
+    with live_server(settings) as url:
+        good = {"authorization": f"Bearer {token}"}
+        queued = httpx.post(f"{url}/v1/candidates", json={"spec": spec()}, headers=good).json()  # no worker runs
+        answers: list[httpx.Response] = []
+        waiting = threading.Thread(
+            target=lambda: answers.append(
+                httpx.get(
+                    f"{url}/v1/candidates/{queued['id']}/wait", params={"timeout": 120}, headers=good, timeout=180
+                )
+            )
+        )
+        started = time.monotonic()
+        waiting.start()
+        time.sleep(1.5)  # most likely inside the wait by now; revoked before it began, it is a 401 too
+        with session_scope(sessions, write=True) as session:
+            assert revoke_token(session, name="ci") == 1
+        waiting.join(timeout=180)
+        assert_problem(answers[0], 401)
+        assert time.monotonic() - started < 100  # not at the end of the 120 s wait
+    engine.dispose()
+
+
 def test_many_concurrent_cancels_do_not_starve_the_thread_pool(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:

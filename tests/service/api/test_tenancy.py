@@ -124,6 +124,10 @@ def test_a_tokens_list_and_study_summaries_show_only_its_own_submissions(
     page = tenants.a.get("/v1/candidates", params={"limit": 1}).json()
     rest = tenants.a.get("/v1/candidates", params={"cursor": page["next_cursor"]}).json()["candidates"]
     assert [c["id"] for c in page["candidates"] + rest] == a_ids  # a cursor pages the caller's own list
+    # the cursor was the store's row id, which told A how many candidates others had submitted
+    assert page["next_cursor"] == a_ids[0]  # the last id listed: nothing A has not seen
+    foreign = tenants.b.get("/v1/candidates", params={"cursor": page["next_cursor"]})  # another's: no cursor
+    assert foreign.status_code == 422 and foreign.json()["errors"][0]["path"] == "query.cursor", foreign.text
     assert tenants.finish_one(sample_report) is not None  # A's first, the oldest job
     # one study name, two owners: two studies
     assert tenants.a.get("/v1/studies/s/summary").json()["total"] == 2
