@@ -71,18 +71,26 @@ def _op_names(ops: Sequence[int | str] | str) -> tuple[str, ...]:
 
 
 def parse_nasbench201_arch(arch: str) -> tuple[str, ...]:
-    """``|nor_conv_3x3~0|+|none~0|skip_connect~1|+|...|`` to the 6 op names in edge order."""
-    names: list[str] = []
+    """``|nor_conv_3x3~0|+|none~0|skip_connect~1|+|...|`` to the 6 op names in edge order. Each op
+    goes to the edge its entry names (``op~source`` under its target node), so entries in another
+    order are read as written; an edge missing, repeated or under the wrong node is refused."""
+    if not isinstance(arch, str):
+        raise TypeError(f"a NAS-Bench-201 architecture string is a str, but got {type(arch).__name__}")
+    found: dict[tuple[int, int], str] = {}
     nodes = arch.strip("|").split("|+|")
     for target, node in enumerate(nodes, start=1):
         for entry in node.split("|"):
             name, _, source = entry.partition("~")
-            if name not in NB201_OPS or not source.isdigit() or (int(source), target) not in NB201_EDGES:
+            edge = (int(source), target) if source.isascii() and source.isdigit() else None
+            if name not in NB201_OPS or edge not in NB201_EDGES:
                 raise ValueError(f"not a NAS-Bench-201 architecture string: {arch!r} (at {entry!r})")
-            names.append(name)
-    if len(names) != len(NB201_EDGES):
-        raise ValueError(f"not a NAS-Bench-201 architecture string: {arch!r} ({len(names)} edges)")
-    return tuple(names)
+            if edge in found:
+                raise ValueError(f"not a NAS-Bench-201 architecture string: {arch!r} (edge {source}->{target} twice)")
+            found[edge] = name
+    missing = [f"{s}->{t}" for s, t in NB201_EDGES if (s, t) not in found]
+    if missing:
+        raise ValueError(f"not a NAS-Bench-201 architecture string: {arch!r} (no op on edge {', '.join(missing)})")
+    return tuple(found[edge] for edge in NB201_EDGES)
 
 
 def nasbench201_arch_string(ops: Sequence[int | str]) -> str:

@@ -3,6 +3,7 @@ spec, and both usable in an Optuna objective exactly as the chain spaces are."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,29 @@ def test_arch_strings_round_trip_through_op_indices() -> None:
     indices = [NB201_OPS.index(n) for n in names]
     assert nasbench201_arch_string(indices) == BEST
     assert spec_hash(parse_spec(nasbench201_spec(BEST))) == spec_hash(parse_spec(nasbench201_spec(indices)))
+
+
+def test_an_arch_string_puts_each_op_on_the_edge_it_names_in_any_order() -> None:
+    """Ops were placed by their position in the string: the two entries of node 2 written in the
+    other order swapped the ops of edges 0->2 and 1->2, with no error."""
+    reordered = "|nor_conv_3x3~0|+|skip_connect~1|none~0|+|avg_pool_3x3~0|nor_conv_1x1~1|none~2|"
+    canonical = "|nor_conv_3x3~0|+|none~0|skip_connect~1|+|avg_pool_3x3~0|nor_conv_1x1~1|none~2|"
+    assert parse_nasbench201_arch(reordered) == parse_nasbench201_arch(canonical)
+    assert nasbench201_arch_string(parse_nasbench201_arch(reordered)) == canonical
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        ("|nor_conv_3x3~0|+|none~0|skip_connect~0|+|avg_pool_3x3~0|nor_conv_1x1~1|none~2|", "edge 0->2 twice"),
+        ("|nor_conv_3x3~0|+|none~0|skip_connect~1|none~0|+|avg_pool_3x3~0|nor_conv_1x1~1|", "edge 0->2 twice"),
+        ("|nor_conv_3x3~0|+|none~0|+|avg_pool_3x3~0|nor_conv_1x1~1|none~2|", "no op on edge 1->2"),
+        ("|nor_conv_3x3~0|+|none~0|none~\u00b2|+|none~0|none~1|none~2|", "at 'none~\u00b2'"),  # int() refused it
+    ],
+)
+def test_an_arch_string_with_an_edge_repeated_missing_or_unreadable_is_refused_naming_it(bad: str, words: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(words)):
+        parse_nasbench201_arch(bad)
 
 
 @pytest.mark.parametrize(
