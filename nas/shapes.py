@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from nas.canonical import canonical_layer
@@ -101,6 +102,7 @@ def conv_padding(layer: Conv2dLayer) -> int | str:
 class _Context:
     v11: bool  # the spec says format 1.1
     init: Init  # the spec-wide init, which the canonical form of a cell's ops resolves
+    too_deep: bool = False  # the trace will refuse the nesting: a cell's edge names are not worth computing
 
 
 def cell_edge_modules(cell: CellLayer, default_init: Init) -> list[str]:
@@ -108,8 +110,15 @@ def cell_edge_modules(cell: CellLayer, default_init: Init) -> list[str]:
     with ``_1``, ``_2``... for parallel edges, numbered in a canonical order of their ops, so that
     the names (the keys of ``scales``) do not depend on the order the edges are listed in, as the
     canonical hash does not."""
-    keys = [
-        (e.source, e.to, json.dumps([canonical_layer(op, default_init) for op in e.op], sort_keys=True))
+    parallel = Counter((e.source, e.to) for e in cell.edges)
+    keys = [  # only parallel edges need their ops' canonical form, which walks each op's whole subtree
+        (
+            e.source,
+            e.to,
+            json.dumps([canonical_layer(op, default_init) for op in e.op], sort_keys=True)
+            if parallel[e.source, e.to] > 1
+            else "",
+        )
         for e in cell.edges
     ]
     names: list[str] = [""] * len(keys)
@@ -128,11 +137,29 @@ def trace_shapes(spec: ArchitectureSpec) -> ShapeTrace:
     layers: list[LayerInfo] = []
     shape: Shape = tuple(spec.input_shape)
     boundaries = [shape]
-    ctx = _Context(v11=spec.format == "1.1", init=spec.init)
+    ctx = _Context(v11=spec.format == "1.1", init=spec.init, too_deep=_nesting(spec) > MAX_NESTING)
     for b, block in enumerate(spec.blocks):
         shape = _trace_sequence(block.layers, shape, f"blocks[{b}].layers", f"blocks.{b}", b, layers, 0, ctx)
         boundaries.append(shape)
     return ShapeTrace(layers=tuple(layers), boundaries=tuple(boundaries))
+
+
+def _nesting(spec: ArchitectureSpec) -> int:
+    """How many cells and residual layers the deepest layer sits in (0: none), walked without
+    recursion: a spec nested past MAX_NESTING is refused by the trace, and naming its cells' edges
+    first cost seconds (each level's names walked the whole subtree below it)."""
+    deepest = 0
+    stack: list[tuple[list[Layer], int]] = [(block.layers, 0) for block in spec.blocks]
+    while stack:
+        sequence, depth = stack.pop()
+        for layer in sequence:
+            if isinstance(layer, CellLayer):
+                deepest = max(deepest, depth + 1)
+                stack.extend((edge.op, depth + 1) for edge in layer.edges)
+            elif isinstance(layer, ResidualLayer):
+                deepest = max(deepest, depth + 1)
+                stack.extend(((layer.body, depth + 1), (layer.shortcut, depth + 1)))
+    return deepest
 
 
 def _trace_sequence(
@@ -331,7 +358,7 @@ def _trace_cell(
         raise SpecError.at(f"{label}.edges", f"node(s) {shown} have no incoming edge; every node after 0 needs one")
     index = len(out)
     out.append(LayerInfo(label, module, cell.type, block, x, x, 0, 0, None, None))  # placeholder
-    names = cell_edge_modules(cell, ctx.init)
+    names = [f"e{e.source}_{e.to}" for e in cell.edges] if ctx.too_deep else cell_edge_modules(cell, ctx.init)
     into: list[list[int]] = [[] for _ in range(n)]  # each node's incoming edges, in listing order
     for k, edge in enumerate(cell.edges):
         into[edge.to].append(k)

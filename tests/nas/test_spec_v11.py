@@ -337,3 +337,62 @@ def test_an_oversized_spec_is_refused_by_counting_before_validation(monkeypatch:
         with pytest.raises(SpecError) as caught:
             parse_spec(big)
         assert caught.value.issues[0].path == "blocks" and "PREFLIGHT_SPEC_MAX_LAYERS" in str(caught.value)
+
+
+def _nested_cells(levels: int, parallel: int = 1, leaf_layers: int = 4) -> dict[str, Any]:
+    op: list[dict[str, Any]] = [{"type": "relu"}] * leaf_layers
+    for _ in range(levels):
+        cell = {"type": "cell", "nodes": 2, "edges": [{"from": 0, "to": 1, "op": op}] * parallel}
+        op = [cell]
+    return {"format": "1.1", "input_shape": [4], "blocks": [{"layers": op}]}
+
+
+def test_a_spec_nested_too_deep_is_refused_without_naming_its_cells_edges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Naming a cell's edges took the canonical form of each op, a walk of its whole subtree, at every
+    level before the nesting check: 200 nested cells over 3,600 layers took 24 s to refuse (a fuzzing
+    pass). Only parallel edges need that form, and a spec the trace refuses needs no names."""
+    import nas.shapes
+
+    calls: list[object] = []
+    original = nas.shapes.canonical_layer
+
+    def counted(*args: Any) -> Any:
+        calls.append(args)
+        return original(*args)
+
+    monkeypatch.setattr(nas.shapes, "canonical_layer", counted)
+    with pytest.raises(SpecError, match="nest deeper than 16"):
+        parse_spec(_nested_cells(40, leaf_layers=3000))
+    parse_spec(_nested_cells(16))  # as deep as allowed, no parallel edges
+    assert calls == []
+    parse_spec(_nested_cells(3, parallel=2))  # parallel edges are still named by their ops' canonical form
+    assert calls
+
+
+def test_parallel_edges_are_named_alike_however_they_are_listed() -> None:
+    from nas.shapes import cell_edge_modules
+    from nas.spec import CellLayer, Init
+
+    a: dict[str, Any] = {
+        "type": "cell",
+        "nodes": 3,
+        "edges": [
+            {"from": 0, "to": 1, "op": [{"type": "relu"}]},
+            {"from": 0, "to": 2, "op": [{"type": "tanh"}]},
+            {"from": 1, "to": 2, "op": [{"type": "relu"}]},
+            {"from": 0, "to": 2, "op": [{"type": "sigmoid"}]},
+        ],
+    }
+    b = dict(a, edges=[a["edges"][i] for i in (3, 2, 1, 0)])
+    named = {
+        which: dict(
+            zip(
+                (str(e["op"]) + str((e["from"], e["to"])) for e in cell["edges"]),
+                cell_edge_modules(CellLayer.model_validate(cell), Init()),
+                strict=True,
+            )
+        )
+        for which, cell in (("a", a), ("b", b))
+    }
+    assert named["a"] == named["b"]
+    assert sorted(named["a"].values()) == ["e0_1", "e0_2", "e0_2_1", "e1_2"]
