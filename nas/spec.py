@@ -431,20 +431,28 @@ def json_path(loc: tuple[int | str, ...]) -> str:
     is shown in parentheses, as a reader of the spec names that layer.
     """
     out = ""
-    previous_was_index = False
+    in_layer_list = False  # the last part was an index into a list of layers (where pydantic adds the tag)
+    field: int | str | None = None
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-            previous_was_index = True
+            in_layer_list = field in _LAYER_LISTS
             continue
-        if previous_was_index and part in LAYER_TYPES:
+        if in_layer_list and part in LAYER_TYPES:
             out += f" ({part})"
         elif not part.isidentifier():
             continue  # pydantic's label of a union member ("literal['same']"), not a field
         else:
             out += f".{part}" if out else str(part)
-        previous_was_index = False
+            field = part
+        in_layer_list = False
     return out or "$"
+
+
+# The fields that hold a list of layers: an index into one is followed by the layer's type tag
+# (``blocks[0].layers[1] (linear)``); after an index into another list a layer type's name is a
+# field (an unknown key ``relu`` of a block is ``blocks[0].relu``).
+_LAYER_LISTS = frozenset({"layers", "body", "shortcut", "op"})
 
 
 def _message(error: Mapping[str, Any]) -> str:

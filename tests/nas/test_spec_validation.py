@@ -404,6 +404,20 @@ def test_an_unknown_key_that_is_not_a_name_is_quoted_in_its_path() -> None:
     assert paths == {'["out "]', 'blocks[0].layers[0] (relu)["x-y"]'}, paths
 
 
+def test_an_unknown_key_named_like_a_layer_type_is_a_field_in_its_path() -> None:
+    """It was shown as a layer's type tag: ``blocks[0] (relu)`` for a block's unknown key ``relu``."""
+    edge = {"from": 0, "to": 1, "op": [{"type": "linear", "out": 2}], "linear": 1}
+    spec = {
+        "format": "1.1",
+        "input_shape": [4],
+        "blocks": [{"layers": [{"type": "cell", "nodes": 2, "edges": [edge]}], "relu": 1}],
+    }
+    with pytest.raises(SpecError) as error:
+        parse_spec(spec)
+    paths = {issue.path for issue in error.value.issues}
+    assert paths == {"blocks[0].relu", "blocks[0].layers[0] (cell).edges[0].linear"}, paths
+
+
 def test_a_cell_with_many_unfed_nodes_names_the_first_ten() -> None:
     with pytest.raises(SpecError) as error:
         parse_spec(_cell(1000))
