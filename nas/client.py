@@ -197,7 +197,7 @@ _Operation = Generator["httpx.Request | _Sleep", "httpx.Response | None", T]
 def spec_payload(spec: SpecLike) -> Any:
     """A spec as the JSON value the service receives (unvalidated: the service judges)."""
     if isinstance(spec, ArchitectureSpec):
-        return spec.model_dump(mode="json", exclude_none=True)
+        return spec.model_dump(mode="json", exclude_none=True, by_alias=True)
     if isinstance(spec, (str, bytes)):
         return json.loads(spec)
     if not isinstance(spec, Mapping):  # dict() of a list of specs makes a nonsense spec of its first keys

@@ -129,7 +129,7 @@ def _new_candidates(
                 raise ProblemError.from_invalid_batch(exc) from None
         out.append(
             jobs.NewCandidate(
-                spec=spec.model_dump(mode="json", exclude_none=True),
+                spec=spec.model_dump(mode="json", exclude_none=True, by_alias=True),  # "from", as documented
                 spec_hash=spec_hash(spec),
                 options=key_options(spec, tuning),
                 study=options.study,

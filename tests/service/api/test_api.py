@@ -16,13 +16,16 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from nas.examples import EXAMPLE_MLP
 from nas.report import ConditioningReport
+from nas.validate import parse_spec as nas_parse_spec
 from service.revision import engine_revision
 from service.settings import Settings
 from service.store import jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
+from service.store.models import Candidate
 from service.store.tokens import create_token, revoke_token
 from service.testing import live_server
 
@@ -279,6 +282,25 @@ def test_a_content_type_given_twice_is_refused_naming_the_header(sqlite_api: htt
     twice = [("content-type", "text/plain"), ("content-type", "application/json")]
     problem = assert_problem(sqlite_api.post("/v1/candidates", content=body, headers=twice), 400)
     assert problem["errors"][0]["path"] == "header.content-type" and "2 times" in problem["detail"]
+
+
+def test_a_cell_spec_is_stored_and_sent_as_documented_with_from_on_its_edges(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """Edges were stored (and sent by the client from a parsed spec) under the model's field name
+    ``source``, which the spec format does not have."""
+    from nas.client import PreflightClient
+    from nas.space import nasbench201_spec
+
+    cell_spec = nas_parse_spec(nasbench201_spec([1] * 6, channels=2, cells_per_stage=1))  # a parsed spec object
+    with live_server(make_settings(sqlite_url)) as url, PreflightClient(url) as client:
+        client.submit(cell_spec)
+    engine = make_engine(sqlite_url)
+    with session_scope(make_sessionmaker(engine)) as session:
+        (stored,) = session.scalars(select(Candidate.spec)).all()
+    engine.dispose()
+    edges = [edge for block in stored["blocks"] for layer in block["layers"] for edge in layer.get("edges", [])]
+    assert edges and all("from" in edge and "source" not in edge for edge in edges)
 
 
 def test_a_bare_spec_gets_a_hint_to_wrap_it(sqlite_api: httpx.Client) -> None:
