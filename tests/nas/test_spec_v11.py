@@ -283,6 +283,29 @@ def test_the_published_schema_knows_the_11_types() -> None:
     assert schema["$id"].endswith("v1.1.json")
 
 
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [(("input_shape", 0), 0), (("blocks", 0, "layers", 0, "out"), 0), (("blocks", 0, "layers", 0, "out"), 2**31)],
+)
+def test_the_published_schema_enforces_the_integer_bounds(where: tuple[Any, ...], value: int) -> None:
+    """pydantic wrote them as "gt" and "le", which JSON Schema validators ignore: the schema admitted
+    a width of 0 that nas.parse_spec refuses."""
+    import jsonschema
+
+    spec = copy.deepcopy(EXAMPLES["mlp"])
+    validator = jsonschema.Draft202012Validator(spec_json_schema())
+    assert validator.is_valid(spec)
+    target = spec
+    for key in where[:-1]:
+        target = target[key]
+    target[where[-1]] = value
+    assert not validator.is_valid(spec)
+    with pytest.raises(SpecError):
+        parse_spec(spec)
+    text = str(spec_json_schema())
+    assert "'gt'" not in text and "'le'" not in text
+
+
 def test_the_nasbench201_network_is_a_valid_11_spec() -> None:
     spec = parse_spec(nasbench201_spec([3] * 6))
     assert spec.format == "1.1" and len(spec.blocks) == 1 + 15 + 2 + 1
