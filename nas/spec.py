@@ -56,6 +56,7 @@ Name = Annotated[str, AfterValidator(storable_text)]
 MAX_SPEC_INT = 2**31 - 1
 MAX_SPEC_MAGNITUDE = 1e6
 MAX_CELL_NODES = 1024
+MAX_BLOCKS = 512  # a spec's blocks at most (nas.validate.SpecLimits.max_blocks cannot raise it)
 
 # an integral number (a numpy integer too), never a bool, a string or a float: the spec's counts and the
 # options' (nas.options)
@@ -85,6 +86,7 @@ __all__ = [
     "LeakyReluLayer",
     "LinearLayer",
     "MAX_CELL_NODES",
+    "MAX_BLOCKS",
     "MAX_SPEC_INT",
     "MAX_SPEC_MAGNITUDE",
     "NormLayer",
@@ -390,7 +392,7 @@ class ArchitectureSpec(_Strict):
     name: Name | None = None
     input_shape: Annotated[list[PositiveInt], Field(min_length=1, max_length=3)]
     init: Init = Field(default_factory=Init)
-    blocks: Annotated[list[Block], Field(min_length=1, max_length=512)]
+    blocks: Annotated[list[Block], Field(min_length=1, max_length=MAX_BLOCKS)]
 
     @field_validator("input_shape")
     @classmethod

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from nas._numbers import is_integral, is_real
-from nas.spec import MAX_SPEC_INT, MAX_SPEC_MAGNITUDE
+from nas.spec import MAX_BLOCKS, MAX_SPEC_INT, MAX_SPEC_MAGNITUDE
 
 __all__ = [
     "ACTIVATIONS",
@@ -137,6 +137,33 @@ def _check_range(
         raise ValueError(f"{name} must be at most {bound} (the spec format's limit), but got {name}={value!r}.")
 
 
+class _LargestTrial:
+    """A trial at the top of every range (and the first of every choice): the deepest network a
+    space proposes, as its constructor checks it."""
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int:
+        return high
+
+    def suggest_float(
+        self, name: str, low: float, high: float, *, step: float | None = None, log: bool = False
+    ) -> float:
+        return high
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        return choices[0]
+
+
+def _check_fits_format(space: SearchSpace) -> None:
+    """Refuse a space whose deepest network has more blocks than the spec format allows: its deepest
+    trials would all be refused (a depth of 600 passed, and those trials failed)."""
+    blocks = len(space(_LargestTrial())["blocks"])
+    if blocks > MAX_BLOCKS:
+        raise ValueError(
+            f"{type(space).__name__}'s deepest network has {blocks} blocks, more than the spec format's "
+            f"{MAX_BLOCKS}; lower the top of the ranges that set its depth."
+        )
+
+
 def _check_choices(name: str, value: Sequence[str], allowed: Sequence[str]) -> None:
     if isinstance(value, str) or not value or any(v not in allowed for v in value):
         raise ValueError(f"{name} must be a non-empty sequence of {list(allowed)}, but got {name}={value!r}.")
@@ -212,6 +239,7 @@ class MLPSpace:
         _check_common(self)
         _check_range("depth", self.depth, 1, integer=True)
         _check_range("width", self.width, 1, integer=True, most=MAX_SPEC_INT)
+        _check_fits_format(self)
 
     def __call__(self, trial: _Trial) -> Spec:
         p = self.prefix
@@ -276,6 +304,7 @@ class CNNSpace:
                 f"channels={self.channels!r}, doubled over up to {min(self.stages[1], most)} stages, reach {widest}, "
                 f"beyond the spec format's limit of {MAX_SPEC_INT}."
             )
+        _check_fits_format(self)
 
     def __call__(self, trial: _Trial) -> Spec:
         p = self.prefix
@@ -343,6 +372,7 @@ class ResidualSpace:
             )
         if not _odd_size(self.kernel):  # "same" padding keeps the residual's shape only for odd kernels
             raise ValueError(f"kernel must be an odd size >= 1, but got kernel={self.kernel!r}.")
+        _check_fits_format(self)
 
     def __call__(self, trial: _Trial) -> Spec:
         p = self.prefix

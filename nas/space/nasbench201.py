@@ -21,9 +21,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from nas._numbers import is_integral
 from nas.shapes import trace_shapes
-from nas.space.chains import Layer, Spec, _count, _Trial
-from nas.spec import ArchitectureSpec, SpecError
+from nas.space.chains import Layer, Spec, _check_fits_format, _count, _Trial
+from nas.spec import ArchitectureSpec, SpecError, issues_from_validation_error
 
 __all__ = [
     "NB201_EDGES",
@@ -63,8 +66,8 @@ def _op_names(ops: Sequence[int | str] | str) -> tuple[str, ...]:
     for op in ops:
         if isinstance(op, str):
             names.append(op)
-        elif isinstance(op, int) and not isinstance(op, bool) and 0 <= op < len(NB201_OPS):
-            names.append(NB201_OPS[op])
+        elif is_integral(op) and 0 <= op < len(NB201_OPS):  # a numpy integer too, as everywhere
+            names.append(NB201_OPS[int(op)])
         else:
             raise ValueError(f"an op is a name or an index in 0..{len(NB201_OPS) - 1}, got {op!r}")
     return tuple(names)
@@ -176,10 +179,14 @@ class NASBench201Space:
                 raise ValueError(f"{name} must be an integer of at least 1, but got {name}={getattr(self, name)!r}.")
         if len(self.input_shape) != 3 or not all(_count(size, 1) for size in self.input_shape):
             raise ValueError(f"input_shape must be [C, H, W], but got input_shape={list(self.input_shape)}.")
+        _check_fits_format(self)
         try:  # the skeleton's shapes do not depend on the ops: one that fails here fails every trial (no size limits)
             trace_shapes(
                 ArchitectureSpec.model_validate(nasbench201_spec(["none"] * len(NB201_EDGES), *self._skeleton()))
             )
+        except ValidationError as exc:  # a size past the format's bounds (channels of 2**30 double past 2**31)
+            issue = issues_from_validation_error(exc)[0]
+            raise ValueError(f"the skeleton is not a valid spec: {issue.path}: {issue.message}") from None
         except SpecError as exc:
             raise ValueError(f"the skeleton cannot take input_shape={list(self.input_shape)}: {exc}") from None
 

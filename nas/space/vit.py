@@ -17,6 +17,7 @@ from typing import Any
 from nas.space.chains import (
     Layer,
     Spec,
+    _check_fits_format,
     _check_n_classes,
     _check_range,
     _count,
@@ -31,6 +32,8 @@ __all__ = ["ViTSpace", "transformer_block", "vit_spec"]
 
 def transformer_block(width: int, heads: int, mlp_ratio: float = 4.0) -> list[Layer]:
     """The two residual layers of a pre-LN transformer block on [T, width]."""
+    if not _positive_finite(mlp_ratio):  # NaN failed in round(), -1 quietly made an MLP of one unit
+        raise ValueError(f"mlp_ratio must be a positive finite number, but got mlp_ratio={mlp_ratio!r}.")
     hidden = max(1, round(width * mlp_ratio))
     attention = [{"type": "layernorm", "over": "last"}, {"type": "attention", "heads": heads}]
     mlp = [
@@ -87,7 +90,7 @@ class ViTSpace:
     patches: tuple[int, ...] = (4, 7)
 
     def __post_init__(self) -> None:
-        if len(self.input_shape) != 3:
+        if len(self.input_shape) != 3 or not all(_count(size, 1) for size in self.input_shape):
             raise ValueError(f"input_shape must be [C, H, W], but got input_shape={list(self.input_shape)}.")
         _check_range("depth", self.depth, 1, integer=True)
         _check_n_classes(self.n_classes)
@@ -110,6 +113,7 @@ class ViTSpace:
                 f"widths={self.widths!r} times mlp_ratios={self.mlp_ratios!r} reach {hidden:.0f} units, beyond the "
                 f"spec format's limit of {MAX_SPEC_INT}."
             )
+        _check_fits_format(self)
 
     def __call__(self, trial: _Trial) -> Spec:
         depth = _suggest_int(trial, "depth", self.depth)

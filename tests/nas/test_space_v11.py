@@ -3,6 +3,7 @@ spec, and both usable in an Optuna objective exactly as the chain spaces are."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import optuna
 import pytest
 
+import nas.space
 from nas.canonical import spec_hash
 from nas.space import (
     NB201_EDGES,
@@ -147,3 +149,33 @@ def test_a_space_that_no_trial_could_build_is_refused_when_it_is_made(make: obje
     with pytest.raises(ValueError) as caught:
         make()  # type: ignore[operator]
     assert words in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda: nas.space.MLPSpace((16,), 10, depth=(1, 600)), "MLPSpace's deepest network has 601 blocks"),
+        (lambda: nas.space.ResidualSpace((16,), 10, depth=(600, 600)), "more than the spec format's 512"),
+        (lambda: nas.space.CNNSpace((1, 28, 28), 10, convs_per_stage=(600, 600)), "1803 blocks"),
+        (lambda: ViTSpace(depth=(600, 600)), "ViTSpace's deepest network has 602 blocks"),
+        (lambda: NASBench201Space(cells_per_stage=200), "604 blocks"),
+        (lambda: NASBench201Space(channels=2**30), "(conv2d).out: Input should be less than or equal to"),
+        (lambda: ViTSpace(input_shape=(0, 28, 28)), "input_shape must be [C, H, W]"),
+        (lambda: ViTSpace(input_shape=(1, 28.0, 28.0)), "input_shape must be [C, H, W]"),  # type: ignore[arg-type]
+        (lambda: vit_spec(depth=1, width=8, heads=2, mlp_ratio=math.nan), "mlp_ratio must be a positive finite"),
+        (lambda: vit_spec(depth=1, width=8, heads=2, mlp_ratio=-1), "mlp_ratio must be a positive finite"),
+    ],
+)
+def test_a_space_whose_trials_the_format_would_refuse_is_refused_when_made(make: Callable[[], Any], words: str) -> None:
+    """Each was accepted, and then every (or every deepest) trial's spec failed validation; the
+    NAS-Bench-201 space's own checks raised pydantic's raw ValidationError, and vit_spec made an MLP
+    of one unit from a negative ratio."""
+    with pytest.raises(ValueError, match=re.escape(words)) as refused:
+        make()
+    assert "errors.pydantic.dev" not in str(refused.value)
+
+
+def test_a_numpy_index_names_a_nasbench201_op_as_an_int_does() -> None:
+    import numpy as np
+
+    assert nasbench201_spec([np.int64(1)] * 6) == nasbench201_spec([1] * 6)  # type: ignore[list-item]
