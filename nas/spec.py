@@ -11,6 +11,7 @@ and says how to fix it.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -26,7 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from nas._numbers import is_integral
+from nas._numbers import is_integral, is_real
 
 
 def _integer(value: Any) -> Any:
@@ -35,6 +36,23 @@ def _integer(value: Any) -> Any:
     if not is_integral(value):
         raise PydanticCustomError("int_type", "Input should be a valid integer")
     return int(value)
+
+
+def _real(value: Any) -> Any:
+    """Real numbers are strict as counts are: ``true`` or ``"1"`` where a std or a factor belongs is
+    a mistake to report, not to read as 1; any real number (an integer, a numpy float) is accepted."""
+    if not is_real(value):
+        raise PydanticCustomError("float_type", "Input should be a number")
+    if not math.isfinite(value):  # every number of a spec is finite
+        raise PydanticCustomError("finite_number", "Input should be a finite number")
+    return float(value)
+
+
+def _boolean(value: Any) -> Any:
+    """A switch is true or false (a numpy bool too): ``"no"``, ``0`` or ``1.0`` was read as one."""
+    if isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")):
+        return bool(value)
+    raise PydanticCustomError("bool_type", "Input should be a boolean, true or false")
 
 
 def storable_text(value: str) -> str:
@@ -63,8 +81,12 @@ MAX_BLOCKS = 512  # a spec's blocks at most (nas.validate.SpecLimits.max_blocks 
 Integer = Annotated[int, BeforeValidator(_integer)]
 PositiveInt = Annotated[Integer, Field(gt=0, le=MAX_SPEC_INT)]
 NonNegativeInt = Annotated[Integer, Field(ge=0, le=MAX_SPEC_INT)]
-PositiveFactor = Annotated[float, Field(gt=0, le=MAX_SPEC_MAGNITUDE, allow_inf_nan=False)]
-Factor = Annotated[float, Field(ge=-MAX_SPEC_MAGNITUDE, le=MAX_SPEC_MAGNITUDE, allow_inf_nan=False)]
+# a real number (a numpy one too) or a switch, never a bool where a number belongs, a string or a number
+# where a switch does
+Real = Annotated[float, BeforeValidator(_real)]
+Switch = Annotated[bool, BeforeValidator(_boolean)]
+PositiveFactor = Annotated[Real, Field(gt=0, le=MAX_SPEC_MAGNITUDE, allow_inf_nan=False)]
+Factor = Annotated[Real, Field(ge=-MAX_SPEC_MAGNITUDE, le=MAX_SPEC_MAGNITUDE, allow_inf_nan=False)]
 
 __all__ = [
     "ActivationLayer",
@@ -147,7 +169,7 @@ class Init(_Strict):
 class LinearLayer(_Strict):
     type: Literal["linear"]
     out: PositiveInt
-    bias: bool = True
+    bias: Switch = True
     init: Init | None = None
 
 
@@ -158,7 +180,7 @@ class Conv2dLayer(_Strict):
     stride: PositiveInt = 1
     padding: Literal["same"] | NonNegativeInt = "same"
     groups: PositiveInt = 1
-    bias: bool = True
+    bias: Switch = True
     init: Init | None = None
 
     @property
@@ -232,7 +254,7 @@ class FlattenLayer(_Strict):
 
 class DropoutLayer(_Strict):
     type: Literal["dropout"]
-    p: Annotated[float, Field(ge=0, lt=1)]
+    p: Annotated[Real, Field(ge=0, lt=1)]
 
 
 class ScaleLayer(_Strict):
@@ -262,8 +284,8 @@ class AttentionLayer(_Strict):
 
     type: Literal["attention"]
     heads: PositiveInt
-    causal: bool = False
-    bias: bool = True
+    causal: Switch = False
+    bias: Switch = True
     init: Init | None = None
 
 
@@ -273,7 +295,7 @@ class PatchEmbedLayer(_Strict):
     type: Literal["patch_embed"]
     patch: PositiveInt
     out: PositiveInt
-    bias: bool = True
+    bias: Switch = True
     init: Init | None = None
 
 

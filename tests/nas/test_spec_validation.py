@@ -404,6 +404,43 @@ def test_an_unknown_key_that_is_not_a_name_is_quoted_in_its_path() -> None:
     assert paths == {'["out "]', 'blocks[0].layers[0] (relu)["x-y"]'}, paths
 
 
+@pytest.mark.parametrize(
+    ("layer", "field", "words"),
+    [
+        ({"type": "linear", "out": 2, "bias": "no"}, "bias", "true or false"),  # was read as false
+        ({"type": "linear", "out": 2, "bias": 0}, "bias", "true or false"),
+        ({"type": "linear", "out": 2, "bias": 1.0}, "bias", "true or false"),
+        ({"type": "scale", "factor": "1"}, "factor", "a number"),  # was read as 1.0
+        ({"type": "scale", "factor": True}, "factor", "a number"),
+        ({"type": "leaky_relu", "slope": True}, "slope", "a number"),
+        ({"type": "dropout", "p": True}, "p", "a number"),  # was "less than 1 (got True)"
+    ],
+)
+def test_a_switch_or_a_number_of_another_type_is_refused_not_coerced(
+    layer: dict[str, Any], field: str, words: str
+) -> None:
+    with pytest.raises(SpecError) as error:
+        parse_spec(_mlp(layer))
+    (issue,) = error.value.issues
+    assert issue.path == f"blocks[0].layers[0] ({layer['type']}).{field}" and words in issue.message, issue
+
+
+def test_numpy_numbers_and_switches_are_accepted_as_python_ones() -> None:
+    import numpy as np
+
+    layers = [
+        {"type": "linear", "out": 2, "bias": np.bool_(False)},
+        {"type": "scale", "factor": np.float32(0.5)},
+        {"type": "leaky_relu", "slope": 1},
+    ]
+    parsed = parse_spec(_mlp(*layers)).blocks[0].layers
+    assert [getattr(layer, name) for layer, name in zip(parsed, ("bias", "factor", "slope"), strict=True)] == [
+        False,
+        0.5,
+        1.0,
+    ]
+
+
 def test_an_unknown_key_named_like_a_layer_type_is_a_field_in_its_path() -> None:
     """It was shown as a layer's type tag: ``blocks[0] (relu)`` for a block's unknown key ``relu``."""
     edge = {"from": 0, "to": 1, "op": [{"type": "linear", "out": 2}], "linear": 1}
