@@ -43,9 +43,13 @@ def _real(value: Any) -> Any:
     a mistake to report, not to read as 1; any real number (an integer, a numpy float) is accepted."""
     if not is_real(value):
         raise PydanticCustomError("float_type", "Input should be a number")
-    if not math.isfinite(value):  # every number of a spec is finite
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a float's range (10**400)
+        number = math.inf
+    if not math.isfinite(number):  # every number of a spec is finite
         raise PydanticCustomError("finite_number", "Input should be a finite number")
-    return float(value)
+    return number
 
 
 def _boolean(value: Any) -> Any:

@@ -414,6 +414,7 @@ def test_an_unknown_key_that_is_not_a_name_is_quoted_in_its_path() -> None:
         ({"type": "scale", "factor": True}, "factor", "a number"),
         ({"type": "leaky_relu", "slope": True}, "slope", "a number"),
         ({"type": "dropout", "p": True}, "p", "a number"),  # was "less than 1 (got True)"
+        ({"type": "leaky_relu", "slope": 10**400}, "slope", "a finite number"),  # not an OverflowError (a 500)
     ],
 )
 def test_a_switch_or_a_number_of_another_type_is_refused_not_coerced(
