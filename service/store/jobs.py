@@ -184,8 +184,7 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
         )
         _widen_devices(session, {ids[key]: by_key[key].device for key in existing})
     held = _hold(session, candidates, ids, now)
-    if existing:
-        wanted_priority(session, [ids[key] for key in existing])
+    wanted_priority(session, sorted(set(ids.values())))  # owners of one job may come in one call (a group commit)
     session.execute(
         insert(Submission),
         [
@@ -209,11 +208,9 @@ def submit(session: Session, *, candidates: Sequence[NewCandidate], max_attempts
 
 
 def wanted_priority(session: Session, job_ids: Sequence[int]) -> None:
-    """Queue each unfinished job at the highest priority of the owners that still want it: the
-    job row kept the priority of whoever queued it first, so a job another owner had queued (or
-    queued and cancelled) at a priority over the cap ran there for a tenant that asked for less,
-    and one queued low held back a later owner that asked for more. Each owner's priority is
-    already capped, so the job's is too."""
+    """Queue each unfinished job at the highest (capped) priority of the owners that still want it,
+    not at the first submitter's: one owner's low priority must not hold back another's, nor a
+    cancelled owner's high one run the job above a tenant's cap."""
     highest = (
         select(func.max(OwnedCandidate.priority))
         .where(OwnedCandidate.candidate_id == Candidate.id, OwnedCandidate.cancelled_at.is_(None))
@@ -279,9 +276,13 @@ def _hold(
         )
     )
     held = {(row.owner_id, row.candidate_id): row for row in rows if (row.owner_id, row.candidate_id) in wanted}
-    resumed = [row.id for row in held.values() if row.cancelled_at is not None]
-    if resumed:
-        session.execute(update(OwnedCandidate).where(OwnedCandidate.id.in_(resumed)).values(cancelled_at=None))
+    for key, row in held.items():
+        if row.cancelled_at is not None:  # wanted again, at the priority asked for now
+            session.execute(
+                update(OwnedCandidate)
+                .where(OwnedCandidate.id == row.id)
+                .values(cancelled_at=None, priority=wanted[key].priority)
+            )
     return {key: (row.id, row.public_id) for key, row in held.items()}
 
 

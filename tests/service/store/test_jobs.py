@@ -14,7 +14,7 @@ from sqlalchemy import func, select, update
 from nas import parse_spec, spec_hash
 from nas.report import ConditioningReport
 from service.revision import engine_revision
-from service.store import jobs
+from service.store import jobs, reports
 from service.store.db import session_scope, utcnow
 from service.store.models import (
     BlockFigure,
@@ -78,6 +78,32 @@ def test_claim_takes_highest_priority_then_oldest(sessions: Any) -> None:
     low, high, high_later = submit(sessions, new(1), new(2, priority=5), new(3, priority=5))
     assert [claimed_id(sessions), claimed_id(sessions), claimed_id(sessions)] == [high.id, high_later.id, low.id]
     assert claim(sessions) is None
+
+
+def test_a_shared_job_queued_in_one_call_runs_at_its_owners_highest_priority(sessions: Any) -> None:
+    """A group commit submits several owners' requests in one call: the new job took the first's
+    priority, so owner 2's -9 held back owner 1's 4."""
+    low, high = submit(sessions, new(9, owner_id=2, priority=-9), new(9, owner_id=1, priority=4))
+    assert low.id == high.id and job_priority(sessions, low.id) == 4
+
+
+def test_an_owner_that_cancels_and_queues_again_runs_at_its_new_priority(sessions: Any) -> None:
+    """The owner's hold kept the priority of its first submission: queued at 1000, cancelled, and
+    queued again at 0, the job ran at 1000."""
+    from service.store.owners import Caller
+
+    (first,) = submit(sessions, new(9, owner_id=1, priority=1000))
+    with session_scope(sessions, write=True) as session:
+        reports.cancel_owned(session, public_id=first.public_id, caller=Caller(owner_id=1, admin=False))
+    (again,) = submit(sessions, new(9, owner_id=1, priority=0))
+    assert again.id == first.id and job_priority(sessions, first.id) == 0
+
+
+def job_priority(sessions: Any, job_id: int) -> int:
+    with session_scope(sessions) as session:
+        priority = session.scalar(select(Candidate.priority).where(Candidate.id == job_id))
+    assert priority is not None
+    return priority
 
 
 def test_an_owner_with_nothing_running_goes_before_a_busier_owners_urgent_jobs(sessions: Any) -> None:
