@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.auth import authenticate, bearer_token
-from service.api.problems import ProblemError, ProblemIssue, problem_response
+from service.api.problems import DATABASE_DOWN, ProblemError, ProblemIssue, on_database_down, problem_response
 
 __all__ = ["BodyLimitMiddleware", "RequestFormatMiddleware", "TokenFirstMiddleware"]
 
@@ -70,6 +70,9 @@ class TokenFirstMiddleware:
                     )
                     await response(scope, receive, send)
                     return
+                except DATABASE_DOWN as down:  # outside the app's handlers: answered as they would, 503
+                    await (await on_database_down(Request(scope), down))(scope, receive, send)
+                    return
         await self.app(scope, receive, send)
 
 
@@ -84,10 +87,12 @@ class RequestFormatMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            if scope["method"] in _WITH_BODY and not _values(scope, b"content-type"):
-                # read as JSON, as documented (FastAPI from 0.122 reads a body without the header as bytes)
-                scope = dict(scope, headers=[*scope["headers"], (b"content-type", b"application/json")])
-            if (refusal := _refusal(scope)) is not None:
+            if (refusal := _refusal(scope)) is None and scope["method"] in _WITH_BODY and not _media_type(scope):
+                # read as JSON, as documented (FastAPI from 0.122 reads a body without the header as bytes);
+                # in place: the router records the route in this scope, which the metrics read
+                others = [(key, value) for key, value in scope["headers"] if key != b"content-type"]
+                scope["headers"] = [*others, (b"content-type", b"application/json")]
+            if refusal is not None:
                 status, where, message = refusal
                 issues = [ProblemIssue(path=where, message=message)]
                 response = problem_response(
@@ -109,7 +114,7 @@ def _refusal(scope: Scope) -> tuple[int, str, str] | None:
         given = _values(scope, b"content-type")
         if len(given) > 1:  # this check would read one and FastAPI the other
             return 400, "header.content-type", f"given {len(given)} times; send it once"
-        media_type = (given or [b""])[0].split(b";")[0].strip().lower()
+        media_type = _media_type(scope)
         if media_type and media_type != b"application/json" and not media_type.endswith(b"+json"):
             shown = media_type.decode("latin-1")[:100]
             return 415, "header.content-type", f"the body must be JSON (application/json), not {shown}"
@@ -119,3 +124,8 @@ def _refusal(scope: Scope) -> tuple[int, str, str] | None:
 def _values(scope: Scope, name: bytes) -> list[bytes]:
     """Every value of the header ``name`` (lower case, as ASGI gives names)."""
     return [value for key, value in scope["headers"] if key == name]
+
+
+def _media_type(scope: Scope) -> bytes:
+    """The body's media type, lower case, without parameters; empty when none is named."""
+    return (_values(scope, b"content-type") or [b""])[0].split(b";")[0].strip().lower()

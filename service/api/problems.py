@@ -26,12 +26,14 @@ from service.api.schemas import SUBMISSION_TAGS
 from service.store.errors import InvalidBatch
 
 __all__ = [
+    "DATABASE_DOWN",
     "NOT_JSON",
     "PROBLEM_TYPES",
     "Problem",
     "ProblemError",
     "ProblemIssue",
     "install_problem_handlers",
+    "on_database_down",
     "problem_response",
 ]
 
@@ -260,7 +262,10 @@ async def _on_invalid_batch(request: Request, exc: Exception) -> JSONResponse:
     return await _on_problem(request, ProblemError.from_invalid_batch(exc))
 
 
-async def _on_database_down(request: Request, exc: Exception) -> JSONResponse:
+DATABASE_DOWN = (OperationalError, InterfaceError, PoolTimeoutError)  # answered 503, to retry
+
+
+async def on_database_down(request: Request, exc: Exception) -> JSONResponse:
     log.warning("database unavailable on %s %s: %s", request.method, request.url.path, str(exc).splitlines()[0])
     return problem_response(
         request,
@@ -282,7 +287,6 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(SpecError, _on_spec_error)
     app.add_exception_handler(InvalidBatch, _on_invalid_batch)
-    app.add_exception_handler(OperationalError, _on_database_down)
-    app.add_exception_handler(InterfaceError, _on_database_down)
-    app.add_exception_handler(PoolTimeoutError, _on_database_down)  # every connection busy
+    for down in DATABASE_DOWN:  # PoolTimeoutError: every connection busy
+        app.add_exception_handler(down, on_database_down)
     app.add_exception_handler(Exception, _on_unexpected)

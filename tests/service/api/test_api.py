@@ -273,6 +273,10 @@ def test_a_body_without_a_content_type_is_read_as_json(sqlite_api: httpx.Client)
     assert response.status_code == 202, response.text
     batch = json.dumps({"x": [[float(i), 1.0] for i in range(4)]}).encode()
     assert sqlite_api.post("/v1/batches", content=batch).status_code == 201
+    for empty in ("", "; charset=utf-8"):  # no media type named: read as JSON too
+        response = sqlite_api.post("/v1/candidates", content=body, headers={"content-type": empty})
+        assert response.status_code == 202, response.text
+    assert 'route="unmatched"' not in sqlite_api.get("/metrics").text  # the route is recorded where metrics read it
 
 
 def test_a_content_type_given_twice_is_refused_naming_the_header(sqlite_api: httpx.Client) -> None:
@@ -531,6 +535,29 @@ def test_a_request_with_a_body_is_refused_for_its_token_before_the_body_is_read(
             assert_problem(client.post(path, content=b"{bad", headers=good), 422)
         body = {"spec": spec()}
         assert client.post("/v1/candidates", json=body, headers={"authorization": f"Bearer {token}"}).status_code == 202
+
+
+def test_a_token_check_while_the_database_is_down_is_a_503_to_retry_for_a_post_too(
+    sqlite_url: str, make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check before the body is read runs outside the app's error handlers: a POST answered 500
+    where a GET answered 503 with Retry-After."""
+    from sqlalchemy.exc import OperationalError
+
+    from service.api.auth import TokenCache
+
+    def down(self: TokenCache, token: str) -> None:
+        raise OperationalError("SELECT api_tokens", {}, Exception("unable to open database file"))
+
+    with live_server(make_settings(sqlite_url, require_auth=True)) as url, httpx.Client(base_url=url) as client:
+        monkeypatch.setattr(TokenCache, "caller", down)
+        headers = {"authorization": "Bearer pf_any"}
+        for response in (
+            client.post("/v1/candidates", json={"spec": spec()}, headers=headers),
+            client.get("/v1/candidates", headers=headers),
+        ):
+            problem = assert_problem(response, 503)
+            assert problem["type"].endswith("/unavailable") and response.headers["retry-after"] == "1"
 
 
 def test_a_long_poll_is_refused_once_its_token_is_revoked(
