@@ -118,7 +118,10 @@ def _new_candidates(
             raise ProblemError.from_spec_error(SpecError.at("blocks", reason), field=field)
         if issue := job_limit_issue(trace, tuning, limits or SpecLimits()):
             path, message = issue
-            path = field if path == "spec" else path
+            if path == "spec":
+                path = field
+            elif batch:  # this spec's job at these options: the spec is at fault, so a client can drop it
+                path, message = field, f"at {path}: {message}"
             raise ProblemError(
                 422, f"{path}: {message}", kind="too-large", errors=[ProblemIssue(path=path, message=message)]
             )

@@ -383,6 +383,9 @@ def test_poison_jobs_are_refused_before_queueing_by_their_own_batch_and_compute(
     assert response.status_code == 422, response.text
     problem = response.json()
     assert problem["errors"][0]["path"] == path and setting in problem["detail"]
+    # in a batch, the spec whose job is too large is named, so that a prescreen can drop it alone
+    problem = sqlite_api.post("/v1/candidates", json={"specs": [EXAMPLE_MLP, spec], "options": options}).json()
+    assert problem["errors"][0]["path"] == "specs[1]" and f"at {path}" in problem["errors"][0]["message"], problem
     assert sqlite_api.get("/v1/candidates").json()["candidates"] == []  # nothing queued
     assert sqlite_api.post("/v1/candidates", json={"spec": POISON_BATCH, "options": {}}).status_code == 202
 
