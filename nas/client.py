@@ -263,6 +263,7 @@ class _Core:
         token = token if token is not None else os.environ.get("PREFLIGHT_API_TOKEN")
         if token is not None and not isinstance(token, str):
             raise TypeError(f"token must be a string, but got {type(token).__name__}.")
+        token = token.strip() if token is not None else None  # as the service reads it (an env file's newline)
         if token and not all("!" <= c <= "~" for c in token):  # a header of other characters never reaches the service
             raise ValueError(
                 f"{source} holds a character no token has (tokens are printable ASCII without spaces); "

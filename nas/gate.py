@@ -350,7 +350,7 @@ class ConditioningGate:
                     f"trial {refused.number}: the service refused its spec ({'; '.join(reasons)}); "
                     f"the trial failed and the other {len(specs)} were sent again",
                     SpecRefused,
-                    stacklevel=4,
+                    stacklevel=3,  # the caller of prescreen
                 )
 
     def rank(self, trial: optuna.Trial) -> RankDecision | None:
@@ -451,8 +451,10 @@ def _refused_spec(refusal: SpecRejectedError, batch: int) -> int | None:
         if match is None:
             return None
         indices.add(int(match.group(1)))
-    (index,) = indices if len(indices) == 1 else (None,)
-    return index if index is not None and index < batch else None
+    if len(indices) != 1:
+        return None
+    (index,) = indices
+    return index if index < batch else None
 
 
 def _refusal_reasons(refusal: SpecRejectedError, index: int) -> list[str]:

@@ -201,6 +201,13 @@ def test_a_token_no_header_can_carry_is_refused_when_the_client_is_made(
         PreflightClient("http://unused.invalid")
 
 
+def test_a_token_with_spaces_or_a_newline_at_its_ends_is_sent_stripped_as_the_service_reads_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PREFLIGHT_API_TOKEN", "pf_abc\n")  # as an env file or $(cat token) may leave it
+    assert PreflightClient("http://unused.invalid")._core.headers["authorization"] == "Bearer pf_abc"
+
+
 def test_the_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PREFLIGHT_URL", "http://gpu-node:9000/")
     assert PreflightClient().url == "http://gpu-node:9000"

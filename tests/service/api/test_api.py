@@ -564,35 +564,40 @@ def test_a_token_check_while_the_database_is_down_is_a_503_to_retry_for_a_post_t
 
 
 def test_a_long_poll_is_refused_once_its_token_is_revoked(
-    sqlite_url: str, make_settings: Callable[..., Settings]
+    sqlite_url: str, make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The wait checked the token once, when it began, and answered 200 up to max_wait_seconds
     after the token was revoked; docs/configuration.md says revocation takes effect within
-    token_cache_seconds (0 here)."""
+    token_cache_seconds (0 here). The token is revoked once the wait has read the candidate."""
+    from service.api.routes import candidates as routes
+
     engine = make_engine(sqlite_url)
     sessions = make_sessionmaker(engine)
     with session_scope(sessions, write=True) as session:
         token = create_token(session, name="ci").token
-    settings = make_settings(sqlite_url, require_auth=True, max_wait_seconds=120.0)
+    polling = threading.Event()
+    read_once = routes._read_once
+
+    def watched(*args: Any) -> Any:
+        polling.set()
+        return read_once(*args)
+
+    settings = make_settings(sqlite_url, require_auth=True, max_wait_seconds=600.0)
     with live_server(settings) as url:
         good = {"authorization": f"Bearer {token}"}
         queued = httpx.post(f"{url}/v1/candidates", json={"spec": spec()}, headers=good).json()  # no worker runs
+        monkeypatch.setattr(routes, "_read_once", watched)
         answers: list[httpx.Response] = []
+        wait_url = f"{url}/v1/candidates/{queued['id']}/wait"
         waiting = threading.Thread(
-            target=lambda: answers.append(
-                httpx.get(
-                    f"{url}/v1/candidates/{queued['id']}/wait", params={"timeout": 120}, headers=good, timeout=180
-                )
-            )
+            target=lambda: answers.append(httpx.get(wait_url, params={"timeout": 600}, headers=good, timeout=900))
         )
-        started = time.monotonic()
         waiting.start()
-        time.sleep(1.5)  # most likely inside the wait by now; revoked before it began, it is a 401 too
+        assert polling.wait(timeout=300)  # inside the wait, past its first token check
         with session_scope(sessions, write=True) as session:
             assert revoke_token(session, name="ci") == 1
-        waiting.join(timeout=180)
-        assert_problem(answers[0], 401)
-        assert time.monotonic() - started < 100  # not at the end of the 120 s wait
+        waiting.join(timeout=900)
+        assert_problem(answers[0], 401)  # not a 200 at the end of the 600 s wait
     engine.dispose()
 
 
