@@ -138,8 +138,11 @@ def _check_range(
 
 
 class _LargestTrial:
-    """A trial at the top of every range (and the first of every choice): the deepest network a
-    space proposes, as its constructor checks it."""
+    """A trial at the top of every range and at one end of every choice (a choice such as pooling
+    can add blocks): with both ends, the deepest network a space proposes, as its constructor checks."""
+
+    def __init__(self, last: bool) -> None:
+        self.last = last
 
     def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int:
         return high
@@ -150,13 +153,13 @@ class _LargestTrial:
         return high
 
     def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
-        return choices[0]
+        return choices[-1 if self.last else 0]
 
 
 def _check_fits_format(space: SearchSpace) -> None:
     """Refuse a space whose deepest network has more blocks than the spec format allows: its deepest
     trials would all be refused (a depth of 600 passed, and those trials failed)."""
-    blocks = len(space(_LargestTrial())["blocks"])
+    blocks = max(len(space(_LargestTrial(last))["blocks"]) for last in (False, True))
     if blocks > MAX_BLOCKS:
         raise ValueError(
             f"{type(space).__name__}'s deepest network has {blocks} blocks, more than the spec format's "
@@ -237,7 +240,7 @@ class MLPSpace:
         if len(self.input_shape) != 1:
             raise ValueError(f"MLPSpace needs a vector input [D], but got input_shape={list(self.input_shape)}.")
         _check_common(self)
-        _check_range("depth", self.depth, 1, integer=True)
+        _check_range("depth", self.depth, 1, integer=True, most=MAX_BLOCKS)
         _check_range("width", self.width, 1, integer=True, most=MAX_SPEC_INT)
         _check_fits_format(self)
 
@@ -286,7 +289,7 @@ class CNNSpace:
             raise ValueError(f"CNNSpace needs an image input [C, H, W], but got input_shape={list(self.input_shape)}.")
         _check_common(self)
         _check_range("stages", self.stages, 1, integer=True)
-        _check_range("convs_per_stage", self.convs_per_stage, 1, integer=True)
+        _check_range("convs_per_stage", self.convs_per_stage, 1, integer=True, most=MAX_BLOCKS)
         _check_range("channels", self.channels, 1, integer=True, most=MAX_SPEC_INT)
         _check_choices("pooling", self.pooling, ("maxpool", "avgpool", "stride"))
         _check_choices("heads", self.heads, ("global_avgpool", "flatten"))
@@ -361,7 +364,7 @@ class ResidualSpace:
         if len(self.input_shape) not in (1, 3):
             raise ValueError(f"ResidualSpace needs [D] or [C, H, W], but got input_shape={list(self.input_shape)}.")
         _check_common(self)
-        _check_range("depth", self.depth, 1, integer=True)
+        _check_range("depth", self.depth, 1, integer=True, most=MAX_BLOCKS)
         _check_range("width", self.width, 1, integer=True, most=MAX_SPEC_INT)
         _check_range("body_layers", self.body_layers, 1, integer=True)
         _check_range("beta", self.beta, 1e-6, most=MAX_SPEC_MAGNITUDE)

@@ -25,7 +25,7 @@ from nas.space.chains import (
     _suggest_int,
     _Trial,
 )
-from nas.spec import MAX_SPEC_INT
+from nas.spec import MAX_BLOCKS, MAX_SPEC_INT
 
 __all__ = ["ViTSpace", "transformer_block", "vit_spec"]
 
@@ -92,7 +92,7 @@ class ViTSpace:
     def __post_init__(self) -> None:
         if len(self.input_shape) != 3 or not all(_count(size, 1) for size in self.input_shape):
             raise ValueError(f"input_shape must be [C, H, W], but got input_shape={list(self.input_shape)}.")
-        _check_range("depth", self.depth, 1, integer=True)
+        _check_range("depth", self.depth, 1, integer=True, most=MAX_BLOCKS)
         _check_n_classes(self.n_classes)
         for name in ("widths", "head_dims", "patches"):  # Optuna refuses an empty choice only at the first trial
             choices = getattr(self, name)

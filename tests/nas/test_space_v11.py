@@ -154,10 +154,22 @@ def test_a_space_that_no_trial_could_build_is_refused_when_it_is_made(make: obje
 @pytest.mark.parametrize(
     ("make", "words"),
     [
-        (lambda: nas.space.MLPSpace((16,), 10, depth=(1, 600)), "MLPSpace's deepest network has 601 blocks"),
-        (lambda: nas.space.ResidualSpace((16,), 10, depth=(600, 600)), "more than the spec format's 512"),
-        (lambda: nas.space.CNNSpace((1, 28, 28), 10, convs_per_stage=(600, 600)), "1803 blocks"),
-        (lambda: ViTSpace(depth=(600, 600)), "ViTSpace's deepest network has 602 blocks"),
+        (lambda: nas.space.MLPSpace((16,), 10, depth=(1, 512)), "MLPSpace's deepest network has 513 blocks"),
+        (lambda: nas.space.MLPSpace((16,), 10, depth=(1, 10**9)), "depth must be at most 512"),  # not built first
+        (lambda: nas.space.ResidualSpace((16,), 10, depth=(511, 511)), "more than the spec format's 512"),
+        (lambda: nas.space.CNNSpace((1, 28, 28), 10, convs_per_stage=(600, 600)), "convs_per_stage must be at most"),
+        (
+            lambda: nas.space.CNNSpace(
+                (3, 32, 32),
+                10,
+                stages=(5, 5),
+                convs_per_stage=(102, 102),
+                channels=(8, 8),
+                pooling=("stride", "maxpool"),
+            ),
+            "515 blocks",  # with the last pooling choice: the first alone undercounted
+        ),
+        (lambda: ViTSpace(depth=(511, 511)), "ViTSpace's deepest network has 513 blocks"),
         (lambda: NASBench201Space(cells_per_stage=200), "604 blocks"),
         (lambda: NASBench201Space(channels=2**30), "(conv2d).out: Input should be less than or equal to"),
         (lambda: ViTSpace(input_shape=(0, 28, 28)), "input_shape must be [C, H, W]"),
