@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from nas import SpecLimits
-from service.api.auth import authenticate
+from service.api.auth import TokenCache, authenticate
 from service.api.metrics import Metrics
 from service.settings import Settings
 from service.store.db import session_scope
@@ -35,6 +35,7 @@ __all__ = [
     "SessionsDep",
     "SettingsDep",
     "SpecLimitsDep",
+    "TokensDep",
     "require_token",
 ]
 
@@ -60,6 +61,10 @@ async def get_committer(request: Request) -> GroupCommitter:
 
 async def get_spec_limits(request: Request) -> SpecLimits:
     return request.app.state.spec_limits
+
+
+async def get_tokens(request: Request) -> TokenCache:
+    return request.app.state.tokens
 
 
 async def get_metrics(request: Request) -> Metrics:
@@ -106,6 +111,7 @@ SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
 CommitterDep = Annotated[GroupCommitter, Depends(get_committer)]
 SpecLimitsDep = Annotated[SpecLimits, Depends(get_spec_limits)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+TokensDep = Annotated[TokenCache, Depends(get_tokens)]
 # scope="function": the transaction commits before the response is sent, so a client that
 # reads right after a write sees it.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]

@@ -31,6 +31,7 @@ from service.api.deps import (
     SessionsDep,
     SettingsDep,
     SpecLimitsDep,
+    TokensDep,
 )
 from service.api.problems import NOT_JSON, Problem, ProblemError, ProblemIssue
 from service.api.schemas import (
@@ -261,6 +262,7 @@ async def wait_for_candidate(
     settings: SettingsDep,
     engine: EngineDep,
     caller: CallerDep,
+    tokens: TokensDep,
     timeout: Annotated[
         float, Query(ge=0, le=3600, allow_inf_nan=False, description="seconds; capped by the server")
     ] = 30.0,
@@ -273,7 +275,7 @@ async def wait_for_candidate(
     while True:
         if settings.auth_required and time.monotonic() - checked >= _RECHECK_SECONDS:
             # a token revoked while its wait runs is refused within token_cache_seconds, as documented
-            await authenticate(request.app.state.tokens, bearer_token(request.headers.get("authorization")))
+            await authenticate(tokens, bearer_token(request.headers.get("authorization")))
             checked = time.monotonic()
         row = await run_in_threadpool(_read_once, engine, candidate_id, caller)
         if row is None:
