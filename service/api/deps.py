@@ -89,10 +89,13 @@ async def require_token(
     """Refuse the request unless auth is off or it carries a valid bearer token; answer whom it
     acts for (auth off: the one anonymous owner, who sees everything, as before tenancy). A
     request with a body had its token checked before the body was read
-    (``service.api.middleware.TokenFirstMiddleware``); this check is then a cache hit."""
+    (``service.api.middleware.TokenFirstMiddleware``), which left the caller in its state."""
     settings: Settings = request.app.state.settings
     if not settings.auth_required:
         return ANONYMOUS
+    checked: Caller | None = getattr(request.state, "caller", None)  # by TokenFirstMiddleware
+    if checked is not None:
+        return checked
     token = credentials.credentials.strip() if credentials is not None else ""
     return await authenticate(request.app.state.tokens, token)
 

@@ -62,8 +62,8 @@ class TokenFirstMiddleware:
             state = scope["app"].state
             if state.settings.auth_required:
                 header = next(iter(_values(scope, b"authorization")), b"").decode("latin-1")
-                try:
-                    await authenticate(state.tokens, bearer_token(header))
+                try:  # the route's dependency reads the caller from the request's state: one check, not two
+                    scope.setdefault("state", {})["caller"] = await authenticate(state.tokens, bearer_token(header))
                 except ProblemError as refusal:
                     response = problem_response(
                         Request(scope), refusal.status, refusal.detail, kind=refusal.kind, headers=refusal.headers
