@@ -3,7 +3,7 @@ and give GPU wall times and candidates per second").
 
     python -m bench.perf.gpu_path prepare DIR [--scored RUN.json]   # here: inputs, CPU references
     python -m bench.perf.gpu_path run DIR OUT [--stage S]           # on the GPU: OUT/gpu_path.json
-    python -m bench.perf.gpu_path report RUN.json... [--tuning-cost F] [--note TEXT]  # docs/gpu.md
+    python -m bench.perf.gpu_path report RUN.json... [--tuning-cost F] [--demo R] [--note TEXT]  # docs/gpu.md
 
 ``prepare`` writes what the GPU machine cannot make (it has no Fashion-MNIST and no NAS-Bench-201
 table): the search space's networks (sampled from ``bench.fashion_search.space`` at fixed seeds),
@@ -36,7 +36,9 @@ network): ``prepare`` here, then carry the folder and the wheels the project nee
 (``pip download --python-version 3.12 --only-binary=:all:`` of its dependencies, into an ignored
 folder), install them there with ``pip install --target`` onto ``PYTHONPATH``, and in one command run
 ``pytest tests/worker/engine/test_cuda.py tests/nas/test_training.py`` then ``run DIR OUT`` (the
-stages take about 8 minutes; ``--stage`` picks some). The results come back under ``OUT``.
+stages take about 8 minutes; ``--stage`` picks some), and ``preflight demo --device cuda`` (its
+``results.json`` is ``report --demo``'s). The results come back under ``OUT``. The second lent
+machine ran all of it in one call of 340 s, the NAS-Bench-201 stage given 120 s.
 """
 
 from __future__ import annotations
@@ -154,6 +156,7 @@ def _machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "load_average": os.getloadavg()[0],  # the CPU references' seconds stretch under another job's load
     }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
@@ -398,9 +401,12 @@ def _wait_until(ready: Callable[[], bool], bound: float) -> None:
         time.sleep(0.5)
 
 
-def report(runs: list[Path], docs: Path, note: str = "", tuning_cost: Path | None = None) -> str:
+def report(
+    runs: list[Path], docs: Path, note: str = "", tuning_cost: Path | None = None, demo: Path | None = None
+) -> str:
     """``docs/gpu.md`` from the runs' ``gpu_path.json`` files (the NAS-Bench-201 cells of all of
-    them, each other stage from the last run that completed it), read against the CPU's stored parts."""
+    them, each other stage from the last run that completed it), read against the CPU's stored parts;
+    ``demo``: the ``results.json`` of ``preflight demo --device cuda`` on the GPU machine."""
     results = [read_json(p) for p in runs]
     machine = results[0]["machine"]
     lines = [
@@ -412,24 +418,27 @@ def report(runs: list[Path], docs: Path, note: str = "", tuning_cost: Path | Non
         f"{note}".strip(),
         "",
     ]
-    completed = {name: part for r in results for name, part in r["stages"].items() if "error" not in part}
+    completed = {name: (part, r) for r in results for name, part in r["stages"].items() if "error" not in part}
     if "agreement" in completed:
-        lines += _agreement_section(completed["agreement"]["rows"])
+        part, run_of_it = completed["agreement"]
+        lines += _agreement_section(part["rows"], run_of_it["cpu_machine"])
     if any(_nasbench201_cells(r) for r in results):
-        lines += _nasbench201_section(results)
+        lines += _nasbench201_section(results, [p.stem for p in runs])
     if "service" in completed:
-        lines += _service_section(completed["service"])
+        lines += _service_section(completed["service"][0])
     if tuning_cost is not None:
         lines += _tuning_cost_section(tuning_cost)
     if "training" in completed:
-        lines += _training_section(completed["training"])
+        lines += _training_section(completed["training"][0])
+    if demo is not None:
+        lines += _demo_section(read_json(demo))
     if "draw" in completed:
-        lines += _draw_section(completed["draw"])
+        lines += _draw_section(completed["draw"][0])
     docs.write_text("\n".join(lines) + "\n")
     return str(docs)
 
 
-def _nasbench201_section(results: list[dict[str, Any]]) -> list[str]:
+def _nasbench201_section(results: list[dict[str, Any]], names: list[str]) -> list[str]:
     import numpy as np
 
     from bench.nasbench201.score import _path
@@ -458,12 +467,12 @@ def _nasbench201_section(results: list[dict[str, Any]]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     rates = []
-    for i, r in enumerate(results, 1):
+    for name, r in zip(names, results, strict=True):
         if done := _nasbench201_cells(r):
             wall = r["stages"]["nasbench201"]["wall"]
             rates.append(len(done) / wall)
             lines.append(
-                f"| {i} | {r['stages']['nasbench201']['jobs']} | {len(done)} | {wall:.0f} s | {rates[-1]:.2f} | "
+                f"| {name} | {r['stages']['nasbench201']['jobs']} | {len(done)} | {wall:.0f} s | {rates[-1]:.2f} | "
                 f"{statistics.median(x['seconds'] for x in done):.2f} s | "
                 f"{statistics.median(x['proxy_seconds'] for x in done):.2f} s |"
             )
@@ -617,7 +626,9 @@ def _draw_section(part: dict[str, Any]) -> list[str]:
     return [*lines, "", f"In all: {cpu:.1f} s on the CPU, {device:.1f} s on the GPU.", ""]
 
 
-def _agreement_section(rows: list[dict[str, Any]]) -> list[str]:
+def _agreement_section(rows: list[dict[str, Any]], here: dict[str, Any]) -> list[str]:
+    """The GPU against the CPU references; the speed ratio on one machine (the GPU machine's CPU),
+    the one against the CPU that prepared the references with that CPU's load when it is known."""
     same = sum(r["verdict"][0] == r["verdict"][1] for r in rows)
     lines = [
         "## The engine on the GPU against the CPU",
@@ -641,11 +652,61 @@ def _agreement_section(rows: list[dict[str, Any]]) -> list[str]:
         )
     gpu = sum(r["gpu_seconds"] for r in rows)
     cpu = sum(r["cpu_seconds_here"] for r in rows)
+    both = [r for r in rows if r["cpu_seconds_there"] is not None]
+    ratio_there = sum(r["cpu_seconds_there"] for r in both) / sum(r["gpu_seconds"] for r in both) if both else math.nan
+    load = f", load average {here['load_average']:.1f} when they were made" if "load_average" in here else ""
     return [
         *lines,
         "",
-        f"One after another: {len(rows) / gpu:.1f} networks per second on the GPU, {len(rows) / cpu:.1f} on the "
-        f"2-core CPU ({cpu / gpu:.1f}x).",
+        f"One after another: {len(rows) / gpu:.1f} networks per second on the GPU. On one machine, the "
+        f"{len(both)} networks conditioned on both took {ratio_there:.1f}x the GPU's seconds on the GPU machine's CPU "
+        f"(one thread). The references' CPU ({here.get('cpus')} cores{load}) took {cpu / gpu:.1f}x.",
+        "",
+    ]
+
+
+def _demo_section(results: dict[str, Any]) -> list[str]:
+    """``preflight demo`` run on the GPU: each search's trials, compute and best accuracy."""
+    args, searches = results["args"], results["searches"]
+    rows = []
+    for search in searches:
+        trials = search["trials"]
+        train = sum(t["train_seconds"] or 0.0 for t in trials)
+        condition = sum(t["condition_seconds"] or 0.0 for t in trials)
+        done = [t["accuracy"] for t in trials if t["state"] == "complete" and t["accuracy"] is not None]
+        best = max(done, default=math.nan)  # as the demo's table reads it: of the trials that completed
+        rows.append(
+            [
+                search["name"],
+                str(len(trials)),
+                f"{search['wall_seconds']:.1f} s",
+                f"{train:.1f} s",
+                f"{condition:.1f} s",
+                f"{len(trials) / search['wall_seconds']:.2f}",
+                f"{best:.3f}",
+            ]
+        )
+    wall = sum(s["wall_seconds"] for s in searches)
+    count = sum(len(s["trials"]) for s in searches)
+    return [
+        *_table_section(
+            "The demo on the GPU",
+            f"`preflight demo --dataset {args['dataset']} --device {args['device']}` ({args['trials']} trials per "
+            f"search, {args['epochs']} epochs; the embedded service's worker and the trainings on "
+            f"`{args['train_device']}`):",
+            [
+                "search",
+                "trials",
+                "wall",
+                "training",
+                "conditioning",
+                "candidates per second",
+                "best validation accuracy",
+            ],
+            rows,
+        ),
+        "",
+        f"In all: {count} candidates in {wall:.0f} s of the searches' wall time, {count / wall:.2f} per second.",
         "",
     ]
 
@@ -689,13 +750,14 @@ def main(argv: list[str] | None = None) -> int:
     written.add_argument("--docs", type=Path, default=ROOT / "docs" / "gpu.md")
     written.add_argument("--note", default="", help="a paragraph for the top of the page")
     written.add_argument("--tuning-cost", type=Path, help="python -m bench.perf.tuning_cost's output on the GPU")
+    written.add_argument("--demo", type=Path, help="the results.json of preflight demo --device cuda on the GPU")
     args = parser.parse_args(argv)
     if args.command == "prepare":
         prepare(args.folder, args.scored)
         return 0
     if args.command == "run":
         return run(args.folder, args.out, args.jobs, args.seconds, args.device, args.stage)
-    print(f"wrote {report(args.runs, args.docs, args.note, args.tuning_cost)}")
+    print(f"wrote {report(args.runs, args.docs, args.note, args.tuning_cost, args.demo)}")
     return 0
 
 

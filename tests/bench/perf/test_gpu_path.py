@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from bench.perf.gpu_path import _scale_ratios, report
+from bench.perf.gpu_path import _agreement_section, _scale_ratios, report
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "bench" / "results" / "gpu_path"
@@ -15,13 +15,35 @@ def test_the_gpu_page_is_what_the_committed_runs_say(tmp_path: Path) -> None:
     """docs/gpu.md is regenerated from the committed runs (it reads the CPU's stored NAS-Bench-201
     parts and the shipped calibration too, so a change to either must regenerate the page)."""
     written = tmp_path / "gpu.md"
+    runs = ["run1.json", "run2.json", "run3-stages.json", "run3-nasbench201.json"]
     report(
-        [RESULTS / "run1.json", RESULTS / "run2.json"],
+        [RESULTS / run for run in runs],
         written,
         (RESULTS / "note.md").read_text().strip(),
         RESULTS / "run2-tuning_cost.txt",
+        RESULTS / "run3-demo-results.json",
     )
     assert written.read_text() == (ROOT / "docs" / "gpu.md").read_text()
+
+
+def test_the_speed_ratio_on_one_machine_counts_only_the_networks_conditioned_on_both() -> None:
+    def row(name: str, gpu: float, there: float | None, here: float) -> dict:
+        return {
+            "name": name,
+            "verdict": ["keep", "keep"],
+            "score": [0.0, 0.0],
+            "scale_ratio": {"largest": 1.0},
+            "counted_steps": [15.3, 15.3],
+            "gpu_seconds": gpu,
+            "cpu_seconds_there": there,
+            "cpu_seconds_here": here,
+        }
+
+    rows = [row("a", 1.0, 3.0, 10.0), row("b", 1.0, None, 30.0)]
+    summary = _agreement_section(rows, {"cpus": 2, "load_average": 2.5})[-2]
+    assert "the 1 networks conditioned on both took 3.0x" in summary  # b has no run on the GPU machine's CPU
+    assert "(2 cores, load average 2.5 when they were made) took 20.0x" in summary
+    assert "load average" not in _agreement_section(rows, {"cpus": 2})[-2]  # a run before the load was recorded
 
 
 def test_a_scale_below_the_cpus_counts_as_much_as_one_above() -> None:
