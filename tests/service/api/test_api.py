@@ -540,6 +540,26 @@ def test_a_request_with_a_body_is_refused_for_its_token_before_the_body_is_read(
         assert client.post("/v1/candidates", json=body, headers={"authorization": f"Bearer {token}"}).status_code == 202
 
 
+def test_a_request_answered_before_routing_is_timed_under_the_route_its_path_names(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """The middlewares that answer before the router runs (a 401 before the body is read, a 415)
+    left no route in the scope, and their requests were all labelled "unmatched"."""
+    engine = make_engine(sqlite_url)
+    with session_scope(make_sessionmaker(engine), write=True) as session:
+        token = create_token(session, name="ci").token
+    engine.dispose()
+    auth = {"authorization": f"Bearer {token}"}
+    with live_server(make_settings(sqlite_url, require_auth=True)) as url, httpx.Client(base_url=url) as client:
+        assert_problem(client.post("/v1/candidates", json={"spec": spec()}), 401)
+        assert_problem(client.post("/v1/batches", content=b"x", headers=auth | {"content-type": "text/plain"}), 415)
+        assert_problem(client.get("/no/such/path", headers=auth), 404)
+        metrics = client.get("/metrics", headers=auth).text
+    assert 'method="POST",route="/v1/candidates",status="401"' in metrics
+    assert 'method="POST",route="/v1/batches",status="415"' in metrics
+    assert 'route="unmatched",status="404"' in metrics and "/no/such/path" not in metrics  # never the raw path
+
+
 def test_a_token_check_while_the_database_is_down_is_a_503_to_retry_for_a_post_too(
     sqlite_url: str, make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
