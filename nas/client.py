@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import math
 import os
 import random
@@ -44,7 +43,7 @@ from nas.errors import (
     error_for_status,
 )
 from nas.report import ConditioningReport
-from nas.spec import ArchitectureSpec
+from nas.spec import ArchitectureSpec, load_spec_json
 
 __all__ = [
     "DEFAULT_URL",
@@ -198,8 +197,8 @@ def spec_payload(spec: SpecLike) -> Any:
     """A spec as the JSON value the service receives (unvalidated: the service judges)."""
     if isinstance(spec, ArchitectureSpec):
         return spec.model_dump(mode="json", exclude_none=True, by_alias=True)
-    if isinstance(spec, (str, bytes)):
-        return json.loads(spec)
+    if isinstance(spec, (str, bytes)):  # read strictly: json.loads would drop a repeated key's first value
+        return load_spec_json(spec)
     if not isinstance(spec, Mapping):  # dict() of a list of specs makes a nonsense spec of its first keys
         raise TypeError(
             f"a spec is a dict, JSON text or nas.ArchitectureSpec, but got a {type(spec).__name__}; "

@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from nas._numbers import is_integral, is_real
+from nas.strict_json import DuplicateKeyError, loads_strict
 
 
 def _integer(value: Any) -> Any:
@@ -535,9 +536,12 @@ def _error_path(error: Any) -> str:
 
 
 def load_spec_json(text: str | bytes) -> Any:
-    """Decode JSON text, turning syntax errors into a SpecError at the root."""
+    """Decode JSON text, turning syntax errors into a SpecError at the root and an object that
+    names a key twice into one at that object (``nas.strict_json``)."""
     try:
-        return json.loads(text)
+        return loads_strict(text)
+    except DuplicateKeyError as exc:
+        raise SpecError.at(exc.path, f"duplicate key {exc.key!r}: name each key of an object once") from None
     except json.JSONDecodeError as exc:
         raise SpecError.at("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:

@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nas import SpecError
 from nas.spec import json_path
+from nas.strict_json import DuplicateKeyError
 from service.api.schemas import SUBMISSION_TAGS
 from service.store.errors import InvalidBatch
 
@@ -204,6 +205,9 @@ def _unparsable_body(cause: BaseException | None) -> str | None:
 
 async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and isinstance(repeated := exc.__cause__, DuplicateKeyError):
+        message = f"duplicate key {_encodable(repr(repeated.key))[:80]}: name each key of an object once"
+        return await _on_problem(request, ProblemError.at(_encodable(repeated.path), message))
     if exc.status_code == 400 and (reason := _unparsable_body(exc.__cause__)) is not None:
         return await _on_problem(request, ProblemError.at("$", reason))
     kind = {401: "unauthorized", 404: "not-found", 409: "conflict", 413: "too-large"}.get(exc.status_code)

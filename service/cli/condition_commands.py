@@ -66,6 +66,7 @@ def _load_data(path: str) -> dict[str, Any]:
 def _condition(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from nas.strict_json import DuplicateKeyError, loads_strict
     from service.cli.spec_commands import _parse_or_report, read_spec_argument
     from worker.engine import ConditionOptions, condition
 
@@ -73,7 +74,10 @@ def _condition(args: argparse.Namespace) -> int:
     if spec is None:
         return 2
     try:
-        extra = json.loads(args.options) if args.options else {}
+        extra = loads_strict(args.options) if args.options else {}
+    except DuplicateKeyError as exc:
+        print(f"invalid --options: {exc.path}: duplicate key {exc.key!r}", file=sys.stderr)
+        return 2
     except json.JSONDecodeError as exc:
         print(f"invalid --options: not JSON ({exc.msg})", file=sys.stderr)
         return 2

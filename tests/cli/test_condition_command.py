@@ -63,6 +63,7 @@ def test_condition_repeats_the_reports_imbalance_note_on_stderr(
         (["--device", "tpu"], "invalid option device"),
         (["--options", "[1]"], "expected a JSON object"),
         (["--options", "{"], "not JSON"),
+        (["--options", '{"steps": 1, "steps": 50}'], "$: duplicate key 'steps'"),
     ],
 )
 def test_bad_options_exit_2_with_a_message(

@@ -210,6 +210,36 @@ def test_invalid_json_text_is_rejected_at_the_root() -> None:
         parse_spec('{"input_shape": [4], ')
 
 
+@pytest.mark.parametrize(
+    ("text", "path", "key"),
+    [
+        (
+            '{"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 8, "out": 16}]}]}',
+            "blocks[0].layers[0]",
+            "out",
+        ),
+        ('{"input_shape": [4], "blocks": [], "input_shape": [5]}', "$", "input_shape"),
+        ('{"input_shape": [4], "blocks": [{"layers": [{"type": "relu"}], "layers": []}]}', "blocks[0]", "layers"),
+    ],
+    ids=["layer", "root", "block"],
+)
+def test_json_text_naming_a_key_twice_is_refused_at_that_object(text: str, path: str, key: str) -> None:
+    """json.loads keeps the last value: the first spec was a width of 16, read with no word."""
+    with pytest.raises(SpecError) as caught:
+        parse_spec(text)
+    assert [(i.path, i.message) for i in caught.value.issues] == [
+        (path, f"duplicate key {key!r}: name each key of an object once")
+    ]
+
+
+def test_a_spec_given_to_the_client_as_json_text_is_read_as_strictly() -> None:
+    from nas.client import spec_payload
+
+    with pytest.raises(SpecError, match=r"^blocks\[0\]\.layers\[0\]: duplicate key 'out'"):
+        spec_payload('{"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 8, "out": 16}]}]}')
+    assert spec_payload('{"a": {"k": 1}, "b": {"k": 2}}') == {"a": {"k": 1}, "b": {"k": 2}}  # one key per object
+
+
 @pytest.mark.parametrize("spec", [EXAMPLE_MLP, EXAMPLE_CNN], ids=["mlp", "cnn"])
 def test_examples_are_valid(spec: dict[str, Any]) -> None:
     assert parse_spec(spec).input_shape == spec["input_shape"]

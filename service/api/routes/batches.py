@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from nas.targets import imbalance_warning
 from service.api.deps import AuthDep, CallerDep, EngineDep, SessionsDep
+from service.api.json_body import StrictJSONRoute
 from service.api.problems import NOT_JSON, Problem, ProblemError
 from service.store import data_batches
 from service.store.db import read_connection, session_scope
@@ -22,7 +23,7 @@ from service.store.owners import Caller
 
 __all__ = ["DataBatchPublic", "router"]
 
-router = APIRouter(prefix="/v1/batches", tags=["batches"], dependencies=[AuthDep])
+router = APIRouter(route_class=StrictJSONRoute, prefix="/v1/batches", tags=["batches"], dependencies=[AuthDep])
 
 
 class DataBatchPublic(BaseModel):

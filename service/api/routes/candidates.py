@@ -33,6 +33,7 @@ from service.api.deps import (
     SpecLimitsDep,
     TokensDep,
 )
+from service.api.json_body import StrictJSONRoute
 from service.api.problems import NOT_JSON, Problem, ProblemError, ProblemIssue
 from service.api.schemas import (
     CandidateBatchCreate,
@@ -51,6 +52,7 @@ from service.store.owners import ANONYMOUS_OWNER, Caller, capped_priority, is_pu
 __all__ = ["router"]
 
 router = APIRouter(
+    route_class=StrictJSONRoute,  # a body naming a key twice is refused, not read last-wins
     prefix="/v1/candidates",
     tags=["candidates"],
     dependencies=[AuthDep],

@@ -279,6 +279,26 @@ def test_a_body_without_a_content_type_is_read_as_json(sqlite_api: httpx.Client)
     assert 'route="unmatched"' not in sqlite_api.get("/metrics").text  # the route is recorded where metrics read it
 
 
+def test_a_body_naming_a_key_twice_is_refused_at_the_object_that_does(sqlite_api: httpx.Client) -> None:
+    """Python's json keeps the last value: {"out": 8, "out": 16} was a width of 16, stored with no word."""
+    layer = '{"type": "linear", "out": 8, "out": 16}'
+    body = '{"spec": {"input_shape": [4], "blocks": [{"layers": [{"type": "relu"}, ' + layer + "]}]}}"
+    problem = assert_problem(sqlite_api.post("/v1/candidates", content=body), 422)
+    assert problem["errors"] == [
+        {"path": "spec.blocks[0].layers[1]", "message": "duplicate key 'out': name each key of an object once"}
+    ]
+    twice = json.dumps({"spec": spec()})[:-1] + ', "spec": {}}'
+    assert assert_problem(sqlite_api.post("/v1/candidates", content=twice), 422)["errors"][0]["path"] == "$"
+    batch = '{"x": [[1.0, 2.0]], "y": [0], "y": [1]}'
+    assert assert_problem(sqlite_api.post("/v1/batches", content=batch), 422)["errors"][0]["path"] == "$"
+    deep = '{"specs": [' + json.dumps(spec()) + ', {"input_shape": [4], "input_shape": [5], "blocks": []}]}'
+    assert assert_problem(sqlite_api.post("/v1/candidates", content=deep), 422)["errors"][0]["path"] == "specs[1]"
+    listed = sqlite_api.get("/v1/candidates").json()["candidates"]
+    assert listed == []  # nothing was stored
+    ok = json.dumps({"spec": spec()})  # the same key in two objects is no repeat
+    assert sqlite_api.post("/v1/candidates", content=ok).status_code == 202
+
+
 def test_a_content_type_given_twice_is_refused_naming_the_header(sqlite_api: httpx.Client) -> None:
     """The format check read the last one and FastAPI the first: text/plain then JSON passed the
     check and was misread as "not an object"."""

@@ -1,0 +1,66 @@
+"""JSON read strictly: an object that names a key twice is refused at its JSON path. Python's
+``json`` keeps the last value, so ``{"out": 8, "out": 16}`` was a width of 16 with no word, and a
+spec stored differently from the one its author reads (RFC 8259, section 4: the names within an
+object SHOULD be unique; what a parser does with duplicates is unpredictable)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["DuplicateKeyError", "loads_strict"]
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object named ``key`` twice, at ``path`` (``$`` for the top level)."""
+
+    def __init__(self, path: str, key: str) -> None:
+        super().__init__(f"{path}: duplicate key {key!r}")
+        self.path, self.key = path, key
+
+
+class _Repeated(dict[str, Any]):
+    """An object that named a key twice: its first repeated key, kept for the error's path."""
+
+    repeated: str
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """``json.loads``, refusing an object with a repeated key (:class:`DuplicateKeyError`)."""
+    found = False
+
+    def pairs_to_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal found
+        obj = dict(pairs)
+        if len(obj) == len(pairs):
+            return obj
+        found = True
+        repeated, seen = _Repeated(obj), set()
+        for key, _ in pairs:
+            if key in seen:
+                repeated.repeated = key
+                return repeated
+            seen.add(key)
+        raise AssertionError("fewer keys than pairs, yet none repeated")
+
+    value = json.loads(text, object_pairs_hook=pairs_to_object)
+    if found:
+        from nas.spec import json_path  # here: nas.spec reads its files with this module
+
+        loc, key = _first_repeated(value, ())
+        raise DuplicateKeyError(json_path(loc) if loc else "$", key)
+    return value
+
+
+def _first_repeated(value: Any, loc: tuple[int | str, ...]) -> tuple[tuple[int | str, ...], str]:
+    """Where the first object with a repeated key sits (depth first, in document order)."""
+    stack: list[tuple[Any, tuple[int | str, ...]]] = [(value, loc)]
+    while stack:  # not recursive: a body may nest deeper than Python's stack
+        node, here = stack.pop()
+        if isinstance(node, _Repeated):
+            return here, node.repeated
+        if isinstance(node, dict):
+            stack.extend((child, (*here, key)) for key, child in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((child, (*here, i)) for i, child in reversed(list(enumerate(node))))
+    raise AssertionError("a repeated key was seen but not found")
