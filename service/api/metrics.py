@@ -11,7 +11,6 @@ true across every API and worker process; request latency is measured in this pr
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,6 +21,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.route_table import DocumentedRoute, documented_route, documented_routes
 from service.store.jobs import queue_depth
 from service.store.models import Status
 from service.store.reports import tuning_histogram
@@ -80,7 +80,7 @@ class RequestLatencyMiddleware:
     def __init__(self, app: ASGIApp, get_metrics: Any) -> None:
         self.app = app
         self.get_metrics = get_metrics
-        self._templates: list[tuple[re.Pattern[str], str]] | None = None  # read once, on first need
+        self._routes: list[DocumentedRoute] | None = None  # read once, on first need
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -100,27 +100,17 @@ class RequestLatencyMiddleware:
         finally:
             metrics = self.get_metrics()
             if metrics is not None:
-                if self._templates is None and "route" not in scope:
-                    self._templates = _documented_templates(scope.get("app"))
-                route = _route_template(scope, self._templates or [])
+                if self._routes is None and "route" not in scope:
+                    self._routes = documented_routes(scope.get("app"))
+                route = _route_template(scope, self._routes or [])
                 metrics.request_seconds.labels(scope["method"], route, str(status)).observe(time.perf_counter() - start)
 
 
-def _route_template(scope: Scope, templates: list[tuple[re.Pattern[str], str]]) -> str:
+def _route_template(scope: Scope, routes: list[DocumentedRoute]) -> str:
     """The template of the route that served the request; for one a middleware answered before
     routing (a 401 before the body is read, a 413, a 415), the documented route its path names;
     "unmatched" when none does (never the raw path: one label per path would grow without bound)."""
     if (route := scope.get("route")) is not None:
         return str(getattr(route, "path", "unmatched"))
-    path = scope.get("path", "")
-    return next((template for pattern, template in templates if pattern.fullmatch(path)), "unmatched")
-
-
-def _documented_templates(app: Any) -> list[tuple[re.Pattern[str], str]]:
-    """The OpenAPI document's paths as patterns: its public list of the app's route templates."""
-    paths = app.openapi()["paths"] if app is not None else {}
-    return [(re.compile("/".join(map(_segment_pattern, template.split("/")))), template) for template in paths]
-
-
-def _segment_pattern(segment: str) -> str:
-    return "[^/]+" if segment.startswith("{") and segment.endswith("}") else re.escape(segment)
+    documented = documented_route(scope.get("path", ""), routes)
+    return documented.template if documented is not None else "unmatched"

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from nas import SpecError
 from nas.spec import json_path
 from nas.strict_json import DuplicateKeyError
+from service.api.route_table import documented_route, documented_routes
 from service.api.schemas import SUBMISSION_TAGS
 from service.store.errors import InvalidBatch
 
@@ -212,9 +213,13 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
         return await _on_problem(request, ProblemError.at("$", reason))
     kind = {401: "unauthorized", 404: "not-found", 409: "conflict", 413: "too-large"}.get(exc.status_code)
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    headers = dict(exc.headers or {})
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"no resource at {request.url.path}"
-    return problem_response(request, exc.status_code, detail, kind=kind, headers=dict(exc.headers or {}))
+    if exc.status_code == 405 and (route := documented_route(request.scope["path"], documented_routes(request.app))):
+        headers["Allow"] = ", ".join(route.methods)  # the router named only the first route's method
+        detail = f"{request.method} is not a method of {route.template}: it allows {headers['Allow']}"
+    return problem_response(request, exc.status_code, detail, kind=kind, headers=headers)
 
 
 def _json_syntax(error: dict[str, Any], body: Any) -> ProblemIssue:

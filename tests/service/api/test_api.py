@@ -299,6 +299,22 @@ def test_a_body_naming_a_key_twice_is_refused_at_the_object_that_does(sqlite_api
     assert sqlite_api.post("/v1/candidates", content=ok).status_code == 202
 
 
+def test_a_method_a_path_does_not_allow_is_405_naming_every_method_it_does(sqlite_api: httpx.Client) -> None:
+    """RFC 9110: a 405's Allow lists the target's methods; the router named only its first route's
+    (DELETE /v1/candidates said "Allow: POST", though GET lists candidates)."""
+    for method, path, template, allowed in [
+        ("DELETE", "/v1/candidates", "/v1/candidates", {"GET", "POST"}),
+        ("POST", "/v1/candidates/c_abc", "/v1/candidates/{candidate_id}", {"GET", "DELETE"}),
+        ("GET", "/v1/batches", "/v1/batches", {"POST"}),
+    ]:
+        response = sqlite_api.request(method, path)
+        problem = assert_problem(response, 405)
+        assert set(response.headers["allow"].split(", ")) == allowed
+        assert problem["detail"] == f"{method} is not a method of {template}: it allows {response.headers['allow']}"
+        for other in allowed - {"POST"}:  # each named method is served there (a POST without a body is a 422)
+            assert sqlite_api.request(other, path).status_code != 405
+
+
 def test_a_content_type_given_twice_is_refused_naming_the_header(sqlite_api: httpx.Client) -> None:
     """The format check read the last one and FastAPI the first: text/plain then JSON passed the
     check and was misread as "not an object"."""
