@@ -322,11 +322,11 @@ class ConditioningGate:
     def _condition_accepted(
         self, study: optuna.Study, trials: list[optuna.Trial], specs: list[dict[str, Any]]
     ) -> tuple[list[optuna.Trial], list[dict[str, Any]], list[Candidate]]:
-        """Condition the specs the service accepts: a refusal that names one spec of the batch
-        (the service validates all or nothing and names the first at fault, before queueing any)
-        fails that spec's trial, removed from ``trials`` and ``specs`` in place, and the rest are
-        sent again. Returns the accepted trials, their specs and their candidates; raises the
-        refusal when it names the last spec left, or no single spec."""
+        """Condition the specs the service accepts: a refusal that names specs of the batch (the
+        service validates all or nothing and names every spec at fault, before queueing any) fails
+        their trials, removed from ``trials`` and ``specs`` in place, and the rest are sent again.
+        Returns the accepted trials, their specs and their candidates; raises the refusal when it
+        names every spec left, or anything that is not a spec (the options, the request)."""
         unfinished: Unfinished = "raise" if self.on_failure == "raise" else "return"  # a failure, as on_failure says
         while True:
             try:
@@ -335,23 +335,26 @@ class ConditioningGate:
                 )
                 return trials, specs, candidates
             except SpecRejectedError as exc:
-                index = _refused_spec(exc, len(specs))
-                if index is None:
+                refused = _refused_specs(exc, len(specs))
+                if refused is None:
                     raise
-                reasons = _refusal_reasons(exc, index)
-                trials[index].set_user_attr(ATTR_VERDICT, "refused")
-                trials[index].set_user_attr(ATTR_REASONS, reasons)
-                if len(specs) == 1:
-                    raise  # the caller tells it failed
-                refused = trials.pop(index)
-                specs.pop(index)
-                study.tell(refused, state=TrialState.FAIL)
-                warnings.warn(
-                    f"trial {refused.number}: the service refused its spec ({'; '.join(reasons)}); "
-                    f"the trial failed and the other {len(specs)} were sent again",
-                    SpecRefused,
-                    stacklevel=3,  # the caller of prescreen
-                )
+                for index in refused:
+                    trials[index].set_user_attr(ATTR_VERDICT, "refused")
+                    trials[index].set_user_attr(ATTR_REASONS, _refusal_reasons(exc, index))
+                if len(refused) == len(specs):
+                    raise  # the caller tells them failed
+                dropped = [trials[index] for index in refused]
+                for index in reversed(refused):  # from the end: the indices before stay valid
+                    del trials[index], specs[index]
+                for trial in dropped:
+                    study.tell(trial, state=TrialState.FAIL)
+                    reasons = trial.user_attrs[ATTR_REASONS]
+                    warnings.warn(
+                        f"trial {trial.number}: the service refused its spec ({'; '.join(reasons)}); "
+                        f"the trial failed and the other {len(specs)} were sent again",
+                        SpecRefused,
+                        stacklevel=3,  # the caller of prescreen
+                    )
 
     def rank(self, trial: optuna.Trial) -> RankDecision | None:
         """Where the trial's recorded features rank among the completed trials' (recorded as
@@ -439,29 +442,31 @@ def _study_name(trial: optuna.Trial) -> str | None:
 _SPEC_IN_BATCH = re.compile(r"specs\[(\d+)\](?=$|[.\[ ])")
 
 
-def _refused_spec(refusal: SpecRejectedError, batch: int) -> int | None:
-    """The index of the one spec a batch's refusal names in every issue (its ``errors`` paths start
-    ``specs[i]``); None when it names the request, the options, or more than one spec."""
+def _refused_specs(refusal: SpecRejectedError, batch: int) -> list[int] | None:
+    """The indices of the specs a batch's refusal names, in order (every issue's path starts
+    ``specs[i]``: the service lists each refused spec); None when an issue names the request or
+    the options, or a spec the batch does not hold."""
     issues = refusal.problem.get("errors")
     if not isinstance(issues, list) or not issues:
         return None
-    indices = set()
-    for issue in issues:
-        match = _SPEC_IN_BATCH.match(str(issue.get("path", ""))) if isinstance(issue, Mapping) else None
-        if match is None:
-            return None
-        indices.add(int(match.group(1)))
-    if len(indices) != 1:
+    indices = {_spec_index(issue) for issue in issues}
+    if None in indices or max(i for i in indices if i is not None) >= batch:
         return None
-    (index,) = indices
-    return index if index < batch else None
+    return sorted(i for i in indices if i is not None)
+
+
+def _spec_index(issue: Any) -> int | None:
+    """The batch index of the spec an issue's path names (``specs[3].blocks``: 3), else None."""
+    match = _SPEC_IN_BATCH.match(str(issue.get("path", ""))) if isinstance(issue, Mapping) else None
+    return int(match.group(1)) if match is not None else None
 
 
 def _refusal_reasons(refusal: SpecRejectedError, index: int) -> list[str]:
     """The refusal's issues as the trial's reasons, each path relative to the trial's own spec."""
     prefix = f"specs[{index}]"
     reasons = []
-    for issue in refusal.problem.get("errors", [])[:10]:
+    mine = [issue for issue in refusal.problem.get("errors", []) if _spec_index(issue) == index]
+    for issue in mine[:10]:
         path = str(issue.get("path", "")).removeprefix(prefix).lstrip(".")
         reasons.append(f"spec{'.' + path if path and path[0] not in '[ ' else path}: {issue.get('message', '')}")
     return reasons

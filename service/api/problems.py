@@ -94,7 +94,7 @@ class ProblemError(Exception):
     @classmethod
     def from_spec_error(cls, exc: SpecError, *, field: str) -> ProblemError:
         issues = [ProblemIssue(path=_under(field, issue.path), message=issue.message) for issue in exc.issues]
-        detail, issues = bounded(issues, "invalid spec")
+        detail, issues = bounded(issues, "invalid spec", where=field)
         return cls(422, detail, kind="invalid-spec", errors=issues)
 
     @classmethod
@@ -132,14 +132,15 @@ MAX_ISSUES = 50  # listed in errors; the detail names the first few
 DETAIL_ISSUES = 3
 
 
-def bounded(issues: list[ProblemIssue], empty: str) -> tuple[str, list[ProblemIssue]]:
+def bounded(issues: list[ProblemIssue], empty: str, where: str = "$") -> tuple[str, list[ProblemIssue]]:
     """The detail (the first few issues) and the issues list, both bounded: a body with thousands of
-    faults gets a problem of a few kilobytes, not an echo of the body."""
+    faults gets a problem of a few kilobytes, not an echo of the body; the count of those not listed
+    is an issue at ``where`` (a batch's spec: ``specs[i]``, so a client knows whose they are)."""
     detail = "; ".join(f"{issue.path}: {issue.message}" for issue in issues[:DETAIL_ISSUES]) or empty
     if len(issues) > DETAIL_ISSUES:
         detail += f"; and {len(issues) - DETAIL_ISSUES} more (see errors)"
     if len(issues) > MAX_ISSUES:
-        more = ProblemIssue(path="$", message=f"{len(issues) - MAX_ISSUES} more issues not listed")
+        more = ProblemIssue(path=where, message=f"{len(issues) - MAX_ISSUES} more issues not listed")
         issues = [*issues[:MAX_ISSUES], more]
     return detail, issues
 

@@ -360,12 +360,41 @@ def test_a_prescreen_fails_only_the_trials_whose_spec_the_service_refuses(client
     assert refused.user_attrs[ATTR_VERDICT] == "refused"
     assert refused.user_attrs["preflight_reasons"][0].startswith("spec.blocks[0].layers[0] (linear).out: ")
     assert "no parameters" in study.trials[0].user_attrs["preflight_reasons"][0]
+    assert len(study.trials[0].user_attrs["preflight_reasons"]) == 1  # its own reasons, not trial 2's
+
+
+def _refused_submissions(url: str) -> float:
+    """POST /v1/candidates answered 422 so far, read off the service's metrics."""
+    import httpx
+
+    line = 'preflight_request_seconds_count{method="POST",route="/v1/candidates",status="422"} '
+    found = [row for row in httpx.get(f"{url}/metrics").text.splitlines() if row.startswith(line)]
+    return float(found[0].removeprefix(line)) if found else 0.0
+
+
+def test_a_prescreen_drops_every_refused_spec_after_one_refusal(client: PreflightClient, live_service: Any) -> None:
+    """The service names every refused spec of a batch, so the gate sends the batch again once,
+    not once per refused spec."""
+    specs = SPECS | {"zero_width": ZERO_WIDTH}
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
+    archs = ["zero_width", "well", "zero_width", "zero_width", "well"]
+    study = enqueued_study(archs, direction="maximize")
+    before = _refused_submissions(live_service.url)
+    with pytest.warns(nas.gate.SpecRefused) as warned:
+        kept = gate.prescreen(study, lambda t: specs[t.suggest_categorical("arch", list(specs))], n_trials=5)
+    assert _refused_submissions(live_service.url) - before == 1
+    assert [s.trial.number for s in kept] == [1, 4]
+    assert [str(w.message).split(":")[0] for w in warned] == ["trial 0", "trial 2", "trial 3"]
+    assert [t.state for t in study.trials if t.number in (0, 2, 3)] == [optuna.trial.TrialState.FAIL] * 3
+    assert all(study.trials[i].user_attrs[ATTR_VERDICT] == "refused" for i in (0, 2, 3))
+    for screened in kept:
+        study.tell(screened.trial, 1.0)
 
 
 def test_a_prescreen_whose_every_spec_is_refused_raises_with_every_trial_failed(client: PreflightClient) -> None:
     gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
     study = optuna.create_study()
-    with pytest.warns(nas.gate.SpecRefused), pytest.raises(nas.errors.SpecRejectedError, match="out"):
+    with pytest.raises(nas.errors.SpecRejectedError, match="2 of 2 specs refused"):
         gate.prescreen(study, lambda trial: ZERO_WIDTH, n_trials=2)
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2
     assert all(t.user_attrs[ATTR_VERDICT] == "refused" for t in study.trials)

@@ -34,7 +34,7 @@ from service.api.deps import (
     TokensDep,
 )
 from service.api.json_body import StrictJSONRoute
-from service.api.problems import NOT_JSON, Problem, ProblemError, ProblemIssue
+from service.api.problems import MAX_ISSUES, NOT_JSON, Problem, ProblemError, ProblemIssue
 from service.api.schemas import (
     CandidateBatchCreate,
     CandidateBatchPublic,
@@ -110,42 +110,82 @@ def _new_candidates(
     """Validate every spec (all or nothing) against the canonical tuning options and the
     data batch they name, before anything is queued; ``priority`` (the capped one) replaces
     the options'."""
-    out = []
+    out, refusals = [], []
     for index, data in enumerate(specs):
         field = f"specs[{index}]" if batch else "spec"
         try:
-            spec, trace = parse_and_trace(data, limits)
-        except SpecError as exc:
-            raise ProblemError.from_spec_error(exc, field=field) from None
-        if reason := conditioning_issue(trace):
-            raise ProblemError.from_spec_error(SpecError.at("blocks", reason), field=field)
-        if issue := job_limit_issue(trace, tuning, limits or SpecLimits()):
-            path, message = issue
-            if path == "spec":
-                path = field
-            elif batch:  # this spec's job at these options: the spec is at fault, so a client can drop it
-                path, message = field, f"at {path}: {message}"
-            raise ProblemError(
-                422, f"{path}: {message}", kind="too-large", errors=[ProblemIssue(path=path, message=message)]
-            )
-        if data_shape is not None:
-            try:
-                data_batches.check_fits(data_shape, spec, field)
-            except data_batches.InvalidBatch as exc:
-                raise ProblemError.from_invalid_batch(exc) from None
-        out.append(
-            jobs.NewCandidate(
-                spec=spec.model_dump(mode="json", exclude_none=True, by_alias=True),  # "from", as documented
-                spec_hash=spec_hash(spec),
-                options=key_options(spec, tuning),
-                study=options.study,
-                trial=options.trial,
-                device=_device_class(options.device),
-                priority=options.priority if priority is None else priority,
-                owner_id=owner_id,
-            )
-        )
+            out.append(_new_candidate(data, field, tuning, options, batch, limits, data_shape, owner_id, priority))
+        except ProblemError as refusal:
+            if not batch:
+                raise
+            refusals.append(refusal)
+    if refusals:
+        raise _batch_refusal(refusals, len(specs))
     return out
+
+
+def _new_candidate(
+    data: dict[str, Any],
+    field: str,
+    tuning: dict[str, Any],
+    options: CandidateOptions,
+    batch: bool,
+    limits: SpecLimits | None,
+    data_shape: data_batches.BatchShape | None,
+    owner_id: int,
+    priority: int | None,
+) -> jobs.NewCandidate:
+    """One spec validated and keyed, or a :class:`ProblemError` naming it at ``field``."""
+    try:
+        spec, trace = parse_and_trace(data, limits)
+    except SpecError as exc:
+        raise ProblemError.from_spec_error(exc, field=field) from None
+    if reason := conditioning_issue(trace):
+        raise ProblemError.from_spec_error(SpecError.at("blocks", reason), field=field)
+    if issue := job_limit_issue(trace, tuning, limits or SpecLimits()):
+        path, message = issue
+        if path == "spec":
+            path = field
+        elif batch:  # this spec's job at these options: the spec is at fault, so a client can drop it
+            path, message = field, f"at {path}: {message}"
+        raise ProblemError(
+            422, f"{path}: {message}", kind="too-large", errors=[ProblemIssue(path=path, message=message)]
+        )
+    if data_shape is not None:
+        try:
+            data_batches.check_fits(data_shape, spec, field)
+        except data_batches.InvalidBatch as exc:
+            raise ProblemError.from_invalid_batch(exc) from None
+    return jobs.NewCandidate(
+        spec=spec.model_dump(mode="json", exclude_none=True, by_alias=True),  # "from", as documented
+        spec_hash=spec_hash(spec),
+        options=key_options(spec, tuning),
+        study=options.study,
+        trial=options.trial,
+        device=_device_class(options.device),
+        priority=options.priority if priority is None else priority,
+        owner_id=owner_id,
+    )
+
+
+def _batch_refusal(refusals: list[ProblemError], count: int) -> ProblemError:
+    """Every refused spec of a batch in one problem, so a client drops them all in one go (the
+    gate's prescreen sent a batch again per refused spec). Each listed spec's issues are whole:
+    a spec whose issues would pass ``MAX_ISSUES`` is left for the next request, which names it."""
+    if len(refusals) == 1:
+        return refusals[0]
+    issues: list[ProblemIssue] = []
+    listed = 0
+    for refusal in refusals:
+        errors = refusal.errors or []
+        if listed and len(issues) + len(errors) > MAX_ISSUES:
+            break
+        issues += errors  # bounded already, the first spec's too
+        listed += 1
+    kinds = {refusal.kind for refusal in refusals}
+    more = f"; {len(refusals) - listed} more not listed" if listed < len(refusals) else ""
+    detail = f"{len(refusals)} of {count} specs refused{more}: {refusals[0].detail}"
+    return ProblemError(422, detail, kind=kinds.pop() if len(kinds) == 1 else "invalid-spec", errors=issues)
 
 
 def _batch_shape(engine: Engine, key: str, caller: Caller) -> data_batches.BatchShape | None:

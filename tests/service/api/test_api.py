@@ -172,6 +172,24 @@ def test_bad_requests_get_422_problems_naming_the_field(sqlite_api: httpx.Client
     assert path in [issue["path"] for issue in problem["errors"]]
 
 
+def test_a_batch_refusal_names_every_refused_spec_so_a_client_drops_them_at_once(sqlite_api: httpx.Client) -> None:
+    """The batch named only its first refused spec: a client dropping refused specs (the gate's
+    prescreen) sent the batch again once per refused spec."""
+    bad = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 0}]}]}
+    flat = {"input_shape": [4], "blocks": [{"layers": [{"type": "relu"}]}]}  # no parameters
+    problem = assert_problem(sqlite_api.post("/v1/candidates", json={"specs": [bad, spec(), flat, bad]}), 422)
+    assert [e["path"].split(".")[0] for e in problem["errors"]] == ["specs[0]", "specs[2]", "specs[3]"]
+    assert problem["detail"].startswith("3 of 4 specs refused: specs[0].blocks[0].layers[0] (linear).out: ")
+    assert sqlite_api.get("/v1/candidates").json()["candidates"] == []  # all or nothing, as before
+    many = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 0}]} for _ in range(60)]}
+    problem = assert_problem(sqlite_api.post("/v1/candidates", json={"specs": [spec(), many, bad]}), 422)
+    paths = [e["path"] for e in problem["errors"]]
+    assert all(path.startswith("specs[1]") for path in paths) and len(paths) == 51  # 50, then the count
+    assert problem["errors"][-1] == {"path": "specs[1]", "message": "10 more issues not listed"}
+    assert "; 1 more not listed: " in problem["detail"]  # specs[2] is named by the next request
+    assert assert_problem(sqlite_api.post("/v1/candidates", json={"spec": bad}), 422)["detail"].startswith("spec.")
+
+
 @pytest.mark.parametrize("batch", [False, True], ids=["spec", "specs"])
 def test_a_network_without_parameters_is_refused_and_nothing_is_queued(sqlite_api: httpx.Client, batch: bool) -> None:
     """It was queued, and the worker failed it three times over with torch's "element 0 of tensors
