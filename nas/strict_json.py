@@ -45,10 +45,8 @@ def loads_strict(text: str | bytes) -> Any:
 
     value = json.loads(text, object_pairs_hook=pairs_to_object)
     if found:
-        from nas.spec import json_path  # here: nas.spec reads its files with this module
-
         loc, key = _first_repeated(value, ())
-        raise DuplicateKeyError(json_path(loc) if loc else "$", key)
+        raise DuplicateKeyError(_path(loc), key)
     return value
 
 
@@ -64,3 +62,17 @@ def _first_repeated(value: Any, loc: tuple[int | str, ...]) -> tuple[tuple[int |
         elif isinstance(node, list):
             stack.extend((child, (*here, i)) for i, child in reversed(list(enumerate(node))))
     raise AssertionError("a repeated key was seen but not found")
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    """A JSON path as ``nas.spec.json_path`` writes one without layer tags (``blocks[0].layers[1]``,
+    ``$`` for the root); its own, since ``nas.spec`` reads its text through this module."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.isidentifier():
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part, ensure_ascii=False)}]"
+    return out or "$"
