@@ -449,10 +449,10 @@ def _refused_specs(refusal: SpecRejectedError, batch: int) -> list[int] | None:
     issues = refusal.problem.get("errors")
     if not isinstance(issues, list) or not issues:
         return None
-    indices = {_spec_index(issue) for issue in issues}
-    if None in indices or max(i for i in indices if i is not None) >= batch:
+    indices = [i for i in map(_spec_index, issues) if i is not None]
+    if len(indices) < len(issues) or max(indices) >= batch:
         return None
-    return sorted(i for i in indices if i is not None)
+    return sorted(set(indices))
 
 
 def _spec_index(issue: Any) -> int | None:

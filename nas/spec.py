@@ -541,7 +541,7 @@ def load_spec_json(text: str | bytes) -> Any:
     try:
         return loads_strict(text)
     except DuplicateKeyError as exc:
-        raise SpecError.at(exc.path, f"duplicate key {exc.key!r}: name each key of an object once") from None
+        raise SpecError.at(exc.path, exc.reason) from None
     except json.JSONDecodeError as exc:
         raise SpecError.at("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:

@@ -15,8 +15,9 @@ class DuplicateKeyError(ValueError):
     """A JSON object named ``key`` twice, at ``path`` (``$`` for the top level)."""
 
     def __init__(self, path: str, key: str) -> None:
-        super().__init__(f"{path}: duplicate key {key!r}")
         self.path, self.key = path, key
+        self.reason = f"duplicate key {key[:80]!r}: name each key of an object once"  # what every reader says
+        super().__init__(f"{path}: {self.reason}")
 
 
 class _Repeated(dict[str, Any]):

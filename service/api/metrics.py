@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.route_table import DocumentedRoute, documented_route, documented_routes
+from service.api.route_table import documented_route
 from service.store.jobs import queue_depth
 from service.store.models import Status
 from service.store.reports import tuning_histogram
@@ -80,7 +80,6 @@ class RequestLatencyMiddleware:
     def __init__(self, app: ASGIApp, get_metrics: Any) -> None:
         self.app = app
         self.get_metrics = get_metrics
-        self._routes: list[DocumentedRoute] | None = None  # read once, on first need
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -100,17 +99,15 @@ class RequestLatencyMiddleware:
         finally:
             metrics = self.get_metrics()
             if metrics is not None:
-                if self._routes is None and "route" not in scope:
-                    self._routes = documented_routes(scope.get("app"))
-                route = _route_template(scope, self._routes or [])
+                route = _route_template(scope)
                 metrics.request_seconds.labels(scope["method"], route, str(status)).observe(time.perf_counter() - start)
 
 
-def _route_template(scope: Scope, routes: list[DocumentedRoute]) -> str:
+def _route_template(scope: Scope) -> str:
     """The template of the route that served the request; for one a middleware answered before
     routing (a 401 before the body is read, a 413, a 415), the documented route its path names;
     "unmatched" when none does (never the raw path: one label per path would grow without bound)."""
     if (route := scope.get("route")) is not None:
         return str(getattr(route, "path", "unmatched"))
-    documented = documented_route(scope.get("path", ""), routes)
+    documented = documented_route(scope.get("app"), scope.get("path", ""))
     return documented.template if documented is not None else "unmatched"

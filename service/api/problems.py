@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from nas import SpecError
 from nas.spec import json_path
 from nas.strict_json import DuplicateKeyError
-from service.api.route_table import documented_route, documented_routes
+from service.api.route_table import documented_route
 from service.api.schemas import SUBMISSION_TAGS
 from service.store.errors import InvalidBatch
 
@@ -208,8 +208,7 @@ def _unparsable_body(cause: BaseException | None) -> str | None:
 async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and isinstance(repeated := exc.__cause__, DuplicateKeyError):
-        message = f"duplicate key {_encodable(repr(repeated.key))[:80]}: name each key of an object once"
-        return await _on_problem(request, ProblemError.at(_encodable(repeated.path), message))
+        return await _on_problem(request, ProblemError.at(_encodable(repeated.path), _encodable(repeated.reason)))
     if exc.status_code == 400 and (reason := _unparsable_body(exc.__cause__)) is not None:
         return await _on_problem(request, ProblemError.at("$", reason))
     kind = {401: "unauthorized", 404: "not-found", 409: "conflict", 413: "too-large"}.get(exc.status_code)
@@ -217,7 +216,7 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     headers = dict(exc.headers or {})
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"no resource at {request.url.path}"
-    if exc.status_code == 405 and (route := documented_route(request.scope["path"], documented_routes(request.app))):
+    if exc.status_code == 405 and (route := documented_route(request.app, request.scope["path"])):
         headers["Allow"] = ", ".join(route.methods)  # the router named only the first route's method
         detail = f"{request.method} is not a method of {route.template}: it allows {headers['Allow']}"
     return problem_response(request, exc.status_code, detail, kind=kind, headers=headers)

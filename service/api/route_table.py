@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DocumentedRoute", "documented_route", "documented_routes"]
+__all__ = ["DocumentedRoute", "documented_route"]
 
 _OPERATIONS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
@@ -22,10 +22,20 @@ class DocumentedRoute:
     pattern: re.Pattern[str]
 
 
-def documented_routes(app: Any) -> list[DocumentedRoute]:
-    """Every path of ``app``'s OpenAPI document (none for an app without one)."""
-    paths = app.openapi()["paths"] if app is not None and hasattr(app, "openapi") else {}
-    return [
+def documented_route(app: Any, path: str) -> DocumentedRoute | None:
+    """The route of ``app``'s OpenAPI document that ``path`` names, if any."""
+    return next((route for route in _documented_routes(app) if route.pattern.fullmatch(path)), None)
+
+
+def _documented_routes(app: Any) -> list[DocumentedRoute]:
+    """Every path of ``app``'s OpenAPI document (none for an app without one), read once per app
+    and kept in its state."""
+    state = getattr(app, "state", None)
+    cached: list[DocumentedRoute] | None = getattr(state, "documented_routes", None)
+    if cached is not None:
+        return cached
+    paths = app.openapi()["paths"] if hasattr(app, "openapi") else {}
+    routes = [
         DocumentedRoute(
             template=template,
             methods=tuple(m.upper() for m in operations if m in _OPERATIONS),
@@ -33,11 +43,9 @@ def documented_routes(app: Any) -> list[DocumentedRoute]:
         )
         for template, operations in paths.items()
     ]
-
-
-def documented_route(path: str, routes: list[DocumentedRoute]) -> DocumentedRoute | None:
-    """The documented route ``path`` names, if any."""
-    return next((route for route in routes if route.pattern.fullmatch(path)), None)
+    if state is not None:
+        state.documented_routes = routes
+    return routes
 
 
 def _segment_pattern(segment: str) -> str:

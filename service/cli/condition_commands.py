@@ -76,7 +76,7 @@ def _condition(args: argparse.Namespace) -> int:
     try:
         extra = loads_strict(args.options) if args.options else {}
     except DuplicateKeyError as exc:
-        print(f"invalid --options: {exc.path}: duplicate key {exc.key!r}", file=sys.stderr)
+        print(f"invalid --options: {exc}", file=sys.stderr)
         return 2
     except json.JSONDecodeError as exc:
         print(f"invalid --options: not JSON ({exc.msg})", file=sys.stderr)
