@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "AuthenticationError",
+    "BatchRejectedError",
     "BatchWarning",
     "CandidateFailed",
     "ClientError",
@@ -100,13 +101,19 @@ class ConflictError(ClientError):
 
 
 class PayloadTooLargeError(ClientError):
-    """The request body is over the service's size limit (HTTP 413); submit fewer specs
-    per request."""
+    """The request body is over the service's size limit (HTTP 413): submit fewer specs per
+    request, or upload a smaller data batch; the detail names the limit's setting."""
 
 
 class SpecRejectedError(ClientError):
     """The service rejected a spec or the options (HTTP 422); ``problem`` names the JSON
     path at fault."""
+
+
+class BatchRejectedError(SpecRejectedError):
+    """The service rejected a data batch (HTTP 422 from ``upload_batch``); ``problem`` names the
+    JSON path at fault (``x[3][0]``, ``y``). A :class:`SpecRejectedError`, so code that catches
+    every refused request still does."""
 
 
 class RateLimitedError(ClientError):

@@ -6,6 +6,8 @@ object SHOULD be unique; what a parser does with duplicates is unpredictable).""
 from __future__ import annotations
 
 import json
+import re
+import sys
 from typing import Any
 
 __all__ = ["DuplicateKeyError", "loads_strict"]
@@ -44,11 +46,28 @@ def loads_strict(text: str | bytes) -> Any:
             seen.add(key)
         raise AssertionError("fewer keys than pairs, yet none repeated")
 
-    value = json.loads(text, object_pairs_hook=pairs_to_object)
+    try:
+        value = json.loads(text, object_pairs_hook=pairs_to_object)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # an integer past Python's digit limit: its message names sys's setting
+        raise _long_integer(text) or exc from None
     if found:
         loc, key = _first_repeated(value, ())
         raise DuplicateKeyError(_path(loc), key)
     return value
+
+
+def _long_integer(text: str | bytes) -> json.JSONDecodeError | None:
+    """The error for the first integer longer than Python converts (``sys.get_int_max_str_digits``,
+    4300 by default), at its line and column; None when there is none."""
+    limit = sys.get_int_max_str_digits()
+    doc = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    # an integer token: digits not within a fraction, an exponent, a string or a name
+    long = re.search(rf"(?<![\w.+\-\"])-?(\d{{{limit + 1},}})(?![\w.\"])", doc) if limit else None
+    if long is None:
+        return None
+    return json.JSONDecodeError(f"a number of {len(long.group(1))} digits, more than {limit}", doc, long.start())
 
 
 def _first_repeated(value: Any, loc: tuple[int | str, ...]) -> tuple[tuple[int | str, ...], str]:

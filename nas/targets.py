@@ -23,7 +23,16 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
-__all__ = ["IMBALANCED", "LabelKind", "imbalance_warning", "label_balance", "target_error"]
+__all__ = [
+    "IMBALANCED",
+    "LabelKind",
+    "head_imbalance_warning",
+    "imbalance_warning",
+    "label_balance",
+    "one_class_warning",
+    "target_error",
+    "whole_floats_warning",
+]
 
 LabelKind = Literal["class", "float"]
 # below this balance the probe's figure flatters (docs/conditioning.md, section 7); the benchmark's
@@ -39,15 +48,48 @@ def label_balance(labels: Sequence[int], classes: int) -> float:
     return round(sum(-p * math.log(p) for p in shares) / math.log(classes), 4)  # 0.0, never -0.0
 
 
-def imbalance_warning(balance: float, classes: int, *, subject: str = "y") -> str | None:
+def imbalance_warning(balance: float, classes: int, *, subject: str = "y", present: int | None = None) -> str | None:
     """The warning for class labels of this ``label_balance`` (None at or above ``IMBALANCED``):
-    what they make the report read wrong, and what to do."""
+    what they make the report read wrong, and what to do. ``present``: how many distinct labels
+    occur, when known (named when fewer than ``classes``: a label of 2**31 among 0 and 1 reads
+    as imbalance over 2**31 + 1 classes)."""
+    if balance >= IMBALANCED:
+        return None
+    occur = "" if present is None or present >= classes else f"; only {present} of the classes 0 to {classes - 1} occur"
+    return (
+        f"{subject}: the class labels are imbalanced (their entropy is {balance:.2f} of ln {classes}{occur}): a "
+        "network that learns only the class frequencies lowers the trainability probe's loss, so its score and "
+        "verdict read better than the network is; condition on about as many samples of each class"
+    )
+
+
+def head_imbalance_warning(balance: float, classes: int, head: int, *, subject: str = "y") -> str | None:
+    """The warning for a batch balanced as a whole whose first ``head`` samples, the ones a job
+    conditions on, are not (``balance`` theirs; None at or above ``IMBALANCED``): a batch sorted
+    by class."""
     if balance >= IMBALANCED:
         return None
     return (
-        f"{subject}: the class labels are imbalanced (their entropy is {balance:.2f} of ln {classes}): a network "
-        "that learns only the class frequencies lowers the trainability probe's loss, so its score and verdict "
-        "read better than the network is; condition on about as many samples of each class"
+        f"{subject}: the first {head} samples, the ones a job conditions on at the default batch_size, are imbalanced "
+        f"(their entropy is {balance:.2f} of ln {classes}) though the whole batch is not, so the trainability "
+        "probe's loss flatters the network; shuffle the batch"
+    )
+
+
+def one_class_warning(label: int, *, subject: str = "y") -> str:
+    """The warning for class labels that are all ``label``: a network fits them by its bias alone."""
+    return (
+        f"{subject}: every label is class {label}: a network that always predicts it fits them at once, so the "
+        "trainability probe's loss says nothing of how the network trains; condition on samples of several classes"
+    )
+
+
+def whole_floats_warning(*, subject: str = "y") -> str:
+    """The warning for float labels that are all whole numbers: class labels sent as floats (a
+    label tensor cast to float) are fitted as regression targets, by squared error."""
+    return (
+        f"{subject}: every label is a whole number sent as a float (such as 1.0), so the labels are float "
+        "regression targets, fitted by squared error; if they are class labels, send them as integers"
     )
 
 
@@ -70,7 +112,7 @@ def target_error(
     >>> target_error("class", [], [10], (0, 9)) is None
     True
     >>> target_error("class", [], [10], (0, 12))
-    "data 'y' class labels must be in [0, 9] for 10 logits, but range over [0, 12]"
+    "data 'y': class labels must be in [0, 9] for 10 logits, but range over [0, 12]"
     """
     output = list(output_shape)
     outputs = math.prod(output)
@@ -78,19 +120,19 @@ def target_error(
         width = math.prod(per_sample)
         if width != outputs:
             return (
-                f"{subject} has {width} float target(s) per sample but the network outputs {output} ({outputs} per "
+                f"{subject}: {width} float target(s) per sample, but the network outputs {output} ({outputs} per "
                 "sample)"
             )
         return None
     if len(per_sample) != 0:
-        return f"{subject} class labels must be one integer per sample, but got shape {list(per_sample)} per sample"
+        return f"{subject}: class labels must be one integer per sample, but got shape {list(per_sample)} per sample"
     if len(output) != 1 or outputs < 2:
-        return f"{subject} holds class labels but the network outputs {output}, not [C >= 2] logits"
+        return f"{subject}: class labels, but the network outputs {output}, not [C >= 2] logits"
     if class_range is not None:
         low, high = class_range
         if low < 0 or high >= outputs:
             return (
-                f"{subject} class labels must be in [0, {outputs - 1}] for {outputs} logits, but range over "
+                f"{subject}: class labels must be in [0, {outputs - 1}] for {outputs} logits, but range over "
                 f"[{low}, {high}]"
             )
     return None

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     # queued at this (lowering is free), so that no tenant can put its work ahead of everyone's.
     max_token_priority: int = Field(10, ge=-1000, le=1000)
     max_body_bytes: int = Field(4 * 2**20, ge=1024)
+    # POST /v1/batches: 2**20 numbers (the most a batch holds) at 32 bytes each: float64's longest
+    # JSON number (24), ", " and a list's brackets of its own; the client writes float32 in about 12
+    max_batch_body_bytes: int = Field(32 * 2**20, ge=1024)
     max_batch: int = Field(256, ge=1)
     max_wait_seconds: float = Field(60.0, gt=0, le=_HOUR, allow_inf_nan=False)
     page_size: int = Field(50, ge=1, le=1000)

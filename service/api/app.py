@@ -86,7 +86,11 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
     app.state.worker_liveness = None
     install_problem_handlers(app)
     _declare_problem_responses(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        by_path={"/v1/batches": (settings.max_batch_body_bytes, "PREFLIGHT_MAX_BATCH_BODY_BYTES")},
+    )
     app.add_middleware(RequestFormatMiddleware)
     app.add_middleware(TokenFirstMiddleware)  # runs before the two above: a 401 before a 413 or 415
     app.add_middleware(RequestLatencyMiddleware, get_metrics=lambda: app.state.metrics)

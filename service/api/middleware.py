@@ -20,19 +20,22 @@ _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 class BodyLimitMiddleware:
     """Refuse bodies over ``max_bytes``: at once when Content-Length says so, else as soon as
-    the streamed body passes the limit."""
+    the streamed body passes the limit. ``by_path``: another limit, and the setting that sets it,
+    for the path named (a data batch is larger than any spec submission)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, by_path: dict[str, tuple[int, str]] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.by_path = by_path or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        detail = f"request body over the limit of {self.max_bytes} bytes (setting PREFLIGHT_MAX_BODY_BYTES)"
+        max_bytes, setting = self.by_path.get(_route_path(scope), (self.max_bytes, "PREFLIGHT_MAX_BODY_BYTES"))
+        detail = f"request body over the limit of {max_bytes} bytes (setting {setting})"
         length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+        if length is not None and length.isdigit() and int(length) > max_bytes:
             await problem_response(Request(scope), 413, detail, kind="too-large")(scope, receive, send)
             return
         received = 0
@@ -42,11 +45,20 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > max_bytes:
                     raise HTTPException(413, detail)
             return message
 
         await self.app(scope, limited_receive, send)
+
+
+def _route_path(scope: Scope) -> str:
+    """The path as the app's routes name it: without the mount's ``root_path`` (which Starlette
+    keeps in ``path``) and a trailing slash (which the router redirects)."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    return path.rstrip("/") or "/"
 
 
 class TokenFirstMiddleware:

@@ -3,9 +3,9 @@
 Without data a worker conditions on a Gaussian batch and its trainability probe fits random
 labels; on the benchmark that flags untrainable candidates with precision 0.82 at recall 0.74
 (held-out), against 1.00 at 0.84 on a real labelled batch (docs/conditioning.md, section 7).
-``POST /v1/batches`` stores a batch once under the SHA-256 of its content; a submission names
-it with the option ``data`` (part of the cache key), and the worker hands it to
-``worker.engine.condition(spec, data={"x": ..., "y": ...})``.
+``POST /v1/batches`` stores a batch once under the SHA-256 of its content as the engine reads it
+(``batch_id``); a submission names it with the option ``data`` (part of the cache key), and the
+worker hands it to ``worker.engine.condition(spec, data={"x": ..., "y": ...})``.
 
 A batch belongs to each owner that uploaded it (``data_batch_owners``; the content is stored
 once): to any other token it does not exist, neither to read nor to name in a submission.
@@ -25,8 +25,16 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from nas import ArchitectureSpec
+from nas.options import ConditionOptions
 from nas.shapes import trace_shapes
-from nas.targets import label_balance, target_error
+from nas.targets import (
+    head_imbalance_warning,
+    imbalance_warning,
+    label_balance,
+    one_class_warning,
+    target_error,
+    whole_floats_warning,
+)
 from service.store.db import insert_ignoring_duplicates
 from service.store.errors import InvalidBatch
 from service.store.models import DataBatch, DataBatchOwner
@@ -39,6 +47,7 @@ __all__ = [
     "InvalidBatch",
     "check_batch_size",
     "check_fits",
+    "label_warnings",
     "load",
     "parse",
     "shape_of",
@@ -46,13 +55,18 @@ __all__ = [
 ]
 
 MAX_ROWS = 4096  # the engine's largest batch_size
-MAX_VALUES = 2**20  # numbers in x: 4 MiB of float32, about what the body limit lets through
+MAX_VALUES = 2**20  # numbers in x: a body of max_batch_body_bytes (25 MiB) carries them at 25 bytes each
 MAX_RANK = 5  # [N, C, H, W] is 4; deeper nesting is refused before it is walked
+X_RANKS = (2, 4)  # [N, D] and [N, C, H, W]: a spec's input_shape is [D] or [C, H, W]
+# a job conditions on the batch's first batch_size samples: at the default, these
+DEFAULT_BATCH_SIZE: int = ConditionOptions.model_fields["batch_size"].default
 
 # {"x": [N, *input_shape], "labels": "class" | "float" | None, "y": [N, ...] when labelled,
-#  "classes": 1 + the largest class label, "balance": nas.targets.label_balance, "first_distinct":
-#  the first sample that differs from sample 0}; batches stored before "y", "classes", "balance"
-#  and "first_distinct" lack them
+#  "classes": 1 + the largest class label, "present": how many distinct class labels occur,
+#  "balance": nas.targets.label_balance, "head_balance": the same over the first
+#  DEFAULT_BATCH_SIZE samples (when N is larger), "whole_floats": float labels that are all whole
+#  numbers (class labels sent as floats?), "first_distinct": the first sample that differs from
+#  sample 0}; batches stored before a key was added lack it
 BatchShape = dict[str, Any]
 
 
@@ -143,6 +157,12 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
     shape = _shape(body["x"], "x", array=array)
     if len(shape) < 2:
         raise _invalid("x", f"expected [N, *input_shape] with N >= 2, got shape {shape}")
+    if len(shape) not in X_RANKS:
+        raise _invalid(
+            "x",
+            f"samples of shape {shape[1:]} fit no spec: an input_shape is [D] (vectors) or [C, H, W] (images), so x "
+            "is [N, D] or [N, C, H, W]",
+        )
     if not 2 <= shape[0] <= MAX_ROWS:
         raise _invalid("x", f"expected 2 to {MAX_ROWS} samples, got {shape[0]}")
     if math.prod(shape) > MAX_VALUES:
@@ -163,13 +183,33 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
         if all(isinstance(v, int) for v in flat):
             if len(y_shape) != 1 or min(flat) < 0:
                 raise _invalid("y", "class labels must be one non-negative integer per sample")
-            labels, meta["classes"] = "class", max(flat) + 1
-            if meta["classes"] >= 2:
-                meta["balance"] = label_balance(flat, meta["classes"])
+            labels = "class"
+            meta |= _class_meta(flat)
         else:
             labels = "float"
+            if len(y_shape) == 1 and _class_ids(flat):
+                meta["whole_floats"] = True
         return {"values": body["x"]}, {"values": y}, {"x": shape, "labels": labels, "first_distinct": distinct} | meta
     return {"values": body["x"]}, None, {"x": shape, "labels": None, "first_distinct": distinct}
+
+
+def _class_ids(flat: list[Any]) -> bool:
+    """Whether float labels read as class ids where the engine reads them (float32): whole numbers
+    from 0 to 2**16 (large whole targets are more likely amounts than classes)."""
+    values = np.asarray(flat, dtype=np.float32)
+    return bool(((values >= 0) & (values < 2**16) & (values == np.round(values))).all())
+
+
+def _class_meta(flat: list[int]) -> BatchShape:
+    """What the warnings on class labels read (``label_warnings``): the classes a network needs
+    logits for, how many occur, and the balance of the whole batch and of the samples a job takes
+    at the default batch_size."""
+    meta: BatchShape = {"classes": max(flat) + 1, "present": len(set(flat))}
+    if meta["classes"] >= 2:
+        meta["balance"] = label_balance(flat, meta["classes"])
+        if len(flat) > DEFAULT_BATCH_SIZE:
+            meta["head_balance"] = label_balance(flat[:DEFAULT_BATCH_SIZE], meta["classes"])
+    return meta
 
 
 def _first_distinct(x: list[Any] | np.ndarray) -> int | None:
@@ -197,10 +237,28 @@ def _flatten(value: Any) -> list[Any]:
     return [v for item in value for v in _flatten(item)] if isinstance(value, list) else [value]
 
 
-def batch_id(x: dict[str, Any], y: dict[str, Any] | None) -> str:
-    """SHA-256 of the canonical JSON of the content: the same batch always gets the same id."""
-    blob = json.dumps({"x": x["values"], "y": None if y is None else y["values"]}, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
+def batch_id(x: dict[str, Any], y: dict[str, Any] | None, labels: str | None) -> str:
+    """SHA-256 of the content as the engine reads it: x in float32; y as class labels (int64) or
+    float targets (float32); their shapes and the labels' kind. So ``1`` and ``1.0``, ``-0.0`` and
+    ``0.0``, a float64 array and its float32 rounding are one batch, one id and one cached job,
+    while class labels and the same numbers as float targets are two. (Batches stored before
+    this keep the id of their raw JSON; their content uploaded again is stored under this one.)"""
+    parts = [_canonical(x["values"], np.float32)]
+    if y is not None:
+        parts.append(_canonical(y["values"], np.int64 if labels == "class" else np.float32))
+    header = json.dumps({"v": 2, "labels": labels, "shapes": [list(part.shape) for part in parts]})
+    digest = hashlib.sha256(header.encode())
+    for part in parts:
+        digest.update(part.tobytes())
+    return digest.hexdigest()
+
+
+def _canonical(values: Any, dtype: type[np.generic]) -> np.ndarray:
+    """``values`` in ``dtype``, little-endian, with -0.0 read as 0.0 (IEEE: -0.0 + 0.0 is 0.0)."""
+    array = np.asarray(values, dtype=dtype)
+    if array.dtype.kind == "f":
+        array = array + array.dtype.type(0)
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
 
 
 def store(
@@ -225,7 +283,7 @@ def store(
 
 
 def _stored(session: Session, x: dict[str, Any], y: dict[str, Any] | None, shape: BatchShape) -> DataBatch:
-    key = batch_id(x, y)
+    key = batch_id(x, y, shape["labels"])
     existing = session.get(DataBatch, key)
     if existing is not None:
         if existing.shape != shape:  # stored before the shape kept the labels' "y" and "classes"
@@ -285,7 +343,30 @@ def check_fits(shape: BatchShape, spec: ArchitectureSpec, field: str) -> None:
         shape["y"][1:] if "y" in shape else [],
         trace_shapes(spec).boundaries[-1],
         None if classes is None else (0, classes - 1),
-        subject="the data batch's labels",
+        subject="the data batch's 'y'",
     )
     if error is not None:
+        if shape.get("whole_floats"):
+            error += " (the labels arrived as floats such as 1.0; class labels are integers)"
         raise _invalid(f"{field}.blocks[{len(spec.blocks) - 1}]", error)
+
+
+def label_warnings(shape: BatchShape) -> list[str]:
+    """What the batch's labels will make a report read wrong (the batch is stored all the same):
+    one class only, imbalanced classes over the batch or over the samples a job takes at the
+    default batch_size, whole numbers sent as floats."""
+    if shape.get("whole_floats"):
+        return [whole_floats_warning()]
+    classes, balance = shape.get("classes"), shape.get("balance")
+    if classes is None:
+        return []
+    if shape.get("present") == 1:
+        return [one_class_warning(classes - 1)]
+    if balance is None:
+        return []
+    overall = imbalance_warning(balance, classes, present=shape.get("present"))
+    if overall is not None:
+        return [overall]
+    head = shape.get("head_balance")
+    warning = None if head is None else head_imbalance_warning(head, classes, DEFAULT_BATCH_SIZE)
+    return [] if warning is None else [warning]

@@ -27,7 +27,7 @@ CASES: list[tuple[LabelKind, list[int], list[int], tuple[int, int] | None, str |
         [3],
         [10],
         None,
-        r"3 float target\(s\) per sample but the network outputs \[10\] \(10 per sample\)",
+        r"3 float target\(s\) per sample, but the network outputs \[10\] \(10 per sample\)",
     ),
     ("float", [], [2], None, r"1 float target\(s\) per sample"),
 ]
@@ -50,7 +50,7 @@ def test_the_rule(
 
 def test_the_subject_names_the_labels() -> None:
     message = target_error("class", [], [1], subject="the data batch")
-    assert message is not None and message.startswith("the data batch holds class labels")
+    assert message is not None and message.startswith("the data batch: class labels, but the network outputs")
 
 
 def test_one_class_has_balance_zero_not_minus_zero() -> None:

@@ -13,7 +13,6 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from nas.targets import imbalance_warning
 from service.api.deps import AuthDep, CallerDep, EngineDep, SessionsDep
 from service.api.json_body import StrictJSONRoute
 from service.api.problems import NOT_JSON, Problem, ProblemError
@@ -35,10 +34,13 @@ class DataBatchPublic(BaseModel):
 
 
 def _public(shape: data_batches.BatchShape, key: str) -> DataBatchPublic:
-    balance = shape.get("balance")
-    warning = None if balance is None else imbalance_warning(balance, shape["classes"])
-    warnings = [] if warning is None else [warning]
-    return DataBatchPublic(id=key, shape=list(shape["x"]), labels=shape["labels"], balance=balance, warnings=warnings)
+    return DataBatchPublic(
+        id=key,
+        shape=list(shape["x"]),
+        labels=shape["labels"],
+        balance=shape.get("balance"),
+        warnings=data_batches.label_warnings(shape),
+    )
 
 
 def _store(sessions: sessionmaker[Session], body: Any, caller: Caller) -> tuple[DataBatchPublic, bool]:
@@ -53,8 +55,9 @@ def _store(sessions: sessionmaker[Session], body: Any, caller: Caller) -> tuple[
 
 @router.post("", status_code=201, response_model=DataBatchPublic, summary="Upload a data batch", responses=NOT_JSON)
 async def upload_batch(sessions: SessionsDep, caller: CallerDep, body: Annotated[Any, Body()]) -> Response:
-    """Store ``{"x": [N, *input_shape], "y": [N]?}`` under the SHA-256 of its content (201; 200
-    when the caller had already uploaded it: whether another token did is never told).
+    """Store ``{"x": [N, *input_shape], "y": [N]?}`` under the SHA-256 of its content as the
+    engine reads it, in float32 (201; 200 when the caller had already uploaded that content:
+    whether another token did is never told).
     Submissions name it with the option ``data``: the worker then conditions on these inputs
     and probes trainability on these labels, not on a Gaussian batch with random labels."""
     public, created = await run_in_threadpool(_store, sessions, body, caller)

@@ -778,3 +778,36 @@ def test_the_openapi_declares_the_bearer_scheme_and_problem_json_errors(sqlite_a
     assert errors and all(list(r["content"]) == ["application/problem+json"] for r in errors.values())
     assert "415" in errors and "415" in spec["paths"]["/v1/batches"]["post"]["responses"]  # the middleware's refusal
     assert "security" not in spec["paths"]["/healthz"]["get"]
+
+
+def test_an_integer_longer_than_python_reads_is_refused_at_its_place_not_with_sys_advice(
+    sqlite_api: httpx.Client,
+) -> None:
+    """Python refuses to convert an integer of over 4300 digits; its message told the caller to
+    call ``sys.set_int_max_str_digits``."""
+    for path, body in [
+        ("/v1/batches", '{"x": [[1, ' + "9" * 5000 + "], [2, 3]]}"),
+        ("/v1/candidates", '{"spec": {"input_shape": [' + "9" * 5000 + "]}}"),
+    ]:
+        problem = assert_problem(sqlite_api.post(path, content=body), 422)
+        message = problem["errors"][0]["message"]
+        assert message.startswith("invalid JSON at line 1, column ") and message.endswith(
+            "a number of 5000 digits, more than 4300"
+        )
+        assert "sys" not in message
+
+
+def test_a_data_batch_has_a_body_limit_of_its_own(sqlite_url: str, make_settings: Callable[..., Settings]) -> None:
+    """2**20 numbers fit no 4 MiB body: a batch is held to ``max_batch_body_bytes``, every other
+    request to ``max_body_bytes``, and each 413 names the setting that would let it through."""
+    settings = make_settings(sqlite_url, max_body_bytes=4096, max_batch_body_bytes=64 * 1024)
+    batch = {"x": [[i / 7, j / 3] for j in range(2) for i in range(300)]}  # about 20 KB: over 4 KB, under 64
+    huge = {"x": [[i / 7, j / 3] for j in range(2) for i in range(2000)]}  # about 140 KB, 4000 samples
+    assert len(json.dumps(batch)) > 4096
+    with live_server(settings) as url, httpx.Client(base_url=url) as client:
+        assert client.post("/v1/batches", json=batch).status_code == 201
+        assert client.post("/v1/batches/", json=batch).status_code != 413  # the router's redirect, not the 4 KB limit
+        refused = assert_problem(client.post("/v1/candidates", json={"spec": spec(name="x" * 5000)}), 413)
+        assert "PREFLIGHT_MAX_BODY_BYTES" in refused["detail"]
+        too_big = assert_problem(client.post("/v1/batches", json=huge), 413)
+        assert "65536 bytes (setting PREFLIGHT_MAX_BATCH_BODY_BYTES)" in too_big["detail"]

@@ -102,6 +102,66 @@ def test_a_batch_given_as_one_tensor_per_sample_uploads_as_the_stacked_batch(
     assert per_sample == stacked and arrays == lists
 
 
+def test_the_client_writes_float32_in_its_shortest_form_so_2_to_the_20_numbers_fit(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """The client wrote each float32 as float64's repr (``0.10000000149011612``), about 20 bytes a
+    number: a 2**20-number batch, the documented most, was a 413. In float32's shortest form it
+    is about 12 bytes a number, and the service reads back every value exactly (the id is of the
+    content in float32: computed here from the array itself)."""
+    import numpy as np
+    import torch
+
+    from nas.client import PreflightClient
+    from service.store.data_batches import batch_id
+
+    x = torch.randn(256, 4096, generator=torch.Generator().manual_seed(0))  # 2**20 float32 numbers
+    settings = make_settings(sqlite_url, max_batch_body_bytes=14 * 2**20)
+    with live_server(settings) as url, PreflightClient(url) as client:
+        stored = client.upload_batch(x)
+        assert stored == batch_id({"values": x.numpy().astype(np.float64).tolist()}, None, None)
+        small = x[:4, :8]
+        assert client.upload_batch(small) == client.upload_batch(small.double())
+        assert client.upload_batch(small.to(torch.bfloat16)) == client.upload_batch(small.to(torch.bfloat16).float())
+
+
+def test_the_async_client_uploads_the_same_batch_under_the_same_id(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """It writes the arrays out in a thread (about a second per 2**20 numbers), not on the loop."""
+    import asyncio
+
+    import torch
+
+    from nas.client import AsyncPreflightClient, PreflightClient
+    from nas.errors import BatchRejectedError
+
+    x = torch.tensor(X, dtype=torch.float32) / 3
+
+    async def main(url: str) -> str:
+        async with AsyncPreflightClient(url) as client:
+            with pytest.raises(BatchRejectedError):
+                await client.upload_batch([[1.0, 2.0]])
+            return await client.upload_batch(x, torch.tensor(Y))
+
+    with live_server(make_settings(sqlite_url)) as url, PreflightClient(url) as client:
+        assert asyncio.run(main(url)) == client.upload_batch(x.double(), Y)
+
+
+def test_the_client_names_what_is_wrong_with_a_batch_before_and_after_sending_it(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    from nas.client import PreflightClient
+    from nas.errors import BatchRejectedError, SpecRejectedError
+
+    with live_server(make_settings(sqlite_url)) as url, PreflightClient(url) as client:
+        with pytest.raises(TypeError, match=r"^x is an array of samples .* not a dict: call upload_batch\(x, y\)"):
+            client.upload_batch({"x": X, "y": Y})  # was "Object of type ndarray is not JSON serializable"
+        with pytest.raises(BatchRejectedError, match=r"x: expected 2 to 4096 samples, got 1") as refused:
+            client.upload_batch([[1.0, 2.0]])  # was a SpecRejectedError, for a batch
+        assert isinstance(refused.value, SpecRejectedError) and refused.value.problem["errors"][0]["path"] == "x"
+
+
 @pytest.mark.parametrize(
     ("payload", "path"),
     [
@@ -167,9 +227,14 @@ def test_a_batch_size_that_takes_only_identical_samples_is_refused_at_submission
     ("y", "message"),
     [
         ([i % 5 for i in range(8)], r"class labels must be in \[0, 2\] for 3 logits, but range over \[0, 4\]"),
-        ([[float(i), 0.0] for i in range(8)], r"2 float target\(s\) per sample but the network outputs \[3\]"),
+        ([[float(i), 0.0] for i in range(8)], r"2 float target\(s\) per sample, but the network outputs \[3\]"),
+        (
+            [float(i % 3) for i in range(8)],
+            r"^the data batch's 'y': 1 float target\(s\) per sample, but the network outputs \[3\] \(3 per sample\) "
+            r"\(the labels arrived as floats such as 1\.0; class labels are integers\)$",
+        ),
     ],
-    ids=["label-beyond-the-logits", "float-targets-of-another-width"],
+    ids=["label-beyond-the-logits", "float-targets-of-another-width", "class-labels-sent-as-floats"],
 )
 def test_a_submission_whose_labels_do_not_fit_the_network_output_is_refused_at_its_head(
     api: httpx.Client, y: list[Any], message: str

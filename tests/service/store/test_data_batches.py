@@ -4,8 +4,10 @@ same content racing to insert it both get the one row."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import numpy as np
 import pytest
 
 X = [[float(i + j) / 10 for j in range(4)] for i in range(8)]
@@ -22,6 +24,8 @@ Y = [i % 3 for i in range(8)]
         ({"x": X, "y": [0, 1]}, "y"),
         ({"x": [[1.5, 2.0, 0.0]] * 3}, "x"),  # one sample repeated
         ({"x": [[1.0, 2.0], [1.0 + 1e-9, 2.0]]}, "x"),  # the same in float32, where the engine reads it
+        ({"x": [[[1.0]], [[2.0]]]}, "x"),  # samples of rank 2 fit no spec: was stored
+        ({"x": [[[[[1.0]]]], [[[[2.0]]]]]}, "x"),  # samples of rank 4
     ],
 )
 def test_parse_raises_invalid_batch_with_the_json_path(body: Any, path: str) -> None:
@@ -31,6 +35,113 @@ def test_parse_raises_invalid_batch_with_the_json_path(body: Any, path: str) -> 
     with pytest.raises(InvalidBatch) as caught:
         data_batches.parse(body)
     assert caught.value.path == path and str(caught.value) == f"{path}: {caught.value.message}"
+
+
+def test_samples_that_fit_no_input_shape_are_refused_saying_which_shapes_do() -> None:
+    from service.store import data_batches
+    from service.store.errors import InvalidBatch
+
+    with pytest.raises(InvalidBatch, match=r"samples of shape \[1, 1\] fit no spec: .* \[N, D\] or \[N, C, H, W\]"):
+        data_batches.parse({"x": [[[1.0]], [[2.0]]]})
+    assert data_batches.parse({"x": [[[[1.0]]], [[[2.0]]]]})[2]["x"] == [2, 1, 1, 1]
+
+
+def _id(body: dict[str, Any]) -> str:
+    from service.store import data_batches
+
+    x, y, shape = data_batches.parse(body)
+    return data_batches.batch_id(x, y, shape["labels"])
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ({"x": [[1], [2]]}, {"x": [[1.0], [2.0]]}),
+        ({"x": [[-0.0], [1.0]]}, {"x": [[0.0], [1.0]]}),
+        ({"x": [[0.1], [0.7]]}, {"x": [[float(np.float32(0.1))], [float(np.float32(0.7))]]}),
+        ({"x": X, "y": [0.5] * 8}, {"x": X, "y": [float(np.float32(0.5))] * 8}),
+        ({"x": X, "y": [-0.0] * 8}, {"x": X, "y": [0] * 4 + [0.0] * 4}),
+    ],
+    ids=["int-and-float", "minus-zero", "float64-and-its-float32", "float-targets", "float-targets-minus-zero"],
+)
+def test_one_content_as_the_engine_reads_it_is_one_batch(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """The engine reads a batch in float32: ids of the raw JSON made each of these pairs two
+    batches, two ids and two jobs of the same computation. The engine's reading of the pair is
+    the same too (``worker.engine.inputs.batch``), so the id follows the engine."""
+    import torch
+
+    from nas import parse_spec
+    from nas.options import ConditionOptions
+    from worker.engine.inputs import batch
+
+    assert _id(a) == _id(b)
+    spec = parse_spec({"input_shape": [len(a["x"][0])], "blocks": [{"layers": [{"type": "linear", "out": 1}]}]})
+    read = [batch(spec, body, ConditionOptions(), torch.device("cpu")) for body in (a, b)]
+    for first, second in zip(read[0][:2], read[1][:2], strict=True):
+        if first is None or second is None:
+            assert first is second
+        else:
+            assert first.dtype == second.dtype and torch.equal(first, second)
+
+
+def test_content_the_engine_reads_differently_is_another_batch() -> None:
+    ids = {
+        _id({"x": X}),
+        _id({"x": X, "y": Y}),  # labelled
+        _id({"x": X, "y": [float(v) for v in Y]}),  # the same numbers as float targets
+        _id({"x": [row[:2] for row in X] * 2}),  # the same numbers in another shape
+        _id({"x": [[v + 1e-3 for v in row] for row in X]}),
+    }
+    assert len(ids) == 5
+
+
+@pytest.mark.parametrize(
+    ("y", "warning"),
+    [
+        ([0] * 8, r"^y: every label is class 0: "),  # one class: no balance was computed, no warning given
+        ([1] * 8, r"^y: every label is class 1: "),  # was read as imbalance over two classes
+        ([0.0, 1.0] * 4, r"^y: every label is a whole number sent as a float \(such as 1\.0\)"),
+        ([1.0000000001, 0.0] * 4, r"^y: every label is a whole number sent as a float"),  # so in float32, like its id
+        ([0, 1.0] * 4, r"^y: every label is a whole number sent as a float"),
+        (
+            [0, 2**31] * 4,
+            r"imbalanced \(their entropy is 0\.03 of ln 2147483649; only 2 of the classes 0 to 2147483648 occur",
+        ),
+        (
+            [0] * 64 + [1] * 64,
+            r"^y: the first 64 samples, the ones a job conditions on at the default batch_size, are imbalanced",
+        ),
+    ],
+    ids=[
+        "all-zero",
+        "all-one",
+        "whole-floats",
+        "whole-in-float32",
+        "int-and-float",
+        "huge-class-id",
+        "sorted-by-class",
+    ],
+)
+def test_labels_that_make_the_report_read_wrong_are_stored_with_a_warning_that_says_why(
+    y: list[Any], warning: str
+) -> None:
+    from service.store import data_batches
+
+    x = [[float(i), float(i % 3)] for i in range(len(y))]
+    warnings = data_batches.label_warnings(data_batches.parse({"x": x, "y": y})[2])
+    assert len(warnings) == 1 and re.search(warning, warnings[0]), warnings
+
+
+@pytest.mark.parametrize(
+    "y",
+    [[0, 1] * 64, [0.25, 1.5] * 4, [[0.5, 1.0]] * 8, [[1.0, 0.0], [0.0, 1.0]] * 4, [1e9 * i for i in range(8)]],
+    ids=["classes", "targets", "pairs", "one-hot-targets", "large-whole-targets"],
+)
+def test_labels_that_read_right_get_no_warning(y: list[Any]) -> None:
+    from service.store import data_batches
+
+    x = [[float(i), float(i % 3)] for i in range(len(y))]
+    assert data_batches.label_warnings(data_batches.parse({"x": x, "y": y})[2]) == []
 
 
 @pytest.mark.postgres
@@ -52,7 +163,7 @@ def test_an_upload_that_loses_the_insert_race_gets_the_winners_row(pg_url: str, 
     assert outcome["first"][1] and outcome["blocked"]  # the first inserted it; the second waited on its key
     assert "error" not in outcome, outcome
     row, created = outcome["result"]
-    assert (row.id, created) == (data_batches.batch_id(x, y), False)
+    assert (row.id, created) == (data_batches.batch_id(x, y, "class"), False)
 
 
 @pytest.mark.parametrize(

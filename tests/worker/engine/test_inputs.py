@@ -45,7 +45,7 @@ def test_a_real_batch_is_accepted(form: str) -> None:
         ({"x": X8, "y": np.zeros(8, bool)}, "dtype torch.bool"),
         (
             {"x": X8, "y": np.zeros((8, 3), np.float32)},
-            r"3 float target\(s\) per sample but the network outputs \[10\]",
+            r"3 float target\(s\) per sample, but the network outputs \[10\]",
         ),
         ({"x": np.full((8, 64), np.nan, np.float32)}, "'x' holds NaN or infinite values"),
         ({"x": np.full((8, 64), np.inf, np.float32)}, "'x' holds NaN or infinite values"),
