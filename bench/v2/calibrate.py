@@ -97,7 +97,7 @@ def check(rows: list[dict[str, Any]]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.v2.calibrate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.calibrate", description=__doc__)  # the documented name
     parser.add_argument("--check", action="store_true", help="exit 1 if the shipped weights differ from a fresh fit")
     args = parser.parse_args(argv)
     rows = dev_rows()

@@ -107,7 +107,8 @@ def _failure(error: Exception) -> tuple[int, str] | None:
     if isinstance(error, ModuleNotFoundError) and error.name:
         module = error.name.split(".")[0]
         extra = _EXTRAS.get(module)
-        fix = f'pip install "nas-preflight[{extra}]"' if extra else f"pip install {_DISTRIBUTIONS.get(module, module)}"
+        # from the clone: the package is not on PyPI
+        fix = f'pip install ".[{extra}]" in the clone' if extra else f"pip install {_DISTRIBUTIONS.get(module, module)}"
         return EXIT_MISSING_EXTRA, f"this command needs {module!r}, which is not installed: {fix}"
     try:
         from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError, ProgrammingError
