@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 MAX_ROWS = 4096  # the engine's largest batch_size
-MAX_VALUES = 2**20  # numbers in x: a body of max_batch_body_bytes (25 MiB) carries them at 25 bytes each
+MAX_VALUES = 2**20  # numbers in x: a body of max_batch_body_bytes (32 MiB) carries them at 32 bytes each
 MAX_RANK = 5  # [N, C, H, W] is 4; deeper nesting is refused before it is walked
 X_RANKS = (2, 4)  # [N, D] and [N, C, H, W]: a spec's input_shape is [D] or [C, H, W]
 # a job conditions on the batch's first batch_size samples: at the default, these
