@@ -89,7 +89,7 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
-        by_path={"/v1/batches": (settings.max_batch_body_bytes, "PREFLIGHT_MAX_BATCH_BODY_BYTES")},
+        by_path={batches.router.prefix: (settings.max_batch_body_bytes, "PREFLIGHT_MAX_BATCH_BODY_BYTES")},
     )
     app.add_middleware(RequestFormatMiddleware)
     app.add_middleware(TokenFirstMiddleware)  # runs before the two above: a 401 before a 413 or 415
