@@ -88,7 +88,15 @@ class EmbeddedService:
             upgrade(self.settings.database_url)
         background = embedded_runner(self.settings, device=self.device) if self.embedded_worker else None
         app = create_app(self.settings, background=background)
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False, lifespan="on")
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            root_path=self.settings.root_path,
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="preflight-embedded-api", daemon=True)
         self._thread.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from pydantic import Field, field_validator, model_validator
@@ -12,6 +13,7 @@ __all__ = ["LOOPBACK_HOSTS", "Settings", "get_settings"]
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 _HOUR, _DAY = 3600.0, 86400.0
 _ENGINE_MEMORY_FLOOR = 2**30  # below it the engine child dies importing torch
+_ROOT_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)+")
 
 
 class Settings(BaseSettings):
@@ -25,6 +27,9 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./preflight.db"
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    # The path prefix a reverse proxy serves the API under, and strips (``/preflight``): the API
+    # answers at its own paths, and problem ``instance`` fields and the docs page carry it.
+    root_path: str = ""
     # None: bearer tokens are required exactly when ``host`` is not a loopback address.
     # True forces them on localhost too; False is refused unless ``host`` is loopback.
     require_auth: bool | None = None
@@ -73,6 +78,18 @@ class Settings(BaseSettings):
                 "1 GiB; 0 turns the limit off)"
             )
         return limit
+
+    @field_validator("root_path")
+    @classmethod
+    def _a_path_prefix(cls, prefix: str) -> str:
+        """uvicorn joins the prefix to each request's path as given: without its leading slash
+        ``preflight/v1/...`` matches no route, and with a trailing one ``//v1/...`` does not either."""
+        if prefix and not _ROOT_PATH.fullmatch(prefix):
+            raise ValueError(
+                f"root_path {prefix!r} is not a path prefix: give it as /name (a leading slash, none at the end, "
+                "no query, no spaces), or leave it empty"
+            )
+        return prefix
 
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> Settings:

@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.route_table import documented_route
+from service.api.route_table import documented_route, route_path
 from service.store.jobs import queue_depth
 from service.store.models import Status
 from service.store.reports import tuning_histogram
@@ -109,5 +109,5 @@ def _route_template(scope: Scope) -> str:
     "unmatched" when none does (never the raw path: one label per path would grow without bound)."""
     if (route := scope.get("route")) is not None:
         return str(getattr(route, "path", "unmatched"))
-    documented = documented_route(scope.get("app"), scope.get("path", ""))
+    documented = documented_route(scope.get("app"), route_path(scope))
     return documented.template if documented is not None else "unmatched"

@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.auth import authenticate, bearer_token
 from service.api.problems import DATABASE_DOWN, ProblemError, ProblemIssue, on_database_down, problem_response
+from service.api.route_table import route_path
 
 __all__ = ["BodyLimitMiddleware", "RequestFormatMiddleware", "TokenFirstMiddleware"]
 
@@ -32,7 +33,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        max_bytes, setting = self.by_path.get(_route_path(scope), (self.max_bytes, "PREFLIGHT_MAX_BODY_BYTES"))
+        max_bytes, setting = self.by_path.get(route_path(scope), (self.max_bytes, "PREFLIGHT_MAX_BODY_BYTES"))
         detail = f"request body over the limit of {max_bytes} bytes (setting {setting})"
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > max_bytes:
@@ -52,15 +53,6 @@ class BodyLimitMiddleware:
         await self.app(scope, limited_receive, send)
 
 
-def _route_path(scope: Scope) -> str:
-    """The path as the app's routes name it: without the mount's ``root_path`` (which Starlette
-    keeps in ``path``) and a trailing slash (which the router redirects)."""
-    path, root = scope["path"], scope.get("root_path", "")
-    if root and path.startswith(root):
-        path = path[len(root) :]
-    return path.rstrip("/") or "/"
-
-
 class TokenFirstMiddleware:
     """Check the bearer token of a request with a body before anything reads the body: FastAPI
     parses the body before it runs the route's dependencies, so without this a caller with no
@@ -70,7 +62,7 @@ class TokenFirstMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] in _WITH_BODY and scope["path"].startswith("/v1/"):
+        if scope["type"] == "http" and scope["method"] in _WITH_BODY and route_path(scope).startswith("/v1/"):
             state = scope["app"].state
             if state.settings.auth_required:
                 header = next(iter(_values(scope, b"authorization")), b"").decode("latin-1")

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from nas import SpecError
 from nas.spec import json_path
 from nas.strict_json import DuplicateKeyError
-from service.api.route_table import documented_route
+from service.api.route_table import documented_route, route_path
 from service.api.schemas import SUBMISSION_TAGS
 from service.store.errors import InvalidBatch
 
@@ -216,7 +216,7 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     headers = dict(exc.headers or {})
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"no resource at {request.url.path}"
-    if exc.status_code == 405 and (route := documented_route(request.app, request.scope["path"])):
+    if exc.status_code == 405 and (route := documented_route(request.app, route_path(request.scope))):
         headers["Allow"] = ", ".join(route.methods)  # the router named only the first route's method
         detail = f"{request.method} is not a method of {route.template}: it allows {headers['Allow']}"
     return problem_response(request, exc.status_code, detail, kind=kind, headers=headers)

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DocumentedRoute", "documented_route"]
+__all__ = ["DocumentedRoute", "documented_route", "route_path"]
 
 _OPERATIONS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
@@ -23,8 +23,18 @@ class DocumentedRoute:
 
 
 def documented_route(app: Any, path: str) -> DocumentedRoute | None:
-    """The route of ``app``'s OpenAPI document that ``path`` names, if any."""
+    """The route of ``app``'s OpenAPI document that ``path`` (a :func:`route_path`) names, if any."""
     return next((route for route in _documented_routes(app) if route.pattern.fullmatch(path)), None)
+
+
+def route_path(scope: Any) -> str:
+    """The path as the app's routes name it: without the ``root_path`` the app is served under
+    (``PREFLIGHT_ROOT_PATH``, or a mount), which uvicorn and Starlette keep in ``path``, and
+    without a trailing slash (which the router redirects)."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    return path.rstrip("/") or "/"
 
 
 def _documented_routes(app: Any) -> list[DocumentedRoute]:

@@ -48,6 +48,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument("--host", help="listen address (default 127.0.0.1; beyond localhost tokens are required)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument(
+        "--root-path", help="the path prefix a reverse proxy serves the API under and strips (/preflight)"
+    )
+    serve.add_argument(
         "--embedded-worker", action="store_true", help="also run a job runner in this process (the one-machine default)"
     )
     serve.add_argument("--device", default="auto", help="device of the embedded worker (default auto)")
@@ -164,7 +167,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from service.api.app import create_app
 
-    settings = _settings(host=args.host, port=args.port)
+    settings = _settings(host=args.host, port=args.port, root_path=args.root_path)
     _check_listen(settings.host, settings.port)
     _logging(args.log_level)
     if args.embedded_worker and not _device_usable(args.device):
@@ -200,6 +203,7 @@ def _serve(args: argparse.Namespace) -> int:
             port=settings.port,
             workers=args.workers,
             log_level=args.log_level,
+            root_path=settings.root_path,
         )
         return 0
     background = None
@@ -208,7 +212,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         background = embedded_runner(settings, device=args.device)
     app = create_app(settings, background=background)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, root_path=settings.root_path)
     return 0
 
 

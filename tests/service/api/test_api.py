@@ -614,6 +614,40 @@ def test_a_request_answered_before_routing_is_timed_under_the_route_its_path_nam
     assert 'route="unmatched",status="404"' in metrics and "/no/such/path" not in metrics  # never the raw path
 
 
+def test_behind_a_proxy_at_a_path_prefix_the_api_checks_and_labels_requests_by_their_route(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """Under ``root_path`` uvicorn keeps the prefix in the request's path: the token check before the
+    body is read (``/v1/`` only) let a malformed body answer 422 before its 401, and the answers
+    given before routing were labelled "unmatched" and a 405 named one method, as if no route
+    matched."""
+    engine = make_engine(sqlite_url)
+    with session_scope(make_sessionmaker(engine), write=True) as session:
+        token = create_token(session, name="ci").token
+    engine.dispose()
+    auth, json_type = {"authorization": f"Bearer {token}"}, {"content-type": "application/json"}
+    settings = make_settings(sqlite_url, require_auth=True, root_path="/preflight")
+    with live_server(settings) as url, httpx.Client(base_url=url) as client:  # the proxy stripped the prefix
+        problem = assert_problem(client.post("/v1/candidates", content=b"{bad", headers=json_type), 401)
+        assert problem["instance"] == "/preflight/v1/candidates"  # the path the caller sent, through the proxy
+        assert_problem(client.post("/v1/candidates", content=b"{bad", headers=json_type | auth), 422)
+        response = client.request("DELETE", "/v1/candidates", headers=auth)
+        assert_problem(response, 405)
+        assert set(response.headers["allow"].split(", ")) == {"GET", "POST"}
+        metrics = client.get("/metrics", headers=auth).text
+        assert "/preflight/openapi.json" in client.get("/docs").text
+    assert 'method="POST",route="/v1/candidates",status="401"' in metrics
+
+
+@pytest.mark.parametrize("prefix", ["preflight", "/preflight/", "/", "/a b", "/x?y=1"])
+def test_a_root_path_that_is_not_a_path_prefix_is_refused_naming_the_setting(prefix: str) -> None:
+    """uvicorn joins the prefix to each path as given: ``preflight/v1/...`` or ``//v1/...`` would
+    match no route, and every request would answer 404."""
+    with pytest.raises(ValueError, match="root_path .* is not a path prefix: give it as /name"):
+        Settings(root_path=prefix)
+    assert Settings(root_path="/team/preflight").root_path == "/team/preflight"
+
+
 def test_a_token_check_while_the_database_is_down_is_a_503_to_retry_for_a_post_too(
     sqlite_url: str, make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
