@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ __all__ = [
     "DEFAULT_DIR",
     "ENV",
     "FashionMNISTMissing",
+    "FashionMNISTUnreadable",
     "available",
     "find_dir",
     "load_fashion_mnist",
@@ -44,6 +46,10 @@ _IDX_TYPES = {0x08: np.uint8}
 
 class FashionMNISTMissing(FileNotFoundError):
     """The IDX files are not where Preflight looks; the message says how to get them."""
+
+
+class FashionMNISTUnreadable(FashionMNISTMissing, ValueError):
+    """An IDX file is there but damaged (cut short, not gzip, another format): no usable copy."""
 
 
 def _how_to_get(folder: Path) -> str:
@@ -84,16 +90,28 @@ def available(folder: str | Path | None = None) -> bool:
 def read_idx(path: Path) -> np.ndarray:
     """An IDX file (LeCun's format: two zero bytes, the type code, the rank, big-endian int32
     dimensions, then the data) as a numpy array."""
-    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as handle:
-        raw = handle.read()
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
-        raise ValueError(f"{path} is not an unsigned-byte IDX file (header {raw[:4]!r})")
+    try:
+        with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as handle:
+            raw = handle.read()
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # damaged, cut short, or not gzip at all
+        raise FashionMNISTUnreadable(_damaged(path, f"not a whole gzip file: {exc}")) from None
+    if len(raw) < 4 + 4 * (raw[3] if len(raw) > 3 else 0) or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
+        raise FashionMNISTUnreadable(_damaged(path, f"not an unsigned-byte IDX file (header {raw[:4]!r})"))
     rank = raw[3]
     dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">i4", count=rank, offset=4))
     data = np.frombuffer(raw, dtype=_IDX_TYPES[raw[2]], offset=4 + 4 * rank)
     if data.size != int(np.prod(dims)):
-        raise ValueError(f"{path}: header says {dims} ({int(np.prod(dims))} values), file holds {data.size}")
+        raise FashionMNISTUnreadable(
+            _damaged(path, f"its header says {dims} ({int(np.prod(dims))} values), the file holds {data.size}")
+        )
     return data.reshape(dims)
+
+
+def _damaged(path: Path, why: str) -> str:
+    return (
+        f"{path} is {why}; reinstall it (`apt-get install --reinstall dataset-fashion-mnist`) or set {ENV} "
+        "to a folder with whole copies"
+    )
 
 
 def read_arrays(folder: str | Path | None = None) -> dict[str, np.ndarray]:

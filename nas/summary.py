@@ -38,7 +38,7 @@ class ModelSummary(BaseModel):
     def to_text(self) -> str:
         """A fixed-width table for terminals."""
         lines = [
-            f"{self.name or 'unnamed'}: {self.input_shape} -> {self.output_shape}, "
+            f"{_printable(self.name) if self.name else 'unnamed'}: {self.input_shape} -> {self.output_shape}, "
             f"{self.parameters:,} parameters, {self.macs:,} MACs per sample, "
             f"{len(self.boundary_shapes) - 1} blocks",
             f"{'module':<28} {'type':<15} {'output':<16} {'params':>10} {'fan_in':>7} {'fan_out':>7}",
@@ -49,6 +49,12 @@ class ModelSummary(BaseModel):
                 f"{layer.parameters:>10,} {layer.fan_in or '':>7} {layer.fan_out or '':>7}"
             )
         return "\n".join(lines)
+
+
+def _printable(text: str) -> str:
+    """``text`` with what a terminal would act on (an escape sequence, a bell, a line break) written
+    as its escape: a spec's name is anyone's text, and a table is read on a terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def summarize(spec: ArchitectureSpec | dict[str, Any] | str) -> ModelSummary:

@@ -136,7 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     its own exit status, not a traceback."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.handler(args) or 0)
+        status = int(args.handler(args) or 0)
+        if sys.stdout is not None:  # a reader gone shows at this flush, not at exit ("Exception ignored", 120)
+            sys.stdout.flush()
+        return status
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (`preflight describe spec.json | head`): not an error

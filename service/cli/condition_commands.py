@@ -8,6 +8,7 @@ import io
 import json
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +54,25 @@ def _load_data(path: str) -> dict[str, Any]:
         x_name = "x" if "x" in names else others[0] if len(others) == 1 else None
         if x_name is None:
             raise UsageError(f"{path} has no array named x (it has {', '.join(names) or 'none'})")
-        try:
-            data = {"x": archive[x_name]} | ({"y": archive["y"]} if "y" in names else {})
-        except ValueError as exc:  # an object array, which would need pickle
-            raise UsageError(f"{path}: {exc}") from None
+        data = {"x": _member(archive, x_name, path)} | ({"y": _member(archive, "y", path)} if "y" in names else {})
     for name, array in data.items():
         if array.dtype.kind not in "biuf":
             raise UsageError(f"{path}: {name} must hold numbers, not {array.dtype}")
+    if "y" in data and data["y"].dtype.kind == "u":  # torch has no min or max of uint16 to uint64
+        if data["y"].size and int(data["y"].max()) > np.iinfo(np.int64).max:
+            raise UsageError(f"{path}: y holds {data['y'].max()}, beyond a 64-bit signed label")
+        data["y"] = data["y"].astype(np.int64)
     return data
+
+
+def _member(archive: Any, name: str, path: str) -> Any:
+    """One array of the archive, read now; a damaged member is the file's fault, said in one line."""
+    try:
+        return archive[name]
+    except ValueError as exc:  # an object array, which would need pickle
+        raise UsageError(f"{path}: {exc}") from None
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:  # a flipped byte: a bad CRC, bad deflate data
+        raise UsageError(f"{path}: its array {name} is damaged ({exc})") from None
 
 
 def _condition(args: argparse.Namespace) -> int:
@@ -70,11 +82,15 @@ def _condition(args: argparse.Namespace) -> int:
     from service.cli.spec_commands import _parse_or_report, read_spec_argument
     from worker.engine import ConditionOptions, condition
 
-    spec = _parse_or_report(read_spec_argument(args.spec))
+    spec = _parse_or_report(read_spec_argument(args.spec), "condition")
     if spec is None:
         return 2
+    if args.data == "":  # `--data "$UNSET"` conditioned on a Gaussian batch without a word
+        raise UsageError("--data is empty: give an .npz file, or leave --data out for a Gaussian batch")
+    if args.options is not None and not args.options.strip():
+        raise UsageError("--options is empty: give a JSON object, or leave --options out")
     try:
-        extra = loads_strict(args.options) if args.options else {}
+        extra = loads_strict(args.options) if args.options is not None else {}
     except DuplicateKeyError as exc:
         print(f"invalid --options: {exc}", file=sys.stderr)
         return 2
@@ -94,7 +110,7 @@ def _condition(args: argparse.Namespace) -> int:
         for error in exc.errors(include_url=False):
             print(f"invalid option {'.'.join(map(str, error['loc']))}: {error['msg']}", file=sys.stderr)
         return 2
-    data = _load_data(args.data) if args.data else None
+    data = _load_data(args.data) if args.data is not None else None
     display = _Progress(sys.stderr)
     try:
         report = condition(spec, data=data, options=options, progress=display)

@@ -136,9 +136,24 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return f"--trials must be at least 1, but got {args.trials}"
     if args.epochs < 1:
         return f"--epochs must be at least 1, but got {args.epochs}"
-    if args.steps is not None and args.steps < 0:
-        return f"--steps must be at least 0, but got {args.steps}"
+    if args.steps is not None and (problem := _steps_problem(args.steps)):  # the service refused it after two trainings
+        return problem
+    if not 0 <= args.seed < 2**32:  # numpy's and scikit-learn's seeds: refused only once the service ran
+        return f"--seed must be in [0, 2**32), but got {args.seed}"
     return _check_device(args)
+
+
+def _steps_problem(steps: int) -> str | None:
+    """What the engine's options say of ``--steps`` (their bounds, in one place), or None."""
+    from pydantic import ValidationError
+
+    from nas.options import ConditionOptions
+
+    try:
+        ConditionOptions.model_validate({"steps": steps})
+    except ValidationError as refused:
+        return f"--steps {steps}: {refused.errors()[0]['msg'].lower()}"
+    return None
 
 
 def _check_device(args: argparse.Namespace) -> str | None:
@@ -164,9 +179,10 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"preflight demo: {problem}", file=sys.stderr)
         return 2
     if args.dataset == "fashion-mnist":
-        from nas.fashion_mnist import find_dir
+        from nas.fashion_mnist import find_dir, read_arrays
 
         find_dir()  # before any work: a missing dataset is one line saying how to get it
+        read_arrays()  # and a damaged one (about a second), not a traceback once the service runs
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

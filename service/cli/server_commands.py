@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import make_url
@@ -99,7 +101,47 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _settings(**overrides: Any) -> Any:
     from service.settings import Settings
 
-    return Settings(**{key: value for key, value in overrides.items() if value is not None})
+    settings = Settings(**{key: value for key, value in overrides.items() if value is not None})
+    _check_database_url(settings.database_url)
+    return settings
+
+
+def _check_database_url(url: str) -> None:
+    """Refuse, as a usage error, a store no command can share: an in-memory SQLite database (each
+    connection has its own, so `db upgrade` migrated one that vanished), a SQLite file in a folder
+    that does not exist or that is a folder ("unable to open database file"), a URL that is none."""
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        shown = f" {url!r}" if "@" not in url else ""  # a password stays off the terminal
+        raise UsageError(
+            f"PREFLIGHT_DATABASE_URL{shown} is not a database URL: give sqlite:///path/to/preflight.db "
+            "or postgresql+psycopg://user@host/db"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):  # mysql asked to install mysqlclient; http, a dialect plugin
+        raise UsageError(
+            f"PREFLIGHT_DATABASE_URL names a {backend} database; Preflight stores in SQLite (sqlite:///path) "
+            "or PostgreSQL (postgresql+psycopg://user@host/db)"
+        )
+    if backend != "sqlite":
+        return
+    if parsed.database in (None, "", ":memory:") or "mode=memory" in url:
+        raise UsageError(
+            "PREFLIGHT_DATABASE_URL names an in-memory SQLite database, which lives and dies with one connection: "
+            "nothing stored would reach a worker or the next command; give a file, e.g. sqlite:///./preflight.db"
+        )
+    path = Path(parsed.database)
+    if path.is_dir():
+        raise UsageError(
+            f"PREFLIGHT_DATABASE_URL names the folder {path}; give a file in it, e.g. {path / 'preflight.db'}"
+        )
+    if not path.parent.is_dir():
+        raise UsageError(
+            f"PREFLIGHT_DATABASE_URL: the folder {path.parent} of the SQLite file does not exist; create it first"
+        )
 
 
 def _logging(level: str) -> None:
@@ -161,12 +203,13 @@ def _check_listen(host: str, port: int) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import os
 
     import uvicorn
 
     from service.api.app import create_app
 
+    if args.workers > 1 and args.embedded_worker:  # before the database is touched or a line logged
+        raise UsageError("--embedded-worker runs in one process; drop --workers")
     settings = _settings(host=args.host, port=args.port, root_path=args.root_path)
     _check_listen(settings.host, settings.port)
     _logging(args.log_level)
@@ -192,9 +235,6 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if args.workers > 1:
-        if args.embedded_worker:
-            print("preflight: --embedded-worker runs in one process; drop --workers", file=sys.stderr)
-            return 2
         os.environ["PREFLIGHT_HOST"] = settings.host
         os.environ["PREFLIGHT_PORT"] = str(settings.port)
         uvicorn.run(
@@ -277,9 +317,13 @@ def _db_current(args: argparse.Namespace) -> int:
 
 
 def _with_session(work: Any) -> Any:
+    """Run ``work`` in one transaction on a database at the latest migration (a missing SQLite file
+    is not created, a newer release's schema is not written to)."""
     from service.store.db import make_engine, make_sessionmaker, session_scope
 
-    engine = make_engine(_settings().database_url)
+    settings = _settings()
+    _check_schema(settings)
+    engine = make_engine(settings.database_url)
     try:
         with session_scope(make_sessionmaker(engine), write=True) as session:
             return work(session)
@@ -287,15 +331,37 @@ def _with_session(work: Any) -> Any:
         engine.dispose()
 
 
+class _TokenNotShown(Exception):
+    """The new token could not be written to standard output: its transaction rolls back."""
+
+
 def _token_create(args: argparse.Namespace) -> int:
     from service.store.tokens import create_token
 
+    if sys.stdout is None:  # started with standard output closed (`>&-`): print() would drop the token
+        raise UsageError("standard output is closed, so the token could not be shown; nothing was created")
+
+    def create_and_show(session: Any) -> Any:
+        created = create_token(session, name=args.name, admin=args.admin)
+        try:  # shown before the commit: a token nobody saw must not stay active, nor its name taken
+            print(created.token)
+            sys.stdout.flush()
+        except OSError as exc:  # a full disk, a reader gone (`| head -c0`)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush would fail again
+            raise _TokenNotShown(exc.strerror or str(exc)) from None
+        return created
+
     try:
-        created = _with_session(lambda session: create_token(session, name=args.name, admin=args.admin))
+        created = _with_session(create_and_show)
     except ValueError as exc:  # the name: empty, too long, control characters, digits only, taken
         print(f"preflight token create: {exc}", file=sys.stderr)
         return 2
-    print(created.token)
+    except _TokenNotShown as exc:
+        print(
+            f"preflight token create: could not write the token to standard output ({exc}); nothing was created",
+            file=sys.stderr,
+        )
+        return 1
     kind = "admin token" if created.admin else "token"
     print(f"{kind} {created.id} ({created.name}) created; it is shown only this once", file=sys.stderr)
     return 0

@@ -12,6 +12,8 @@ from service.cli.usage import UsageError
 
 __all__ = ["register"]
 
+MAX_SPEC_BYTES = 16 * 2**20  # four times the service's largest request body; /dev/zero is read no further
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     schema = subparsers.add_parser("schema", help="print the JSON Schema of the architecture spec (format 1.1)")
@@ -39,7 +41,7 @@ def read_spec_argument(argument: str) -> str:
     if argument == "":  # `preflight describe "$UNSET"` described the example network
         raise UsageError("the spec file argument is empty")
     if argument == "-":
-        raw, where = sys.stdin.buffer.read(), "standard input"
+        raw, where = sys.stdin.buffer.read(MAX_SPEC_BYTES + 1), "standard input"
     else:
         path = Path(argument)
         if path.is_dir():
@@ -47,9 +49,12 @@ def read_spec_argument(argument: str) -> str:
         if not path.exists():  # a pipe (`<(preflight example mlp)`) is no regular file, and is read
             raise UsageError(f"no such spec file: {argument!r}")
         try:
-            raw, where = path.read_bytes(), argument
+            with path.open("rb") as file:
+                raw, where = file.read(MAX_SPEC_BYTES + 1), argument
         except OSError as exc:
             raise UsageError(f"cannot read {argument}: {exc.strerror}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise UsageError(f"{where} is over {MAX_SPEC_BYTES // 2**20} MiB, more than any spec; is it the spec file?")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -63,21 +68,28 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_or_report(text: str) -> Any:
+MAX_SHOWN_ISSUES = 20  # a spec with 500 bad layers is not 500 lines of a terminal
+
+
+def _parse_or_report(text: str, command: str) -> Any:
+    """The spec, or None after one line on stderr per issue (the first 20), each as every failure
+    of the command is: ``preflight COMMAND: ...``."""
     from nas import SpecError, parse_spec
 
     try:
         return parse_spec(text)
     except SpecError as exc:
-        for issue in exc.issues:
-            print(f"invalid spec: {issue}", file=sys.stderr)
+        for issue in exc.issues[:MAX_SHOWN_ISSUES]:
+            print(f"preflight {command}: invalid spec: {issue}", file=sys.stderr)
+        if len(exc.issues) > MAX_SHOWN_ISSUES:
+            print(f"preflight {command}: and {len(exc.issues) - MAX_SHOWN_ISSUES} more issues", file=sys.stderr)
         return None
 
 
 def _validate(args: argparse.Namespace) -> int:
     from nas import spec_hash
 
-    spec = _parse_or_report(read_spec_argument(args.spec))
+    spec = _parse_or_report(read_spec_argument(args.spec), "validate")
     if spec is None:
         return 2
     print(f"valid; canonical hash {spec_hash(spec)}")
@@ -91,7 +103,7 @@ def _describe(args: argparse.Namespace) -> int:
     from nas.examples import EXAMPLE_MLP
 
     text = read_spec_argument(args.spec) if args.spec is not None else json.dumps(EXAMPLE_MLP)
-    spec = _parse_or_report(text)
+    spec = _parse_or_report(text, "describe")
     if spec is None:
         return 2
     if not 0 <= args.seed < 2**64:  # torch would read -1 as 2**64 - 1, another network

@@ -175,3 +175,45 @@ def test_a_network_without_parameters_exits_2_naming_why(tmp_path: Path, capsys:
     assert main(["condition", str(spec)]) == 2
     captured = capsys.readouterr()
     assert "preflight condition: blocks: the network has no parameters" in captured.err and captured.out == ""
+
+
+def test_unsigned_labels_are_read_as_class_labels(tmp_path: Path) -> None:
+    """torch has no min or max of uint16 to uint64: the engine's label check died with
+    NotImplementedError ("min_all" not implemented for 'UInt16')."""
+    from service.cli.condition_commands import _load_data
+
+    data = tmp_path / "uint.npz"
+    np.savez(data, x=np.ones((4, 64)), y=np.arange(4, dtype=np.uint16))
+    loaded = _load_data(str(data))
+    assert loaded["y"].dtype == np.int64 and loaded["y"].tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["stored", "deflated"])
+def test_a_damaged_archive_member_is_one_line_naming_it(
+    spec_file: Path, tmp_path: Path, compressed: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A flipped byte in an array was a BadZipFile ("Bad CRC-32") or zlib.error traceback."""
+    data = tmp_path / "data.npz"
+    (np.savez_compressed if compressed else np.savez)(data, x=np.random.default_rng(0).normal(size=(64, 64)))
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 3] ^= 0xFF  # inside x's bytes, past the archive's headers
+    data.write_bytes(bytes(raw))
+    assert main(["condition", str(spec_file), "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"preflight condition: {data}: its array x is damaged (") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--data", "", "--data is empty: give an .npz file, or leave --data out for a Gaussian batch"),
+        ("--options", " ", "--options is empty: give a JSON object, or leave --options out"),
+    ],
+)
+def test_an_empty_data_or_options_argument_is_refused_not_ignored(
+    spec_file: Path, flag: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--data "$UNSET"` conditioned on a Gaussian batch without a word, as if it were not given."""
+    assert main(["condition", str(spec_file), flag, value]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"preflight condition: {message}\n" and captured.out == ""

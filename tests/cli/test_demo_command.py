@@ -42,10 +42,26 @@ def test_the_demo_runs_four_searches_and_writes_its_table_and_figures(
     assert all(t["state"] == "pruned-before" for t in gated if t["verdict"] == "prune")
 
 
-@pytest.mark.parametrize("argv", [["--trials", "0"], ["--epochs", "0"], ["--steps", "-1"]])
-def test_bad_demo_arguments_are_refused(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", *argv, "--out", str(tmp_path)]) == 2
-    assert "must be at least" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--trials", "0"], "--trials must be at least 1"),
+        (["--epochs", "0"], "--epochs must be at least 1"),
+        (["--steps", "-1"], "--steps -1: input should be greater than or equal to 0"),
+        (
+            ["--steps", "5000"],
+            "--steps 5000: input should be less than or equal to 1000",
+        ),  # refused after two trainings
+        (["--seed", "-1"], "--seed must be in [0, 2**32), but got -1"),  # scikit-learn's traceback once the service ran
+        (["--seed", str(2**32)], "--seed must be in [0, 2**32)"),
+    ],
+)
+def test_bad_demo_arguments_are_refused_before_any_work(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", *argv, "--out", str(tmp_path / "demo")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()
 
 
 @pytest.mark.parametrize(
@@ -121,6 +137,30 @@ def test_the_fashion_mnist_demo_without_the_data_says_how_to_get_it_before_any_w
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "apt-get install dataset-fashion-mnist" in err
     assert not (tmp_path / "demo").exists()  # nothing started
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(b"junk", "is not a whole gzip file"), (b"", "is not an unsigned-byte IDX file")],
+    ids=["not-gzip", "empty"],
+)
+def test_a_damaged_fashion_mnist_file_is_one_line_saying_how_to_mend_it_before_any_work(
+    content: bytes, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file there but damaged passed the check for the files and was a BadGzipFile or ValueError
+    traceback once the service ran."""
+    from nas.fashion_mnist import FILES
+    from service.cli import EXIT_MISSING_DATA
+
+    data = tmp_path / "fm"
+    data.mkdir()
+    for stem in FILES.values():
+        (data / (stem + ".gz")).write_bytes(content)
+    monkeypatch.setenv("PREFLIGHT_FASHION_MNIST_DIR", str(data))
+    assert main(["demo", "--dataset", "fashion-mnist", "--out", str(tmp_path / "demo")]) == EXIT_MISSING_DATA
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"train-images-idx3-ubyte.gz {why}" in err
+    assert "apt-get install --reinstall dataset-fashion-mnist" in err and not (tmp_path / "demo").exists()
 
 
 def test_a_keep_that_failed_only_without_the_gate_is_not_called_a_false_keep() -> None:

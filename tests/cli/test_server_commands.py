@@ -164,7 +164,11 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
 @pytest.mark.parametrize(
     ("args", "env", "words"),
     [
-        (["token", "list"], {"PREFLIGHT_DATABASE_URL": "bogus"}, "PREFLIGHT_DATABASE_URL is not a database URL"),
+        (
+            ["token", "list"],
+            {"PREFLIGHT_DATABASE_URL": "bogus"},
+            "PREFLIGHT_DATABASE_URL 'bogus' is not a database URL",
+        ),
         (["token", "list"], {}, "run `preflight db upgrade`"),  # a new SQLite file: no tables yet
         (["serve", "--port", "70000"], {}, "invalid settings"),
         (["worker", "--device", "bogus", "--burst"], {}, "--device 'bogus'"),  # retried the engine forever
@@ -178,6 +182,11 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
         (["worker", "--name", "a\tb", "--burst"], {}, "must be printable"),
         (["serve", "--host", ""], {}, "is empty"),  # listened on every interface
         (["serve", "--host", "no-such-host.invalid"], {}, "is not an address this machine can listen on"),
+        (
+            ["serve", "--embedded-worker", "--workers", "2"],
+            {},
+            "--embedded-worker runs in one process",
+        ),  # migrated first
     ],
     ids=[
         "bad-url",
@@ -194,6 +203,7 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
         "worker-name-tab",
         "serve-empty-host",
         "serve-unknown-host",
+        "serve-embedded-workers",
     ],
 )
 def test_a_setting_or_argument_that_cannot_work_is_one_line_and_a_non_zero_status(
@@ -203,6 +213,7 @@ def test_a_setting_or_argument_that_cannot_work_is_one_line_and_a_non_zero_statu
     lines = result.stderr.strip().splitlines()
     assert result.returncode != 0 and len(lines) == 1 and words in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+    assert not (tmp_path / "p.db").exists()  # refused before the database was created or migrated
 
 
 def test_serve_on_a_port_in_use_is_one_line_and_a_usage_error(tmp_path: Path) -> None:
@@ -353,3 +364,81 @@ def _seconds(work: Callable[[], object]) -> float:
     start = time.perf_counter()
     work()
     return time.perf_counter() - start
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("sqlite://", "an in-memory SQLite database"),  # db upgrade migrated a database that vanished with it
+        ("sqlite:///:memory:", "an in-memory SQLite database"),
+        ("sqlite:///{tmp}/no/such/folder/p.db", "the folder {tmp}/no/such/folder of the SQLite file does not exist"),
+        ("sqlite:///{tmp}", "names the folder {tmp}; give a file in it"),  # "unable to open database file"
+        ("user:secret@localhost/db", "is not a database URL"),
+        (
+            "mysql://user:secret@localhost/db",
+            "names a mysql database; Preflight stores in SQLite",
+        ),  # "pip install mysqlclient"
+    ],
+    ids=["memory", "memory-named", "no-folder", "a-folder", "no-url", "mysql"],
+)
+def test_a_database_url_no_command_can_use_is_a_usage_error_for_every_command(
+    tmp_path: Path, url: str, words: str
+) -> None:
+    for args in (["db", "upgrade"], ["db", "current"], ["token", "list"], ["worker", "--burst", "--device", "cpu"]):
+        result = preflight(tmp_path / "unused.db", *args, PREFLIGHT_DATABASE_URL=url.format(tmp=tmp_path))
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == cli.EXIT_USAGE and len(lines) == 1, (args, result.stderr)
+        assert words.format(tmp=tmp_path) in lines[0] and "secret" not in lines[0], lines
+
+
+@pytest.mark.slow
+def test_a_token_that_cannot_be_shown_is_not_created(tmp_path: Path) -> None:
+    """A token printed to a full disk, a closed stdout or a reader gone stayed active, its secret
+    seen by nobody and its name taken; `token list` on a missing file created an empty one."""
+    db = tmp_path / "p.db"
+    assert preflight(db, "token", "list").returncode == cli.EXIT_DATABASE and not db.exists()
+    assert preflight(db, "db", "upgrade").returncode == 0
+    env = {**os.environ, "PREFLIGHT_DATABASE_URL": f"sqlite:///{db}"}
+    env.pop("PYTHONUNBUFFERED", None)
+    command = [sys.executable, "-m", "service.cli", "token", "create"]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [*command, "full"], stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120
+        )
+    assert result.returncode == 1 and "No space left on device); nothing was created" in result.stderr, result.stderr
+    closed = subprocess.run(
+        [*command, "closed"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        timeout=120,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert closed.returncode == cli.EXIT_USAGE and "standard output is closed" in closed.stderr, closed.stderr
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader is gone before the token is written
+    gone = subprocess.run([*command, "gone"], stdout=writer, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    os.close(writer)
+    assert gone.returncode == 1 and "Broken pipe); nothing was created" in gone.stderr, gone.stderr
+    assert "Exception ignored" not in gone.stderr
+    assert preflight(db, "token", "list").stdout == ""  # none of the three is active, or stored
+    shown = preflight(db, "token", "create", "full")  # and each name is free
+    assert shown.returncode == 0 and shown.stdout.startswith("pf_")
+
+
+def test_output_to_a_reader_that_went_away_is_not_an_error(tmp_path: Path) -> None:
+    """The flush at exit raised BrokenPipeError outside the handler: "Exception ignored" and exit 120."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    reader, writer = os.pipe()
+    os.close(reader)
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "example", "mlp"],
+        stdout=writer,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    os.close(writer)
+    assert result.returncode == 0 and result.stderr == "", result.stderr

@@ -32,7 +32,21 @@ def test_validate_reports_the_json_path_of_a_bad_spec(tmp_path: Path, capsys: py
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"input_shape": [3, 8, 8], "blocks": [{"layers": [{"type": "linear", "out": 2}]}]}))
     assert main(["validate", str(path)]) == 2
-    assert "blocks[0].layers[0] (linear): expects a vector input" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("preflight validate: invalid spec: blocks[0].layers[0] (linear): expects a vector input")
+
+
+def test_a_spec_with_many_issues_shows_the_first_twenty_and_how_many_more(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """50 bad layers were 50 lines."""
+    path = tmp_path / "bad.json"
+    layers = [{"type": "linear", "out": -1} for _ in range(50)]
+    path.write_text(json.dumps({"input_shape": [4], "blocks": [{"layers": layers}]}))
+    assert main(["validate", str(path)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 21 and all(line.startswith("preflight validate: invalid spec: ") for line in lines[:20])
+    assert lines[20] == "preflight validate: and 30 more issues"
 
 
 def test_describe_runs_as_a_console_script() -> None:
@@ -94,3 +108,22 @@ def test_a_spec_read_from_a_pipe_is_read_not_reported_missing(tmp_path: Path) ->
     writer.start()
     assert json.loads(read_spec_argument(str(fifo))) == EXAMPLE_MLP
     writer.join(30)
+
+
+def test_a_spec_argument_past_any_specs_size_is_refused_without_reading_it_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`preflight validate /dev/zero` (or `yes | preflight validate -`) read until memory ran out."""
+    import io
+    import sys
+
+    from service.cli.spec_commands import MAX_SPEC_BYTES
+
+    assert main(["validate", "/dev/zero"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "preflight validate: /dev/zero is over 16 MiB, more than any spec; is it the spec file?\n"
+    )
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"y\n" * (MAX_SPEC_BYTES // 2 + 1))))
+    assert main(["validate", "-"]) == 2
+    assert "standard input is over 16 MiB" in capsys.readouterr().err

@@ -236,6 +236,16 @@ def test_summary_counts_parameters_fans_and_macs() -> None:
     assert "cnn-small" in summary.to_text()
 
 
+def test_the_summary_table_shows_a_names_control_characters_escaped() -> None:
+    """`preflight describe` printed a name's escape sequences raw: a spec could retitle the
+    terminal, clear it, or forge a line of the table."""
+    summary = summarize({**EXAMPLE_CNN, "name": "cnn\x1b]0;pwned\x07\x1b[2J\nfake line\u00e9"})
+    first = summary.to_text().splitlines()[0]
+    assert first.startswith("cnn\\x1b]0;pwned\\x07\\x1b[2J\\nfake line\u00e9: ")
+    assert not any(not c.isprintable() for c in first)
+    assert summary.name == "cnn\x1b]0;pwned\x07\x1b[2J\nfake line\u00e9"  # the JSON keeps the name as given
+
+
 def test_weighted_layers_lists_linear_and_conv_in_forward_order() -> None:
     model = build_model(ALL_LAYERS_SPEC)
     names = [info.module for info, _ in model.weighted_layers()]
