@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from nas.shapes import ShapeTrace, trace_shapes
+from nas.shapes import MAX_NESTING, ShapeTrace, trace_shapes
 from nas.spec import ArchitectureSpec, SpecError, issues_from_validation_error, load_spec_json
 
 __all__ = [
@@ -135,6 +135,9 @@ def job_limit_issue(trace: ShapeTrace, options: dict[str, Any], limits: SpecLimi
     return None
 
 
+_TOO_DEEP = f"layers nest too deeply: residual layers and cells nest at most {MAX_NESTING} deep"
+
+
 def parse_spec(
     data: ArchitectureSpec | dict[str, Any] | str | bytes,
     limits: SpecLimits | None = None,
@@ -171,9 +174,11 @@ def parse_and_trace(
         try:
             spec = ArchitectureSpec.model_validate(data)
         except ValidationError as exc:
+            if any(error["type"] == "recursion_depth_exceeded" for error in exc.errors()):  # pydantic's, past ~250
+                raise SpecError.at("$", _TOO_DEEP) from None
             raise SpecError(issues_from_validation_error(exc)) from None
         except RecursionError:
-            raise SpecError.at("$", "layers nest too deeply") from None
+            raise SpecError.at("$", _TOO_DEEP) from None
     trace = trace_shapes(spec)
     check_limits(spec, trace, limits if limits is not None else SpecLimits())
     return spec, trace

@@ -338,6 +338,20 @@ def test_deeply_nested_residuals_are_rejected_clearly() -> None:
         parse_spec(_mlp(layer))
 
 
+@pytest.mark.parametrize("depth", [300, 2000])
+def test_residuals_nested_past_the_validators_depth_are_one_issue_naming_the_limit(depth: int) -> None:
+    """Past about 250 levels pydantic's own "Recursion error - maximum validation depth exceeded
+    (got {...})" came out, the whole spec on one line."""
+    layer: dict[str, Any] = {"type": "relu"}
+    for _ in range(depth):
+        layer = {"type": "residual", "body": [layer]}
+    with pytest.raises(SpecError) as error:
+        parse_spec(_mlp(layer))
+    assert [(issue.path, issue.message) for issue in error.value.issues] == [
+        ("$", "layers nest too deeply: residual layers and cells nest at most 16 deep")
+    ]
+
+
 @pytest.mark.parametrize("value", ["16", 16.0, True])
 def test_a_count_that_is_not_an_integer_is_refused_not_coerced(value: object) -> None:
     spec = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": value}]}]}
