@@ -370,6 +370,8 @@ def _token_create(args: argparse.Namespace) -> int:
 def _token_revoke(args: argparse.Namespace) -> int:
     from service.store.tokens import revoke_token
 
+    if not args.token.strip():  # `token revoke "$UNSET"` answered "revoked 0 token(s)"
+        raise UsageError("the token argument is empty: give a token's id or name (preflight token list)")
     if args.token.isdecimal():
         token_id = int(args.token)  # beyond a 64-bit id it names no token (and SQLite cannot take it)
         count = 0 if token_id >= 2**63 else _with_session(lambda session: revoke_token(session, token_id=token_id))

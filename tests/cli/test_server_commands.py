@@ -187,6 +187,7 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
             {},
             "--embedded-worker runs in one process",
         ),  # migrated first
+        (["token", "revoke", " "], {}, "the token argument is empty"),  # "revoked 0 token(s)"
     ],
     ids=[
         "bad-url",
@@ -204,6 +205,7 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
         "serve-empty-host",
         "serve-unknown-host",
         "serve-embedded-workers",
+        "revoke-empty",
     ],
 )
 def test_a_setting_or_argument_that_cannot_work_is_one_line_and_a_non_zero_status(
