@@ -135,6 +135,19 @@ def job_limit_issue(trace: ShapeTrace, options: dict[str, Any], limits: SpecLimi
     return None
 
 
+def _json_kind(value: Any) -> str:
+    """What JSON calls ``value``'s kind (a JSON reader sees "array", not Python's "list")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, (list, tuple)) else type(value).__name__
+
+
 _TOO_DEEP = f"layers nest too deeply: residual layers and cells nest at most {MAX_NESTING} deep"
 
 
@@ -163,7 +176,7 @@ def parse_and_trace(
         spec = data
     else:
         if not isinstance(data, dict):
-            raise SpecError.at("$", f"a spec is a JSON object, not {type(data).__name__}")
+            raise SpecError.at("$", f"a spec is a JSON object, not {_json_kind(data)}")
         active = limits if limits is not None else SpecLimits()
         if (layers := count_layers(data, active.max_layers)) > active.max_layers:
             raise SpecError.at(

@@ -12,7 +12,8 @@ from service.cli.usage import UsageError
 
 __all__ = ["register"]
 
-MAX_SPEC_BYTES = 16 * 2**20  # four times the service's largest request body; /dev/zero is read no further
+MAX_SPEC_BYTES = 16 * 2**20  # four times the service's default body limit for specs; /dev/zero is read no further
+MAX_SHOWN_ISSUES = 20  # a spec with 500 bad layers is not 500 lines of a terminal
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,7 +57,7 @@ def read_spec_argument(argument: str) -> str:
     if len(raw) > MAX_SPEC_BYTES:
         raise UsageError(f"{where} is over {MAX_SPEC_BYTES // 2**20} MiB, more than any spec; is it the spec file?")
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")  # a byte order mark, as Windows editors write it, is not the JSON's (RFC 8259)
     except UnicodeDecodeError as exc:
         raise UsageError(f"{where} is not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})") from None
 
@@ -66,9 +67,6 @@ def _schema(args: argparse.Namespace) -> int:
 
     print(json.dumps(spec_json_schema(), indent=2))
     return 0
-
-
-MAX_SHOWN_ISSUES = 20  # a spec with 500 bad layers is not 500 lines of a terminal
 
 
 def _parse_or_report(text: str, command: str) -> Any:
@@ -82,7 +80,8 @@ def _parse_or_report(text: str, command: str) -> Any:
         for issue in exc.issues[:MAX_SHOWN_ISSUES]:
             print(f"preflight {command}: invalid spec: {issue}", file=sys.stderr)
         if len(exc.issues) > MAX_SHOWN_ISSUES:
-            print(f"preflight {command}: and {len(exc.issues) - MAX_SHOWN_ISSUES} more issues", file=sys.stderr)
+            more = len(exc.issues) - MAX_SHOWN_ISSUES
+            print(f"preflight {command}: and {more} more issue{'s' if more > 1 else ''}", file=sys.stderr)
         return None
 
 

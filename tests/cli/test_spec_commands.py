@@ -127,3 +127,13 @@ def test_a_spec_argument_past_any_specs_size_is_refused_without_reading_it_all(
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"y\n" * (MAX_SPEC_BYTES // 2 + 1))))
     assert main(["validate", "-"]) == 2
     assert "standard input is over 16 MiB" in capsys.readouterr().err
+
+
+def test_a_spec_file_with_a_byte_order_mark_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Windows editors write one; it was refused with json's "Unexpected UTF-8 BOM (decode using utf-8-sig)"."""
+    from nas.examples import EXAMPLE_MLP
+
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(EXAMPLE_MLP).encode())
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().out.startswith("valid; canonical hash ")

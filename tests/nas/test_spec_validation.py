@@ -338,6 +338,19 @@ def test_deeply_nested_residuals_are_rejected_clearly() -> None:
         parse_spec(_mlp(layer))
 
 
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [("null", "null"), ("[1]", "an array"), ('"x"', "a string"), ("1.5", "a number"), ("true", "a boolean")],
+)
+def test_a_spec_that_is_not_an_object_is_named_by_its_json_kind(text: str, kind: str) -> None:
+    """The message named Python's types ("not NoneType", "not list") to a reader of JSON."""
+    with pytest.raises(SpecError) as error:
+        parse_spec(text)
+    assert [(issue.path, issue.message) for issue in error.value.issues] == [
+        ("$", f"a spec is a JSON object, not {kind}")
+    ]
+
+
 @pytest.mark.parametrize("depth", [300, 2000])
 def test_residuals_nested_past_the_validators_depth_are_one_issue_naming_the_limit(depth: int) -> None:
     """Past about 250 levels pydantic's own "Recursion error - maximum validation depth exceeded
