@@ -32,7 +32,7 @@ def route_path(scope: Any) -> str:
     (``PREFLIGHT_ROOT_PATH``, or a mount), which uvicorn and Starlette keep in ``path``, and
     without a trailing slash (which the router redirects)."""
     path, root = scope.get("path", ""), scope.get("root_path", "")
-    if root and path.startswith(root):
+    if root and (path == root or path.startswith(root + "/")):  # a whole segment: /pre is no prefix of /prefix
         path = path[len(root) :]
     return path.rstrip("/") or "/"
 

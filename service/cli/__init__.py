@@ -137,9 +137,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         status = int(args.handler(args) or 0)
-        if sys.stdout is not None:  # a reader gone shows at this flush, not at exit ("Exception ignored", 120)
-            sys.stdout.flush()
-        return status
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (`preflight describe spec.json | head`): not an error
@@ -152,6 +149,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         status, message = failure
         print(f"preflight {args.command}: {message}", file=sys.stderr)
         return status
+    return _flushed(status, args.command)
+
+
+def _flushed(status: int, command: str) -> int:
+    """``status`` once standard output is written out: a reader gone or a full disk shows at this
+    flush, where it is answered, not at exit ("Exception ignored", status 120)."""
+    if sys.stdout is None:
+        return status
+    try:
+        sys.stdout.flush()
+    except OSError as error:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush would fail again
+        if isinstance(error, BrokenPipeError):  # the reader went away: the command's own answer stands
+            return status
+        print(f"preflight {command}: could not write standard output ({error.strerror or error})", file=sys.stderr)
+        return 1
+    return status
 
 
 if __name__ == "__main__":

@@ -71,7 +71,8 @@ def _member(archive: Any, name: str, path: str) -> Any:
         return archive[name]
     except ValueError as exc:  # an object array, which would need pickle
         raise UsageError(f"{path}: {exc}") from None
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:  # a flipped byte: a bad CRC, bad deflate data
+    # a flipped byte: a bad CRC, bad deflate data, an unknown compression (NotImplementedError), encryption
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError) as exc:
         raise UsageError(f"{path}: its array {name} is damaged ({exc})") from None
 
 
@@ -92,13 +93,13 @@ def _condition(args: argparse.Namespace) -> int:
     try:
         extra = loads_strict(args.options) if args.options is not None else {}
     except DuplicateKeyError as exc:
-        print(f"invalid --options: {exc}", file=sys.stderr)
+        print(f"preflight condition: invalid --options: {exc}", file=sys.stderr)
         return 2
     except json.JSONDecodeError as exc:
-        print(f"invalid --options: not JSON ({exc.msg})", file=sys.stderr)
+        print(f"preflight condition: invalid --options: not JSON ({exc.msg})", file=sys.stderr)
         return 2
     if not isinstance(extra, dict):
-        print("invalid --options: expected a JSON object", file=sys.stderr)
+        print("preflight condition: invalid --options: expected a JSON object", file=sys.stderr)
         return 2
     if args.steps is not None:
         extra["steps"] = args.steps
@@ -108,7 +109,8 @@ def _condition(args: argparse.Namespace) -> int:
         options = ConditionOptions.model_validate(extra)
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
-            print(f"invalid option {'.'.join(map(str, error['loc']))}: {error['msg']}", file=sys.stderr)
+            reason = error["msg"].removeprefix("Value error, ")  # pydantic's wrapping of a validator's message
+            print(f"preflight condition: invalid option {'.'.join(map(str, error['loc']))}: {reason}", file=sys.stderr)
         return 2
     data = _load_data(args.data) if args.data is not None else None
     display = _Progress(sys.stderr)

@@ -122,16 +122,23 @@ def _check_database_url(url: str) -> None:
         ) from None
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):  # mysql asked to install mysqlclient; http, a dialect plugin
+        hint = " (PostgreSQL's URLs start postgresql+psycopg://)" if backend == "postgres" else ""
         raise UsageError(
-            f"PREFLIGHT_DATABASE_URL names a {backend} database; Preflight stores in SQLite (sqlite:///path) "
+            f"PREFLIGHT_DATABASE_URL names a {backend} database{hint}; Preflight stores in SQLite (sqlite:///path) "
             "or PostgreSQL (postgresql+psycopg://user@host/db)"
         )
     if backend != "sqlite":
         return
-    if parsed.database in (None, "", ":memory:") or "mode=memory" in url:
+    if parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory":
         raise UsageError(
             "PREFLIGHT_DATABASE_URL names an in-memory SQLite database, which lives and dies with one connection: "
             "nothing stored would reach a worker or the next command; give a file, e.g. sqlite:///./preflight.db"
+        )
+    if parsed.query.get("uri"):  # a SQLite URI filename (file:...?mode=ro): sqlite reads it, not a path
+        return
+    if parsed.database.startswith("~"):
+        raise UsageError(
+            f"PREFLIGHT_DATABASE_URL: {parsed.database} starts with ~, which is not expanded; give the full path"
         )
     path = Path(parsed.database)
     if path.is_dir():
@@ -149,18 +156,16 @@ def _logging(level: str) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
-def _device_usable(device: str) -> bool:
-    """Whether a worker can run on ``device`` (``worker.engine.device.resolve_device``'s rule); says
-    why not. Checked before the worker starts: its engine process would otherwise fail on it and be
+def _check_device(device: str) -> None:
+    """Refuse, as a usage error, a device a worker cannot run on (``worker.engine.device.resolve_device``'s
+    rule). Checked before the worker starts: its engine process would otherwise fail on it and be
     restarted with backoff, forever."""
     from worker.engine.device import resolve_device
 
     try:
         resolve_device(device)
     except ValueError as exc:  # DeviceUnavailable is one too
-        print(f"preflight: --device {device!r}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
-        return False
-    return True
+        raise UsageError(f"--device {device!r}: {' '.join(str(exc).split())[:300]}") from None
 
 
 def _check_schema(settings: Any) -> None:
@@ -203,7 +208,6 @@ def _check_listen(host: str, port: int) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-
     import uvicorn
 
     from service.api.app import create_app
@@ -213,8 +217,8 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(host=args.host, port=args.port, root_path=args.root_path)
     _check_listen(settings.host, settings.port)
     _logging(args.log_level)
-    if args.embedded_worker and not _device_usable(args.device):
-        return 2
+    if args.embedded_worker:
+        _check_device(args.device)
     sqlite = make_url(settings.database_url).get_backend_name() == "sqlite"
     if args.migrate or sqlite:  # an embedded SQLite file is created and migrated on first start
         from service.store.migrations import upgrade
@@ -237,6 +241,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1:
         os.environ["PREFLIGHT_HOST"] = settings.host
         os.environ["PREFLIGHT_PORT"] = str(settings.port)
+        os.environ["PREFLIGHT_ROOT_PATH"] = settings.root_path  # each process reads its settings again
         uvicorn.run(
             "service.main:app",
             host=settings.host,
@@ -272,8 +277,8 @@ def _worker(args: argparse.Namespace) -> int:
     _check_worker_name(args.name)
     settings = _settings()
     _logging(args.log_level)
-    if args.devices != "all" and not _device_usable(args.device):
-        return 2
+    if args.devices != "all":
+        _check_device(args.device)
     _check_schema(settings)
     if args.devices == "all":
         from worker.jobs.supervisor import Supervisor
@@ -339,13 +344,20 @@ def _token_create(args: argparse.Namespace) -> int:
     from service.store.tokens import create_token
 
     if sys.stdout is None:  # started with standard output closed (`>&-`): print() would drop the token
-        raise UsageError("standard output is closed, so the token could not be shown; nothing was created")
+        print(
+            "preflight token create: standard output is closed, so the token could not be shown; nothing was created",
+            file=sys.stderr,
+        )
+        return 1
+    shown = False
 
     def create_and_show(session: Any) -> Any:
         created = create_token(session, name=args.name, admin=args.admin)
+        nonlocal shown
         try:  # shown before the commit: a token nobody saw must not stay active, nor its name taken
             print(created.token)
             sys.stdout.flush()
+            shown = True
         except OSError as exc:  # a full disk, a reader gone (`| head -c0`)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush would fail again
             raise _TokenNotShown(exc.strerror or str(exc)) from None
@@ -362,6 +374,10 @@ def _token_create(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    except Exception:
+        if shown:  # the commit failed after the print: that token opens nothing
+            print("preflight token create: the token printed above was not stored and is void", file=sys.stderr)
+        raise
     kind = "admin token" if created.admin else "token"
     print(f"{kind} {created.id} ({created.name}) created; it is shown only this once", file=sys.stderr)
     return 0

@@ -60,7 +60,10 @@ def test_condition_repeats_the_reports_imbalance_note_on_stderr(
     ("argv", "message"),
     [
         (["--steps", "-1"], "invalid option steps"),
-        (["--device", "tpu"], "invalid option device"),
+        (
+            ["--device", "tpu"],
+            "preflight condition: invalid option device: device must be 'auto', 'cpu', 'cuda' or 'cuda:N', but got",
+        ),
         (["--options", "[1]"], "expected a JSON object"),
         (["--options", "{"], "not JSON"),
         (["--options", '{"steps": 1, "steps": 50}'], "$: duplicate key 'steps'"),
@@ -70,7 +73,8 @@ def test_bad_options_exit_2_with_a_message(
     spec_file: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["condition", str(spec_file), *argv]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("preflight condition: ") and "Value error" not in err
 
 
 def test_data_of_the_wrong_shape_exits_2(spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -217,3 +221,22 @@ def test_an_empty_data_or_options_argument_is_refused_not_ignored(
     assert main(["condition", str(spec_file), flag, value]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"preflight condition: {message}\n" and captured.out == ""
+
+
+def test_an_archive_member_in_an_unknown_compression_is_one_line_naming_it(
+    spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """zipfile raises NotImplementedError for a compression it lacks (and RuntimeError for an
+    encrypted member): both were tracebacks."""
+    import struct
+
+    data = tmp_path / "data.npz"
+    np.savez(data, x=np.ones((4, 64)))
+    raw = bytearray(data.read_bytes())
+    for signature, offset in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):  # the local and central headers' method
+        at = raw.index(signature) + offset
+        raw[at : at + 2] = struct.pack("<H", 99)
+    data.write_bytes(bytes(raw))
+    assert main(["condition", str(spec_file), "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"preflight condition: {data}: its array x is damaged (") and err.count("\n") == 1

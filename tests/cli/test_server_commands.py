@@ -214,6 +214,7 @@ def test_a_setting_or_argument_that_cannot_work_is_one_line_and_a_non_zero_statu
     result = preflight(tmp_path / "p.db", *args, **env)
     lines = result.stderr.strip().splitlines()
     assert result.returncode != 0 and len(lines) == 1 and words in lines[0], result.stderr
+    assert lines[0].startswith(f"preflight {args[0]}: "), lines  # a --device was refused as "preflight: ..."
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "p.db").exists()  # refused before the database was created or migrated
 
@@ -373,15 +374,18 @@ def _seconds(work: Callable[[], object]) -> float:
     [
         ("sqlite://", "an in-memory SQLite database"),  # db upgrade migrated a database that vanished with it
         ("sqlite:///:memory:", "an in-memory SQLite database"),
+        ("sqlite:///file:x?mode=memory&uri=true", "an in-memory SQLite database"),
         ("sqlite:///{tmp}/no/such/folder/p.db", "the folder {tmp}/no/such/folder of the SQLite file does not exist"),
         ("sqlite:///{tmp}", "names the folder {tmp}; give a file in it"),  # "unable to open database file"
+        ("sqlite:///~/p.db", "~/p.db starts with ~, which is not expanded"),
         ("user:secret@localhost/db", "is not a database URL"),
         (
             "mysql://user:secret@localhost/db",
             "names a mysql database; Preflight stores in SQLite",
         ),  # "pip install mysqlclient"
+        ("postgres://user@localhost/db", "(PostgreSQL's URLs start postgresql+psycopg://)"),
     ],
-    ids=["memory", "memory-named", "no-folder", "a-folder", "no-url", "mysql"],
+    ids=["memory", "memory-named", "memory-uri", "no-folder", "a-folder", "tilde", "no-url", "mysql", "postgres"],
 )
 def test_a_database_url_no_command_can_use_is_a_usage_error_for_every_command(
     tmp_path: Path, url: str, words: str
@@ -417,7 +421,7 @@ def test_a_token_that_cannot_be_shown_is_not_created(tmp_path: Path) -> None:
         timeout=120,
         preexec_fn=lambda: os.close(1),
     )
-    assert closed.returncode == cli.EXIT_USAGE and "standard output is closed" in closed.stderr, closed.stderr
+    assert closed.returncode == 1 and "standard output is closed" in closed.stderr, closed.stderr
     reader, writer = os.pipe()
     os.close(reader)  # the reader is gone before the token is written
     gone = subprocess.run([*command, "gone"], stdout=writer, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
@@ -444,3 +448,44 @@ def test_output_to_a_reader_that_went_away_is_not_an_error(tmp_path: Path) -> No
     )
     os.close(writer)
     assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_a_sqlite_uri_filename_is_read_as_the_file_it_names(tmp_path: Path) -> None:
+    """``sqlite:///file:/path?uri=true`` names /path: the schema check took "file:/path" for a path
+    that did not exist."""
+    url = f"sqlite:///file:{tmp_path}/p.db?uri=true"
+    assert (
+        preflight(tmp_path / "unused.db", "token", "list", PREFLIGHT_DATABASE_URL=url).returncode == cli.EXIT_DATABASE
+    )
+    assert not (tmp_path / "p.db").exists()
+    assert preflight(tmp_path / "unused.db", "db", "upgrade", PREFLIGHT_DATABASE_URL=url).returncode == 0
+    result = preflight(tmp_path / "unused.db", "token", "list", PREFLIGHT_DATABASE_URL=url)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_output_to_a_full_disk_is_one_line_and_status_1_and_a_reader_gone_keeps_the_status(tmp_path: Path) -> None:
+    """At exit the flush failed outside any handler: a traceback, "Exception ignored" and status 120."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "service.cli", "example", "mlp"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == "preflight example: could not write standard output (No space left on device)\n"
+    reader, writer = os.pipe()
+    os.close(reader)
+    empty = subprocess.run(  # db current's own answer, 1 ("empty"), not 0 for the pipe
+        [sys.executable, "-m", "service.cli", "db", "current"],
+        stdout=writer,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "PREFLIGHT_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}"},
+        timeout=120,
+    )
+    os.close(writer)
+    assert empty.returncode == 1 and empty.stderr == "", empty.stderr

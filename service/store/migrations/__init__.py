@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from alembic import command
 from alembic.config import Config
@@ -63,8 +64,10 @@ def missing_sqlite_file(url: str) -> str | None:
     else None."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        if not Path(parsed.database).exists():
-            return parsed.database
+        # a URI filename (file:/path?mode=ro, with ?uri=true) names its file in the URI's path
+        path = urlsplit(parsed.database).path if parsed.query.get("uri") else parsed.database
+        if parsed.query.get("mode") != "memory" and not Path(path).exists():
+            return path
     return None
 
 

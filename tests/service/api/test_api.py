@@ -626,8 +626,12 @@ def test_behind_a_proxy_at_a_path_prefix_the_api_checks_and_labels_requests_by_t
         token = create_token(session, name="ci").token
     engine.dispose()
     auth, json_type = {"authorization": f"Bearer {token}"}, {"content-type": "application/json"}
-    settings = make_settings(sqlite_url, require_auth=True, root_path="/preflight")
+    settings = make_settings(
+        sqlite_url, require_auth=True, root_path="/preflight", max_body_bytes=4096, max_batch_body_bytes=64 * 1024
+    )
+    batch = {"x": [[i / 7, j / 3] for j in range(2) for i in range(300)]}  # about 20 KB: over 4 KB, under 64
     with live_server(settings) as url, httpx.Client(base_url=url) as client:  # the proxy stripped the prefix
+        assert client.post("/v1/batches", json=batch, headers=auth).status_code == 201  # the batch's own limit
         problem = assert_problem(client.post("/v1/candidates", content=b"{bad", headers=json_type), 401)
         assert problem["instance"] == "/preflight/v1/candidates"  # the path the caller sent, through the proxy
         assert_problem(client.post("/v1/candidates", content=b"{bad", headers=json_type | auth), 422)
