@@ -12,8 +12,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -397,6 +399,32 @@ def test_a_database_url_no_command_can_use_is_a_usage_error_for_every_command(
         assert words.format(tmp=tmp_path) in lines[0] and "secret" not in lines[0], lines
 
 
+def buffered_preflight(stdout: Any, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``preflight ARGS`` writing to ``stdout`` through a buffer (no PYTHONUNBUFFERED), as into a
+    file or a pipe: a failed write shows only when the buffer is flushed."""
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"} | env
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+        timeout=120,
+        preexec_fn=(lambda: os.close(1)) if stdout is None else None,  # None: started with stdout closed
+    )
+
+
+@contextmanager
+def reader_gone() -> Iterator[int]:
+    """The write end of a pipe whose reader has gone (`| head -c0`)."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        yield writer
+    finally:
+        os.close(writer)
+
+
 @pytest.mark.slow
 def test_a_token_that_cannot_be_shown_is_not_created(tmp_path: Path) -> None:
     """A token printed to a full disk, a closed stdout or a reader gone stayed active, its secret
@@ -404,28 +432,14 @@ def test_a_token_that_cannot_be_shown_is_not_created(tmp_path: Path) -> None:
     db = tmp_path / "p.db"
     assert preflight(db, "token", "list").returncode == cli.EXIT_DATABASE and not db.exists()
     assert preflight(db, "db", "upgrade").returncode == 0
-    env = {**os.environ, "PREFLIGHT_DATABASE_URL": f"sqlite:///{db}"}
-    env.pop("PYTHONUNBUFFERED", None)
-    command = [sys.executable, "-m", "service.cli", "token", "create"]
+    url = f"sqlite:///{db}"
     with open("/dev/full", "w") as full:
-        result = subprocess.run(
-            [*command, "full"], stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120
-        )
+        result = buffered_preflight(full, "token", "create", "full", PREFLIGHT_DATABASE_URL=url)
     assert result.returncode == 1 and "No space left on device); nothing was created" in result.stderr, result.stderr
-    closed = subprocess.run(
-        [*command, "closed"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        timeout=120,
-        preexec_fn=lambda: os.close(1),
-    )
+    closed = buffered_preflight(None, "token", "create", "closed", PREFLIGHT_DATABASE_URL=url)
     assert closed.returncode == 1 and "standard output is closed" in closed.stderr, closed.stderr
-    reader, writer = os.pipe()
-    os.close(reader)  # the reader is gone before the token is written
-    gone = subprocess.run([*command, "gone"], stdout=writer, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
-    os.close(writer)
+    with reader_gone() as writer:
+        gone = buffered_preflight(writer, "token", "create", "gone", PREFLIGHT_DATABASE_URL=url)
     assert gone.returncode == 1 and "Broken pipe); nothing was created" in gone.stderr, gone.stderr
     assert "Exception ignored" not in gone.stderr
     assert preflight(db, "token", "list").stdout == ""  # none of the three is active, or stored
@@ -435,18 +449,8 @@ def test_a_token_that_cannot_be_shown_is_not_created(tmp_path: Path) -> None:
 
 def test_output_to_a_reader_that_went_away_is_not_an_error(tmp_path: Path) -> None:
     """The flush at exit raised BrokenPipeError outside the handler: "Exception ignored" and exit 120."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    reader, writer = os.pipe()
-    os.close(reader)
-    result = subprocess.run(
-        [sys.executable, "-m", "service.cli", "example", "mlp"],
-        stdout=writer,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    os.close(writer)
+    with reader_gone() as writer:
+        result = buffered_preflight(writer, "example", "mlp")
     assert result.returncode == 0 and result.stderr == "", result.stderr
 
 
@@ -465,27 +469,10 @@ def test_a_sqlite_uri_filename_is_read_as_the_file_it_names(tmp_path: Path) -> N
 
 def test_output_to_a_full_disk_is_one_line_and_status_1_and_a_reader_gone_keeps_the_status(tmp_path: Path) -> None:
     """At exit the flush failed outside any handler: a traceback, "Exception ignored" and status 120."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     with open("/dev/full", "w") as full:
-        result = subprocess.run(
-            [sys.executable, "-m", "service.cli", "example", "mlp"],
-            stdout=full,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            timeout=120,
-        )
+        result = buffered_preflight(full, "example", "mlp")
     assert result.returncode == 1, result.stderr
     assert result.stderr == "preflight example: could not write standard output (No space left on device)\n"
-    reader, writer = os.pipe()
-    os.close(reader)
-    empty = subprocess.run(  # db current's own answer, 1 ("empty"), not 0 for the pipe
-        [sys.executable, "-m", "service.cli", "db", "current"],
-        stdout=writer,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**env, "PREFLIGHT_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}"},
-        timeout=120,
-    )
-    os.close(writer)
+    with reader_gone() as writer:  # db current's own answer, 1 ("empty"), not 0 for the pipe
+        empty = buffered_preflight(writer, "db", "current", PREFLIGHT_DATABASE_URL=f"sqlite:///{tmp_path / 'p.db'}")
     assert empty.returncode == 1 and empty.stderr == "", empty.stderr
