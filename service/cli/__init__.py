@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 
+from service.cli.output import silence_stdout
 from service.cli.usage import UsageError
 from service.cli.version import version
 from service.revision import engine_revision
@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (`preflight describe spec.json | head`): not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        silence_stdout()
         return 0
     except Exception as error:
         failure = _failure(error)
@@ -160,7 +160,7 @@ def _flushed(status: int, command: str) -> int:
     try:
         sys.stdout.flush()
     except OSError as error:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush would fail again
+        silence_stdout()
         if isinstance(error, BrokenPipeError):  # the reader went away: the command's own answer stands
             return status
         print(f"preflight {command}: could not write standard output ({error.strerror or error})", file=sys.stderr)

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import make_url
 
+from service.cli.output import silence_stdout
 from service.cli.usage import UsageError
 from service.cli.version import version
 
@@ -359,7 +360,7 @@ def _token_create(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             shown = True
         except OSError as exc:  # a full disk, a reader gone (`| head -c0`)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush would fail again
+            silence_stdout()
             raise _TokenNotShown(exc.strerror or str(exc)) from None
         return created
 
