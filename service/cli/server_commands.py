@@ -110,8 +110,11 @@ def _settings(**overrides: Any) -> Any:
 def _check_database_url(url: str) -> None:
     """Refuse, as a usage error, a store no command can share: an in-memory SQLite database (each
     connection has its own, so `db upgrade` migrated one that vanished), a SQLite file in a folder
-    that does not exist or that is a folder ("unable to open database file"), a URL that is none."""
+    that does not exist or that is a folder ("unable to open database file"), a URL that is none.
+    A SQLite URI filename (``file:/path?uri=true``) is checked as the file it names."""
     from sqlalchemy.exc import ArgumentError
+
+    from service.store.db import sqlite_file
 
     try:
         parsed = make_url(url)
@@ -130,18 +133,15 @@ def _check_database_url(url: str) -> None:
         )
     if backend != "sqlite":
         return
-    if parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory":
+    file = sqlite_file(parsed)
+    if file is None:
         raise UsageError(
             "PREFLIGHT_DATABASE_URL names an in-memory SQLite database, which lives and dies with one connection: "
             "nothing stored would reach a worker or the next command; give a file, e.g. sqlite:///./preflight.db"
         )
-    if parsed.query.get("uri"):  # a SQLite URI filename (file:...?mode=ro): sqlite reads it, not a path
-        return
-    if parsed.database.startswith("~"):
-        raise UsageError(
-            f"PREFLIGHT_DATABASE_URL: {parsed.database} starts with ~, which is not expanded; give the full path"
-        )
-    path = Path(parsed.database)
+    if file.startswith("~"):
+        raise UsageError(f"PREFLIGHT_DATABASE_URL: {file} starts with ~, which is not expanded; give the full path")
+    path = Path(file)
     if path.is_dir():
         raise UsageError(
             f"PREFLIGHT_DATABASE_URL names the folder {path}; give a file in it, e.g. {path / 'preflight.db'}"

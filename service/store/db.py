@@ -12,8 +12,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "ping",
     "read_connection",
     "session_scope",
+    "sqlite_file",
     "utcnow",
 ]
 
@@ -61,6 +63,20 @@ def insert_ignoring_duplicates(session: Session, model: Any, keys: Sequence[str]
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
     return sqlite_insert(model).on_conflict_do_nothing(index_elements=list(keys))
+
+
+def sqlite_file(url: str | URL) -> str | None:
+    """The file a SQLite URL names, as sqlite opens it: the path of a URI filename
+    (``sqlite:///file:/path/p.db?mode=ro&uri=true``), else the URL's database. None for an
+    in-memory database (``sqlite://``, ``:memory:``, ``mode=memory``), which names no file, and
+    for every other backend."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.query.get("mode") == "memory":
+        return None
+    path = parsed.database or ""
+    if parsed.query.get("uri"):
+        path = urlsplit(path).path if path.startswith("file:") else path
+    return None if path in ("", ":memory:") else path
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:

@@ -377,7 +377,12 @@ def _seconds(work: Callable[[], object]) -> float:
         ("sqlite://", "an in-memory SQLite database"),  # db upgrade migrated a database that vanished with it
         ("sqlite:///:memory:", "an in-memory SQLite database"),
         ("sqlite:///file:x?mode=memory&uri=true", "an in-memory SQLite database"),
+        ("sqlite:///file::memory:?uri=true", "an in-memory SQLite database"),
         ("sqlite:///{tmp}/no/such/folder/p.db", "the folder {tmp}/no/such/folder of the SQLite file does not exist"),
+        (
+            "sqlite:///file:{tmp}/no/such/folder/p.db?uri=true",  # a URI filename was not checked at all
+            "the folder {tmp}/no/such/folder of the SQLite file does not exist",
+        ),
         ("sqlite:///{tmp}", "names the folder {tmp}; give a file in it"),  # "unable to open database file"
         ("sqlite:///~/p.db", "~/p.db starts with ~, which is not expanded"),
         ("user:secret@localhost/db", "is not a database URL"),
@@ -387,7 +392,19 @@ def _seconds(work: Callable[[], object]) -> float:
         ),  # "pip install mysqlclient"
         ("postgres://user@localhost/db", "(PostgreSQL's URLs start postgresql+psycopg://)"),
     ],
-    ids=["memory", "memory-named", "memory-uri", "no-folder", "a-folder", "tilde", "no-url", "mysql", "postgres"],
+    ids=[
+        "memory",
+        "memory-named",
+        "memory-uri",
+        "memory-uri-named",
+        "no-folder",
+        "no-folder-uri",
+        "a-folder",
+        "tilde",
+        "no-url",
+        "mysql",
+        "postgres",
+    ],
 )
 def test_a_database_url_no_command_can_use_is_a_usage_error_for_every_command(
     tmp_path: Path, url: str, words: str

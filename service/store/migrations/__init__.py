@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from alembic import command
 from alembic.config import Config
@@ -62,13 +61,10 @@ def current_revision(engine: Engine) -> str | None:
 def missing_sqlite_file(url: str) -> str | None:
     """The path of a SQLite database file that does not exist (connecting would create it, empty),
     else None."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        # a URI filename (file:/path?mode=ro, with ?uri=true) names its file in the URI's path
-        path = urlsplit(parsed.database).path if parsed.query.get("uri") else parsed.database
-        if parsed.query.get("mode") != "memory" and not Path(path).exists():
-            return path
-    return None
+    from service.store.db import sqlite_file
+
+    path = sqlite_file(url)
+    return path if path is not None and not Path(path).exists() else None
 
 
 def upgrade(url: str, revision: str = "head") -> None:
