@@ -19,6 +19,7 @@ __all__ = [
     "job_limit_issue",
     "parse_and_trace",
     "parse_spec",
+    "unlabelled_probe_issue",
 ]
 
 # multiply-accumulates of one training step per sample, in forward passes: forward, then the
@@ -107,6 +108,21 @@ def conditioning_issue(trace: ShapeTrace) -> str | None:
             "add a weighted layer (linear, conv2d, attention, ...)"
         )
     return None
+
+
+def unlabelled_probe_issue(trace: ShapeTrace) -> str | None:
+    """Why the trainability probe cannot train this network without labels, or None. Without
+    labels it draws random class labels over a vector of logits, or Gaussian targets for a single
+    output (``worker.engine.probe``): an output that is not a vector has no such targets, and the
+    probe would fail inside, leaving a "keep" verdict scored without it."""
+    output = list(trace.boundaries[-1])
+    if len(output) == 1:
+        return None
+    return (
+        f"the network's output has shape {output}, not a vector of class scores, so the trainability probe has "
+        "no targets for it without labels: end the network with global_avgpool (or flatten) and linear, "
+        f"condition on a data batch whose 'y' has shape {output} per sample, or set options.probe_steps to 0"
+    )
 
 
 def job_limit_issue(trace: ShapeTrace, options: dict[str, Any], limits: SpecLimits) -> tuple[str, str] | None:

@@ -79,7 +79,9 @@ def _member(archive: Any, name: str, path: str) -> Any:
 def _condition(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from nas.shapes import trace_shapes
     from nas.strict_json import DuplicateKeyError, loads_strict
+    from nas.validate import unlabelled_probe_issue
     from service.cli.spec_commands import _parse_or_report, read_spec_argument
     from worker.engine import ConditionOptions, condition
 
@@ -113,6 +115,10 @@ def _condition(args: argparse.Namespace) -> int:
             print(f"preflight condition: invalid option {'.'.join(map(str, error['loc']))}: {reason}", file=sys.stderr)
         return 2
     data = _load_data(args.data) if args.data is not None else None
+    if (data is None or "y" not in data) and options.probe_steps:
+        if reason := unlabelled_probe_issue(trace_shapes(spec)):
+            print(f"preflight condition: blocks[{len(spec.blocks) - 1}]: {reason}", file=sys.stderr)
+            return 2
     display = _Progress(sys.stderr)
     try:
         report = condition(spec, data=data, options=options, progress=display)

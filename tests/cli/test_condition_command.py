@@ -181,6 +181,23 @@ def test_a_network_without_parameters_exits_2_naming_why(tmp_path: Path, capsys:
     assert "preflight condition: blocks: the network has no parameters" in captured.err and captured.out == ""
 
 
+def test_a_network_whose_output_is_no_vector_is_refused_without_labels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was conditioned, its probe failed inside ("only batches of spatial targets supported")
+    and the report said "keep", scored without the probe, with status 0."""
+    spec = tmp_path / "conv.json"
+    spec.write_text(
+        json.dumps({"input_shape": [1, 4, 4], "blocks": [{"layers": [{"type": "conv2d", "out": 2, "kernel": 3}]}]})
+    )
+    assert main(["condition", str(spec)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith(
+        "preflight condition: blocks[0]: the network's output has shape"
+    )
+    assert "[2, 4, 4], not a vector of class scores" in captured.err and len(captured.err.splitlines()) == 1
+
+
 def test_unsigned_labels_are_read_as_class_labels(tmp_path: Path) -> None:
     """torch has no min or max of uint16 to uint64: the engine's label check died with
     NotImplementedError ("min_all" not implemented for 'UInt16')."""

@@ -20,7 +20,7 @@ from nas import SpecError, SpecLimits, spec_hash
 from nas.canonical import key_options
 from nas.report import Verdict
 from nas.spec import storable_text
-from nas.validate import conditioning_issue, count_layers, job_limit_issue, parse_and_trace
+from nas.validate import conditioning_issue, count_layers, job_limit_issue, parse_and_trace, unlabelled_probe_issue
 from service.api.auth import authenticate, bearer_token
 from service.api.deps import (
     AuthDep,
@@ -142,6 +142,9 @@ def _new_candidate(
         raise ProblemError.from_spec_error(exc, field=field) from None
     if reason := conditioning_issue(trace):
         raise ProblemError.from_spec_error(SpecError.at("blocks", reason), field=field)
+    unlabelled = data_shape is None or data_shape.get("labels") is None
+    if unlabelled and tuning["probe_steps"] and (reason := unlabelled_probe_issue(trace)):
+        raise ProblemError.from_spec_error(SpecError.at(f"blocks[{len(spec.blocks) - 1}]", reason), field=field)
     if issue := job_limit_issue(trace, tuning, limits or SpecLimits()):
         path, message = issue
         if path == "spec":

@@ -248,6 +248,27 @@ def test_a_submission_whose_labels_do_not_fit_the_network_output_is_refused_at_i
     assert api.post("/v1/candidates", json={"spec": SPEC, "options": {"data": fits}}).status_code in (200, 201, 202)
 
 
+def test_a_network_whose_output_is_no_vector_is_refused_without_labels_for_the_probe(api: httpx.Client) -> None:
+    """Without labels the probe draws class labels over a vector of logits: a conv-only network
+    was queued, its probe failed inside (a loss of 'spatial targets') and it was kept unscored."""
+    conv = {"input_shape": [1, 4, 4], "blocks": [{"layers": [{"type": "conv2d", "out": 2, "kernel": 3}]}]}
+    classifier = {
+        **conv,
+        "blocks": [*conv["blocks"], {"layers": [{"type": "global_avgpool"}, {"type": "linear", "out": 3}]}],
+    }
+    images = [[[[float(i + j) / 10] * 4 for j in range(4)]] for i in range(8)]
+    unlabelled = api.post("/v1/batches", json={"x": images}).json()["id"]
+    for options in ({}, {"data": unlabelled}):
+        problem = _problem(api.post("/v1/candidates", json={"specs": [classifier, conv], "options": options}), 422)
+        assert [issue["path"] for issue in problem["errors"]] == ["specs[1].blocks[0]"], problem
+        assert "output has shape [2, 4, 4], not a vector of class scores" in problem["errors"][0]["message"]
+    assert api.get("/v1/candidates", params={"limit": 10}).json()["candidates"] == []
+    targets = [[[[0.5] * 4] * 4] * 2 for _ in range(8)]  # float targets of the output's shape: the probe fits them
+    labelled = api.post("/v1/batches", json={"x": images, "y": targets}).json()["id"]
+    for options in ({"probe_steps": 0}, {"data": labelled}):
+        assert api.post("/v1/candidates", json={"spec": conv, "options": options}).status_code in (200, 201, 202)
+
+
 def test_uploading_a_batch_stored_before_labels_were_described_brings_its_shape_up_to_date(
     api: httpx.Client, db_url: str
 ) -> None:
