@@ -116,8 +116,8 @@ def _condition(args: argparse.Namespace) -> int:
         return 2
     data = _load_data(args.data) if args.data is not None else None
     if (data is None or "y" not in data) and options.probe_steps:
-        if reason := unlabelled_probe_issue(trace_shapes(spec)):
-            print(f"preflight condition: blocks[{len(spec.blocks) - 1}]: {reason}", file=sys.stderr)
+        if no_targets := unlabelled_probe_issue(trace_shapes(spec)):
+            print(f"preflight condition: blocks[{len(spec.blocks) - 1}]: {no_targets}", file=sys.stderr)
             return 2
     display = _Progress(sys.stderr)
     try:
