@@ -251,11 +251,9 @@ def test_a_submission_whose_labels_do_not_fit_the_network_output_is_refused_at_i
 def test_a_network_whose_output_is_no_vector_is_refused_without_labels_for_the_probe(api: httpx.Client) -> None:
     """Without labels the probe draws class labels over a vector of logits: a conv-only network
     was queued, its probe failed inside (a loss of 'spatial targets') and it was kept unscored."""
-    conv = {"input_shape": [1, 4, 4], "blocks": [{"layers": [{"type": "conv2d", "out": 2, "kernel": 3}]}]}
-    classifier = {
-        **conv,
-        "blocks": [*conv["blocks"], {"layers": [{"type": "global_avgpool"}, {"type": "linear", "out": 3}]}],
-    }
+    body = {"layers": [{"type": "conv2d", "out": 2, "kernel": 3}]}
+    conv = {"input_shape": [1, 4, 4], "blocks": [body]}
+    classifier = {**conv, "blocks": [body, {"layers": [{"type": "global_avgpool"}, {"type": "linear", "out": 3}]}]}
     images = [[[[float(i + j) / 10] * 4 for j in range(4)]] for i in range(8)]
     unlabelled = api.post("/v1/batches", json={"x": images}).json()["id"]
     for options in ({}, {"data": unlabelled}):
