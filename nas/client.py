@@ -41,6 +41,7 @@ from nas.errors import (
     CandidateFailed,
     PreflightConnectionError,
     SpecRejectedError,
+    UnexpectedResponseError,
     WaitTimeout,
     error_for_status,
 )
@@ -59,6 +60,7 @@ __all__ = [
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TERMINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
+MAX_SERVER_POLL = 3600.0  # the longest long-poll the service takes (GET .../wait?timeout=)
 SpecLike = ArchitectureSpec | Mapping[str, Any] | str | bytes
 Unfinished = Literal["raise", "return"]  # a candidate still unfinished at a wait's deadline: WaitTimeout, or as is
 
@@ -195,8 +197,9 @@ class _Sleep:
 _Operation = Generator["httpx.Request | _Sleep", "httpx.Response | None", T]
 
 
-def spec_payload(spec: SpecLike) -> Any:
-    """A spec as the JSON value the service receives (unvalidated: the service judges)."""
+def spec_payload(spec: SpecLike, path: str = "spec") -> Any:
+    """A spec as the JSON value the service receives (unvalidated: the service judges; NumPy
+    numbers read as Python's, a NaN or infinity refused at ``path``, see :func:`json_safe`)."""
     if isinstance(spec, ArchitectureSpec):
         return spec.model_dump(mode="json", exclude_none=True, by_alias=True)
     if isinstance(spec, (str, bytes)):  # read strictly: json.loads would drop a repeated key's first value
@@ -206,7 +209,43 @@ def spec_payload(spec: SpecLike) -> Any:
             f"a spec is a dict, JSON text or nas.ArchitectureSpec, but got a {type(spec).__name__}; "
             "several specs go to submit_many / condition_many"
         )
-    return dict(spec)
+    return json_safe(spec, path)
+
+
+def options_payload(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Tuning options as the JSON object the service receives (see :func:`json_safe`)."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):  # dict("abc") said "dictionary update sequence element #0"
+        raise TypeError(f"options is a dict of tuning options, e.g. {{'steps': 10}}, but got {options!r:.200}")
+    safe: dict[str, Any] = json_safe(options, "options")
+    return safe
+
+
+def json_safe(value: Any, path: str) -> Any:
+    """``value`` as JSON can carry it: NumPy and torch numbers and arrays as Python numbers and
+    lists (a search space computed with NumPy gives ``np.int64``), tuples as lists. A NaN or an
+    infinity, which JSON has no literal for, is a ValueError naming its path
+    (``spec.blocks[0].layers[1].factor``), as is anything else JSON cannot carry: httpx refused
+    the whole body with "Out of range float values are not JSON compliant" or "not JSON
+    serializable", naming nothing."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path} is {value}: JSON carries finite numbers only")
+        return value
+    if isinstance(value, Mapping):
+        return {key: json_safe(item, _json_child(path, key)) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    if type(value).__module__.split(".")[0] in ("numpy", "torch") and hasattr(value, "tolist"):
+        return json_safe(value.tolist(), path)
+    raise TypeError(f"{path} is a {type(value).__name__}, which JSON cannot carry: give numbers, text, lists and dicts")
+
+
+def _json_child(path: str, key: Any) -> str:
+    return f"{path}.{key}" if isinstance(key, str) and key.isidentifier() else f"{path}[{key!r}]"
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -216,8 +255,12 @@ def _retry_after(response: httpx.Response) -> float | None:
     try:
         return max(0.0, float(value))
     except ValueError:
+        pass
+    try:  # an HTTP date; text that is neither (a proxy's "soon") leaves the backoff as it is
         parsed = email.utils.parsedate_to_datetime(value) if value else None
-        return None if parsed is None else max(0.0, parsed.timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+    return None if parsed is None else max(0.0, parsed.timestamp() - time.time())
 
 
 def _problem(response: httpx.Response) -> dict[str, Any]:
@@ -233,10 +276,66 @@ def _problem(response: httpx.Response) -> dict[str, Any]:
 
 
 def decode(response: httpx.Response) -> Any:
-    """The JSON of a 2xx answer; the typed :class:`~nas.errors.PreflightError` otherwise."""
+    """The JSON of a 2xx answer; the typed :class:`~nas.errors.PreflightError` otherwise (an
+    answer that is not the API's, a web page or a redirect: :class:`~nas.errors.UnexpectedResponseError`)."""
+    where = f"{response.request.method} {response.request.url}"
     if response.is_success:
-        return response.json() if response.content else None
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            kind = response.headers.get("content-type", "no content type").split(";")[0]
+            raise UnexpectedResponseError(
+                f"{where} answered HTTP {response.status_code} with {kind}, not the Preflight API's JSON; "
+                "is PREFLIGHT_URL the service's base URL?"
+            ) from None
+    if response.is_redirect:  # httpx does not follow them: the body would be sent again elsewhere
+        location = response.headers.get("location", "nowhere")
+        raise UnexpectedResponseError(
+            f"{where} answered HTTP {response.status_code}, a redirect to {location}; "
+            "set PREFLIGHT_URL to where the service answers (https:// behind a TLS proxy?)"
+        )
     raise error_for_status(response.status_code, _problem(response))
+
+
+def _candidate(data: Any) -> Candidate:
+    """A candidate of the API's answer; an answer of another shape is not the service's."""
+    if not isinstance(data, Mapping) or data.get("id") is None or not isinstance(data.get("status"), str):
+        raise UnexpectedResponseError(
+            f"the answer is not a Preflight candidate (got {_shape_of(data)}); is PREFLIGHT_URL the service's base URL?"
+        )
+    return Candidate.from_json(data)
+
+
+def _shape_of(data: Any) -> str:
+    if isinstance(data, Mapping):
+        return f"an object with keys {sorted(map(str, data))[:8]}"
+    return "nothing" if data is None else f"a JSON {type(data).__name__}"
+
+
+def _base_url(url: str | None) -> str:
+    """The service's base URL from ``url``, else ``PREFLIGHT_URL``, else the default; checked here,
+    since httpx's InvalidURL came at the first call (an env file's newline, ``http://[::1``)."""
+    source = "url" if url else "PREFLIGHT_URL"
+    text = (url or os.environ.get("PREFLIGHT_URL") or DEFAULT_URL).strip().rstrip("/")
+    try:
+        parsed = httpx.URL(text)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"{source} {text!r:.200} is not a URL ({exc}); give e.g. {DEFAULT_URL}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"{source} {text!r:.200} is not an http(s) URL with a host; give e.g. {DEFAULT_URL}")
+    return text
+
+
+def _check_timeout(timeout: Any) -> None:
+    """A wait's timeout: seconds or None. A NaN deadline is never reached, so it polled forever."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout is a number of seconds or None, but got {timeout!r:.100}")
+    if math.isnan(timeout):
+        raise ValueError("timeout is a number of seconds or None, but got nan")
 
 
 class _Core:
@@ -259,7 +358,7 @@ class _Core:
             raise ValueError(f"timeout must be a positive number of seconds, but got {timeout=}.")
         if not (math.isfinite(max_poll) and max_poll > 0):
             raise ValueError(f"max_poll must be a positive number of seconds, but got {max_poll=}.")
-        self.url = (url or os.environ.get("PREFLIGHT_URL") or DEFAULT_URL).rstrip("/")
+        self.url = _base_url(url)
         source = "token" if token is not None else "PREFLIGHT_API_TOKEN"
         token = token if token is not None else os.environ.get("PREFLIGHT_API_TOKEN")
         if token is not None and not isinstance(token, str):
@@ -286,8 +385,10 @@ class _Core:
         params: Mapping[str, Any] | None = None,
         body: Any = None,
         timeout: float | None = None,
+        deadline: float | None = None,
     ) -> _Operation[Any]:
-        """One API call with retries; returns the decoded JSON."""
+        """One API call with retries; returns the decoded JSON. ``deadline`` (``time.monotonic``):
+        no retry starts after it, so a wait's timeout bounds a service that stopped answering."""
         request = httpx.Request(
             method,
             self.url + path,
@@ -297,11 +398,10 @@ class _Core:
             extensions={"timeout": httpx.Timeout(timeout or self.timeout, connect=10.0).as_dict()},
         )
         for attempt in range(1, self.retry.attempts + 1):
-            last = attempt == self.retry.attempts
             try:
                 response = yield request
             except httpx.TransportError as exc:
-                if last or not self.retry.retries_error(exc):
+                if self._last(attempt, deadline) or not self.retry.retries_error(exc):
                     raise PreflightConnectionError(
                         f"{method} {request.url} failed after {attempt} tries: "
                         f"{type(exc).__name__}: {exc}; is the service running at {self.url}?"
@@ -309,45 +409,52 @@ class _Core:
                 yield _Sleep(self.retry.delay(attempt, self.rng))
                 continue
             assert response is not None
-            if not last and self.retry.retries_status(response.status_code):
+            if not self._last(attempt, deadline) and self.retry.retries_status(response.status_code):
                 yield _Sleep(self.retry.delay(attempt, self.rng, _retry_after(response)))
                 continue
             return decode(response)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    def _last(self, attempt: int, deadline: float | None) -> bool:
+        return attempt >= self.retry.attempts or (deadline is not None and time.monotonic() >= deadline)
+
     def submit(self, spec: SpecLike, options: Mapping[str, Any] | None) -> _Operation[Candidate]:
-        body = {"spec": spec_payload(spec), "options": dict(options or {})}
-        return Candidate.from_json((yield from self.request("POST", "/v1/candidates", body=body)))
+        body = {"spec": spec_payload(spec), "options": options_payload(options)}
+        return _candidate((yield from self.request("POST", "/v1/candidates", body=body)))
 
     def submit_many(self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None) -> _Operation[list[Candidate]]:
         if isinstance(specs, Mapping | str | bytes | ArchitectureSpec):
             raise TypeError("submit_many takes a list of specs; one spec goes to submit / condition")
-        body = {"specs": [spec_payload(s) for s in specs], "options": dict(options or {})}
+        body = {
+            "specs": [spec_payload(s, f"specs[{i}]") for i, s in enumerate(specs)],
+            "options": options_payload(options),
+        }
         if not body["specs"]:
             return []
         data = yield from self.request("POST", "/v1/candidates", body=body)
-        return [Candidate.from_json(item) for item in data["candidates"]]
+        if not isinstance(data, Mapping) or not isinstance(data.get("candidates"), list):
+            raise UnexpectedResponseError(f"the answer is not a list of candidates (got {_shape_of(data)})")
+        return [_candidate(item) for item in data["candidates"]]
 
     def get(self, candidate_id: str) -> _Operation[Candidate]:
-        return Candidate.from_json((yield from self.request("GET", _candidate_path(candidate_id))))
+        return _candidate((yield from self.request("GET", _candidate_path(candidate_id))))
 
     def cancel(self, candidate_id: str) -> _Operation[Candidate | None]:
         data = yield from self.request("DELETE", _candidate_path(candidate_id))
-        return Candidate.from_json(data) if isinstance(data, Mapping) and "id" in data else None
+        return _candidate(data) if isinstance(data, Mapping) and "id" in data else None
 
     def wait(self, candidate_id: str, timeout: float | None) -> _Operation[Candidate]:
         """Long-poll until the candidate is finished or ``timeout`` seconds have passed."""
+        _check_timeout(timeout)
+        path = _candidate_path(candidate_id) + "/wait"
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = self.max_poll if deadline is None else deadline - time.monotonic()
-            poll = max(0.0, min(self.max_poll, left))
+            poll = max(0.0, min(self.max_poll, left, MAX_SERVER_POLL))
             data = yield from self.request(
-                "GET",
-                _candidate_path(candidate_id) + "/wait",
-                params={"timeout": round(poll, 3)},
-                timeout=poll + self.timeout,
+                "GET", path, params={"timeout": round(poll, 3)}, timeout=poll + self.timeout, deadline=deadline
             )
-            candidate = Candidate.from_json(data)
+            candidate = _candidate(data)
             if candidate.finished:
                 return candidate
             if deadline is not None and time.monotonic() >= deadline:
@@ -361,6 +468,7 @@ class _Core:
     ) -> _Operation[list[Candidate]]:
         """Wait for every candidate, all within one ``timeout``; one still unfinished then raises
         WaitTimeout, or with ``unfinished="return"`` is returned as last seen."""
+        _check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         out = []
         for candidate_id in ids:
@@ -396,7 +504,9 @@ class _Core:
     def study_summary(self, study: str) -> _Operation[dict[str, Any]]:
         if not isinstance(study, str):
             raise TypeError(f"study is the study's name, a string, but got {study!r}")
-        summary: dict[str, Any] = yield from self.request("GET", f"/v1/studies/{quote(study, safe='')}/summary")
+        summary = yield from self.request("GET", f"/v1/studies/{quote(study, safe='')}/summary")
+        if not isinstance(summary, dict):
+            raise UnexpectedResponseError(f"the answer is not a study summary (got {_shape_of(summary)})")
         return summary
 
     def upload_batch(self, body: dict[str, Any]) -> _Operation[str]:
@@ -405,6 +515,8 @@ class _Core:
             stored = yield from self.request("POST", "/v1/batches", body=body)
         except SpecRejectedError as refusal:
             raise BatchRejectedError(refusal.status, refusal.problem) from None
+        if not isinstance(stored, Mapping) or stored.get("id") is None:
+            raise UnexpectedResponseError(f"the answer is not a stored data batch (got {_shape_of(stored)})")
         for warning in stored.get("warnings", []):  # e.g. imbalanced labels: the probe's figure flatters
             warnings.warn(f"data batch {stored['id']}: {warning}", BatchWarning, stacklevel=4)
         return str(stored["id"])
@@ -423,6 +535,8 @@ def _nested(array: Any, name: str) -> Any:
     """Nested lists from an array-like (a tensor, a NumPy array), or from a list or tuple of them
     (one tensor per sample, as ``[dataset[i][0] for i in range(64)]`` gives), which JSON cannot
     carry as they are."""
+    if array is None:  # np.asarray(None) is nan: "x is nan" named the wrong fault
+        raise TypeError(f"{name} is required: an array of samples (a tensor, a NumPy array or nested lists)")
     if isinstance(array, Mapping):
         raise TypeError(
             f"{name} is an array of samples (a tensor, a NumPy array or nested lists), not a "
@@ -439,6 +553,8 @@ def _lists(array: Any) -> Any:
         array = array.numpy()
     if hasattr(array, "tolist"):
         dtype = getattr(array, "dtype", None)
+        if getattr(dtype, "kind", "") == "b":  # a mask or binary image: JSON's true is no number, 1 is
+            return array.astype("int64").tolist()
         short = getattr(dtype, "kind", "") == "f" and getattr(dtype, "itemsize", 8) <= 4
         return _shortest(array) if short else array.tolist()
     if isinstance(array, list | tuple):
@@ -475,7 +591,10 @@ def _refuse_non_finite(name: str, value: Any) -> None:
 
 
 def _candidate_path(candidate_id: str) -> str:
-    return f"/v1/candidates/{quote(str(candidate_id), safe='')}"
+    if not isinstance(candidate_id, str):  # a Candidate sent its 5 KB repr as the id; None sent "None"
+        hint = " (pass candidate.id)" if isinstance(candidate_id, Candidate) else ""
+        raise TypeError(f"a candidate id is a string{hint}, but got a {type(candidate_id).__name__}")
+    return f"/v1/candidates/{quote(candidate_id, safe='')}"
 
 
 class PreflightClient:
@@ -614,13 +733,25 @@ class AsyncPreflightClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._core = _Core(url, token, timeout, retry or RetryPolicy(), max_poll, rng)
+        self._transport = transport
         self._http = httpx.AsyncClient(transport=transport)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def url(self) -> str:
         return self._core.url
 
+    def _bind_to_running_loop(self) -> None:
+        """httpx's connections belong to the event loop that opened them: a client used again
+        after ``asyncio.run`` closed that loop failed with "Event loop is closed". A closed loop's
+        connections are dropped and the client starts afresh in the new one."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop and self._loop.is_closed():
+            self._http = httpx.AsyncClient(transport=self._transport)
+        self._loop = loop
+
     async def _run(self, operation: _Operation[T]) -> T:
+        self._bind_to_running_loop()
         try:
             step = next(operation)
             while True:

@@ -26,6 +26,7 @@ __all__ = [
     "RateLimitedError",
     "ServerError",
     "SpecRejectedError",
+    "UnexpectedResponseError",
     "WaitTimeout",
     "error_for_status",
 ]
@@ -46,6 +47,11 @@ class PreflightError(Exception):
 class PreflightConnectionError(PreflightError):
     """The service could not be reached (connection refused, reset, or timed out),
     even after retrying; is it running at PREFLIGHT_URL?"""
+
+
+class UnexpectedResponseError(PreflightError):
+    """The answer is not the Preflight API's (a web page, a redirect, JSON of another shape): is
+    PREFLIGHT_URL the service's base URL?"""
 
 
 class WaitTimeout(PreflightError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -284,3 +285,164 @@ def test_a_batch_with_a_nan_or_a_study_name_that_is_no_string_is_refused_naming_
         client.upload_batch([[1.0, 2.0], [float("nan"), 3.0]], [0, 1])  # httpx: "not JSON compliant"
     with pytest.raises(TypeError, match="study is the study's name"):
         client.study_summary(5)  # type: ignore[arg-type]
+
+
+def test_numpy_numbers_are_sent_as_json_numbers_and_a_nan_is_refused_at_its_path() -> None:
+    """A search space computed with NumPy gave np.int64, and a NaN in a spec or the options made
+    httpx refuse the body ("not JSON serializable", "Out of range float values"), naming nothing."""
+    import numpy as np
+
+    sent = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(202, json={"id": "a", "status": "queued"})
+
+    spec = {"input_shape": np.array([4]), "blocks": [{"layers": [{"type": "linear", "out": np.int64(3)}]}]}
+    run_sync(handler, lambda c: c.submit(spec, {"seed": np.int64(3), "tolerance": np.float32(0.5)}))
+    assert sent == [
+        {
+            "spec": {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 3}]}]},
+            "options": {"seed": 3, "tolerance": 0.5},
+        }
+    ]
+    bad = {"input_shape": [4], "blocks": [{"layers": [{"type": "scale", "factor": float("nan")}]}]}
+    with pytest.raises(ValueError, match=r"^spec\.blocks\[0\]\.layers\[0\]\.factor is nan: JSON carries finite"):
+        run_sync(handler, lambda c: c.submit(bad))
+    with pytest.raises(ValueError, match=r"^specs\[1\]\.blocks\[0\]\.layers\[0\]\.factor is nan"):
+        run_sync(handler, lambda c: c.submit_many([spec, bad]))
+    with pytest.raises(ValueError, match=r"^options\.tolerance is inf"):
+        run_sync(handler, lambda c: c.submit(spec, {"tolerance": float("inf")}))
+    with pytest.raises(TypeError, match=r"^options\.seeds is a set, which JSON cannot carry"):
+        run_sync(handler, lambda c: c.submit(spec, {"seeds": {1, 2}}))
+    with pytest.raises(TypeError, match="options is a dict of tuning options"):
+        run_sync(handler, lambda c: c.submit(spec, "abc"))
+    assert len(sent) == 1  # nothing else was sent
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (
+            {"status_code": 200, "text": "<html>a proxy's page</html>", "headers": {"content-type": "text/html"}},
+            "text/html",
+        ),
+        ({"status_code": 200, "json": []}, "got a JSON list"),
+        ({"status_code": 200, "json": {"hello": "world"}}, "keys ['hello']"),
+        ({"status_code": 200}, "got nothing"),
+        ({"status_code": 302, "headers": {"location": "https://preflight.test/v1"}}, "a redirect to https://"),
+    ],
+    ids=["web-page", "list", "other-object", "empty", "redirect"],
+)
+@pytest.mark.parametrize("run", RUNNERS)
+def test_an_answer_that_is_not_the_apis_says_so(run: Any, answer: dict[str, Any], words: str) -> None:
+    """JSONDecodeError, AttributeError or KeyError escaped; a 302 read "HTTP 302: ... (HTTP 4xx)"."""
+    from nas.errors import UnexpectedResponseError
+
+    with pytest.raises(UnexpectedResponseError, match=re.escape(words)):
+        run(lambda request: httpx.Response(**answer), lambda c: c.submit({"input_shape": [4]}))
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_a_retry_after_that_is_no_number_or_date_is_retried_with_the_backoff(run: Any) -> None:
+    """Python 3.10+'s parsedate_to_datetime raises on "soon": a ValueError, and no retry."""
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) == 1:
+            return httpx.Response(503, headers={"retry-after": "soon"}, json={"status": 503})
+        return httpx.Response(202, json={"id": "a", "status": "queued"})
+
+    assert run(handler, lambda c: c.submit({"input_shape": [4]})).status == "queued" and len(calls) == 2
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_a_wait_polls_at_most_the_services_longest_poll_and_refuses_a_nan_timeout(run: Any) -> None:
+    """max_poll=4000 sent ?timeout=4000, which the service refuses (le=3600); a NaN deadline is
+    never reached, so it polled forever."""
+    polls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        polls.append(float(request.url.params["timeout"]))
+        return httpx.Response(200, json={"id": "a", "status": "done"})
+
+    assert run(handler, lambda c: c.wait("a"), max_poll=4000.0).status == "done"
+    assert polls == [3600.0]
+    with pytest.raises(ValueError, match="timeout is a number of seconds or None, but got nan"):
+        run(handler, lambda c: c.wait("a", float("nan")))
+    with pytest.raises(TypeError, match="timeout is a number of seconds or None, but got '5'"):
+        run(handler, lambda c: c.wait_many(["a"], "5"))
+    assert len(polls) == 1
+
+
+def test_a_wait_stops_retrying_a_service_that_stopped_answering_at_its_timeout() -> None:
+    """Each of 5 attempts waited its poll and the request timeout: wait(timeout=1) took 19 s."""
+    attempts = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        attempts.append(request)
+        raise httpx.ReadTimeout("no answer", request=request)
+
+    with PreflightClient(
+        "http://preflight.test", transport=httpx.MockTransport(handler), retry=RetryPolicy(attempts=5, backoff=0.05)
+    ) as client:
+        with pytest.raises(PreflightConnectionError, match="failed after 1 tries"):
+            client.wait("a", timeout=0.0)
+        assert len(attempts) == 1
+        with pytest.raises(PreflightConnectionError, match="failed after 5 tries"):
+            client.wait("a")  # no deadline: the retry policy as before
+        assert len(attempts) == 6
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [("http://[::1", "is not a URL"), ("preflight.test:8000", "is not an http(s) URL with a host")],
+)
+def test_a_url_that_is_none_is_refused_when_the_client_is_made(url: str, words: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(words)):
+        PreflightClient(url)
+
+
+def test_a_url_from_an_env_file_with_a_newline_is_read_stripped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFLIGHT_URL", "http://preflight.test:8000/\n")
+    assert PreflightClient().url == "http://preflight.test:8000"
+
+
+def test_a_candidate_or_none_given_as_an_id_is_refused_before_any_request() -> None:
+    """get(candidate) sent its repr (5 KB) as the id; get(None) sent "None"."""
+    client = PreflightClient("http://127.0.0.1:1", retry=RetryPolicy(attempts=1))
+    with pytest.raises(TypeError, match=r"a candidate id is a string \(pass candidate.id\)"):
+        client.get(Candidate(id="a", status="done"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="but got a NoneType"):
+        client.cancel(None)  # type: ignore[arg-type]
+
+
+def test_a_missing_x_is_named_and_a_boolean_array_is_sent_as_numbers() -> None:
+    """upload_batch(None) said "x is nan"; a NumPy mask went as JSON true, refused as "got bool"."""
+    import numpy as np
+
+    from nas.client import _batch_body
+
+    with pytest.raises(TypeError, match="x is required"):
+        _batch_body(None, None)
+    assert _batch_body(np.array([[True, False], [False, True]]), np.array([True, False])) == {
+        "x": [[1, 0], [0, 1]],
+        "y": [1, 0],
+    }
+
+
+def test_an_async_client_serves_a_second_asyncio_run() -> None:
+    """The second run failed with "Event loop is closed": httpx's pooled connection belonged to
+    the first run's loop."""
+    client = AsyncPreflightClient(
+        "http://preflight.test",
+        transport=httpx.MockTransport(lambda request: httpx.Response(200, json={"id": "a", "status": "done"})),
+    )
+
+    async def status() -> str:
+        return (await client.get("a")).status
+
+    assert asyncio.run(status()) == "done"
+    assert asyncio.run(status()) == "done"
+    asyncio.run(client.aclose())
