@@ -128,6 +128,7 @@ __all__ = [
     "V11_LAYER_TYPES",
     "WEIGHTED_LAYER_TYPES",
     "ZeroLayer",
+    "json_key",
     "json_path",
     "quote_short",
     "needs_v11",
@@ -472,7 +473,7 @@ def json_path(loc: tuple[int | str, ...]) -> str:
         elif not part.isidentifier():
             continue  # pydantic's label of a union member ("literal['same']"), not a field
         else:
-            out += f".{part}" if out else str(part)
+            out = json_key(out, part)
             field = part
         in_layer_list = False
     return out or "$"
@@ -488,9 +489,10 @@ def _message(error: Mapping[str, Any]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         return "unknown field; remove it (see `preflight schema` for the fields of each type)"
-    if kind == "union_tag_invalid":
-        tag = error.get("ctx", {}).get("tag", "?")
-        return f"unknown layer type {tag!r}; expected one of: {', '.join(LAYER_TYPES)}"
+    if kind == "union_tag_invalid":  # the tag as given (pydantic's ctx shows a lone surrogate as U+FFFD), cut short
+        given = error["input"].get("type") if isinstance(error.get("input"), Mapping) else None
+        tag = given if isinstance(given, str) else error.get("ctx", {}).get("tag", "?")
+        return f"unknown layer type {quote_short(tag)}; expected one of: {', '.join(LAYER_TYPES)}"
     if kind == "union_tag_not_found":
         return 'layer has no "type"; expected one of: ' + ", ".join(LAYER_TYPES)
     if kind == "missing":
@@ -525,13 +527,29 @@ def issues_from_validation_error(exc: ValidationError) -> list[SpecIssue]:
     return [SpecIssue(path=path, message=" or ".join(messages)) for path, messages in by_path.items()]
 
 
+_LONGEST_KEY = 64  # a longer key in a path is cut: a megabyte-long unknown key came back twice in the 422
+
+
+def json_key(parent: str, key: str) -> str:
+    """The path of ``key`` in the object at ``parent`` ("" at the top): ``parent.key`` for a name,
+    ``parent["x-y"]`` otherwise, a key longer than 64 characters cut to its start and its length."""
+    if len(key) > _LONGEST_KEY:
+        cut = f"...({len(key)} characters)"
+        shown = f"{key[:40]}{cut}" if key.isidentifier() else f"[{json.dumps(key[:40], ensure_ascii=False)}{cut}]"
+    else:
+        shown = key if key.isidentifier() else f"[{json.dumps(key, ensure_ascii=False)}]"
+    if shown.startswith("["):
+        return f"{parent}{shown}"
+    return f"{parent}.{shown}" if parent else shown
+
+
 def _error_path(error: Any) -> str:
     """Where a pydantic error is; an unknown key that is not a name (``"x-y"``, ``"out "``) is
     quoted, since ``json_path`` drops such parts (they are how pydantic labels union members)."""
     loc = tuple(error["loc"])
     if error["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str) and not loc[-1].isidentifier():
         parent = json_path(loc[:-1])
-        return f"{'' if parent == '$' else parent}[{json.dumps(loc[-1], ensure_ascii=False)}]"
+        return json_key("" if parent == "$" else parent, loc[-1])
     return json_path(loc)
 
 

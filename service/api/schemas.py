@@ -6,7 +6,16 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StringConstraints,
+    Tag,
+    field_validator,
+)
 from sqlalchemy import Row
 
 from nas.spec import storable_text
@@ -34,7 +43,8 @@ class CandidateOptions(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    study: Annotated[str, AfterValidator(storable_text)] | None = Field(None, min_length=1, max_length=200)
+    # the length on the string itself: on the optional field pydantic said "at most 200 items"
+    study: Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(storable_text)] | None = None
     # strict, as the tuning options' counts are: "11", 11.0 and true are refused, not read as numbers
     trial: int | None = Field(None, ge=0, le=2**62, strict=True)
     priority: int = Field(
@@ -51,13 +61,13 @@ class CandidateOptions(BaseModel):
         "auto",
         max_length=9,
         description="auto (any worker), cpu (CPU workers only) or cuda[:N] (GPU workers only)",
-        json_schema_extra={"pattern": r"^(auto|cpu|cuda(:\d{1,3})?)$"},
+        json_schema_extra={"pattern": r"^(auto|cpu|cuda(:[0-9]{1,3})?)$"},
     )
 
     @field_validator("device")
     @classmethod
     def _known_device(cls, device: str) -> str:
-        if not re.fullmatch(r"auto|cpu|cuda(:\d{1,3})?", device):
+        if not re.fullmatch(r"auto|cpu|cuda(:[0-9]{1,3})?", device):  # \d took "cuda:١٢" and "cuda:１"
             raise ValueError(f"device must be one of 'auto', 'cpu', 'cuda' or 'cuda:N' (N = 0-999), not {device!r}")
         return device
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from nas.canonical import DATA_OPTION as DATA
 from nas.canonical import NOT_IN_KEY as _NOT_IN_KEY
 from nas.options import ConditionOptions
-from nas.spec import json_path, quote_short
+from nas.spec import json_key, json_path, quote_short
 from service.api.problems import DETAIL_ISSUES, ProblemError, ProblemIssue, bounded
 
 __all__ = ["DATA", "canonical_tuning_options"]
@@ -32,7 +32,7 @@ def canonical_tuning_options(options: dict[str, Any], *, field: str = "options")
         known = ", ".join(sorted((set(model.model_fields) - _NOT_IN_KEY) | {DATA}))
         named = ", ".join(quote_short(key) for key in unknown[:DETAIL_ISSUES])
         more = f" and {len(unknown) - DETAIL_ISSUES} more" if len(unknown) > DETAIL_ISSUES else ""
-        _, issues = bounded([ProblemIssue(path=f"{field}.{key}", message="unknown option") for key in unknown], "")
+        _, issues = bounded([ProblemIssue(path=json_key(field, key), message="unknown option") for key in unknown], "")
         raise ProblemError(
             422,
             f"unknown option(s) {named}{more}; tuning options are: {known}",

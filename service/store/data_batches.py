@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from nas import ArchitectureSpec
 from nas.options import ConditionOptions
 from nas.shapes import trace_shapes
+from nas.spec import json_key
 from nas.targets import (
     head_imbalance_warning,
     imbalance_warning,
@@ -150,7 +151,7 @@ def parse(body: Any) -> tuple[dict[str, Any], dict[str, Any] | None, BatchShape]
         raise _invalid("$", "expected an object with 'x' (inputs) and optionally 'y' (labels)")
     unknown = sorted(set(body) - {"x", "y"})
     if unknown:
-        raise _invalid(unknown[0], "unknown field; a batch has 'x' and optionally 'y'")
+        raise _invalid(json_key("", unknown[0]), "unknown field; a batch has 'x' and optionally 'y'")
     if "x" not in body:
         raise _invalid("x", "required: the inputs, a list of N samples of the spec's input_shape")
     array = _as_array(body["x"])

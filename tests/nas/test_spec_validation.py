@@ -518,3 +518,16 @@ def test_a_cell_with_many_unfed_nodes_names_the_first_ten() -> None:
         parse_spec(_cell(1000))
     (issue,) = error.value.issues
     assert "[2, 3, 4, 5, 6, 7, 8, 9, 10, 11] and 988 more" in issue.message and len(issue.message) < 200
+
+
+def test_an_unknown_layer_type_is_quoted_as_given_and_cut_short() -> None:
+    """pydantic's tag showed a lone surrogate as U+FFFD (every other field shows '\\ud800'), and
+    a 3 MB type came back whole."""
+    from nas.spec import SpecError
+    from nas.validate import parse_spec
+
+    for given, shown in [("\ud800", "'\\ud800'"), ("x" * 100_000, "... (100002 characters)")]:
+        with pytest.raises(SpecError) as caught:
+            parse_spec({"input_shape": [4], "blocks": [{"layers": [{"type": given}]}]})
+        message = str(caught.value)
+        assert shown in message and len(message) < 1000, message[:200]

@@ -16,6 +16,7 @@ from service.store.migrations import MigrationsPending, check_current
 __all__ = ["router"]
 
 router = APIRouter(tags=["health"])
+_RETRY = {"Retry-After": "1"}  # every 503 says when to ask again (docs/service.md, Errors)
 
 
 @router.get("/healthz", summary="The process is up")
@@ -33,12 +34,20 @@ def readyz(engine: EngineDep, worker_liveness: WorkerLivenessDep) -> dict[str, s
         ping(engine)
         check_current(engine)
     except MigrationsPending as exc:
-        raise ProblemError(503, str(exc), kind="not-ready") from None
+        raise ProblemError(503, str(exc), kind="not-ready", headers=_RETRY) from None
     except Exception as exc:  # any driver error means: not ready
-        raise ProblemError(503, f"database unreachable: {type(exc).__name__}", kind="not-ready") from None
+        raise ProblemError(
+            503, f"database unreachable: {type(exc).__name__}", kind="not-ready", headers=_RETRY
+        ) from None
     if worker_liveness is not None and (reason := worker_liveness()):  # an embedded worker, when there is one
-        raise ProblemError(503, f"the embedded worker cannot take jobs: {reason}", kind="not-ready")
+        raise ProblemError(503, f"the embedded worker cannot take jobs: {reason}", kind="not-ready", headers=_RETRY)
     return {"status": "ready"}
+
+
+# HEAD as well as GET: load balancers and monitors probe with HEAD (RFC 9110 9.1), and got 405; out
+# of the document, where each would be an operation of its own
+router.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
+router.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=False)
 
 
 @router.get(

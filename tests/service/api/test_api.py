@@ -209,6 +209,41 @@ def test_an_unknown_device_is_refused_with_the_valid_values_not_a_pattern(sqlite
     assert "^(" not in issue["message"]  # no raw regular expression
 
 
+@pytest.mark.parametrize("device", ["cuda:\u0661\u0662", "cuda:\uff11"], ids=["arabic-indic", "full-width"])
+def test_a_device_number_in_other_digits_than_ascii_is_refused(sqlite_api: httpx.Client, device: str) -> None:
+    """Python's \\d took them (the published pattern means 0-9): a job for a GPU no worker names."""
+    problem = assert_problem(
+        sqlite_api.post("/v1/candidates", json={"spec": spec(), "options": {"device": device}}), 422
+    )
+    assert [issue["path"] for issue in problem["errors"]] == ["options.device"]
+
+
+def test_a_study_name_too_long_is_measured_in_characters(sqlite_api: httpx.Client) -> None:
+    problem = assert_problem(
+        sqlite_api.post("/v1/candidates", json={"spec": spec(), "options": {"study": "s" * 250}}), 422
+    )
+    assert "at most 200 characters" in problem["errors"][0]["message"], problem  # pydantic said "200 items"
+
+
+def test_an_oversized_key_or_layer_type_is_not_echoed_back_whole(sqlite_api: httpx.Client) -> None:
+    """A 3 MB layer type came back twice in a 6 MB 422; a megabyte-long unknown key of the spec,
+    the options or a batch came back in full as its path."""
+    long = "k" * 1_000_000
+    layer = {"input_shape": [4], "blocks": [{"layers": [{"type": long}]}]}
+    for route, body in [
+        ("/v1/candidates", {"spec": layer}),
+        ("/v1/candidates", {"spec": {**spec(), long: 1}}),
+        ("/v1/candidates", {"spec": {**spec(), "-" + long: 1}}),
+        ("/v1/candidates", {"spec": spec(), "options": {long: 1}}),
+        ("/v1/batches", {"x": [[1.0], [2.0]], long: 1}),
+    ]:
+        response = sqlite_api.post(route, json=body)
+        assert_problem(response, 422)
+        assert len(response.content) < 4000 and re.search(r"\(100000\d characters\)", response.text), response.text[
+            :300
+        ]
+
+
 def test_malformed_json_is_a_problem_not_a_crash(sqlite_api: httpx.Client) -> None:
     response = sqlite_api.post("/v1/candidates", content=b"{not json", headers={"content-type": "application/json"})
     assert_problem(response, 422)
@@ -541,8 +576,18 @@ def test_schema_health_readiness_and_metrics(api: httpx.Client) -> None:
 def test_readyz_is_503_when_migrations_are_missing(tmp_path: Any, make_settings: Callable[..., Settings]) -> None:
     settings = make_settings(f"sqlite:///{tmp_path / 'empty.db'}", check_migrations=False)
     with live_server(settings, migrate=False) as url:
-        problem = assert_problem(httpx.get(url + "/readyz"), 503)
+        response = httpx.get(url + "/readyz")
+        problem = assert_problem(response, 503)
         assert "preflight db upgrade" in problem["detail"]
+        assert response.headers["retry-after"] == "1"  # as every 503 (docs/service.md); it had none
+        assert httpx.head(url + "/readyz").status_code == 503
+
+
+def test_the_health_checks_answer_head_as_monitors_probe(sqlite_api: httpx.Client) -> None:
+    """HEAD got 405 (Allow: GET); load balancers and monitors probe with HEAD."""
+    for path in ("/healthz", "/readyz"):
+        response = sqlite_api.head(path)
+        assert response.status_code == 200 and response.content == b"", (path, response.status_code)
 
 
 def test_tokens_are_required_beyond_localhost_or_when_asked(
