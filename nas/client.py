@@ -504,7 +504,9 @@ class _Core:
     def study_summary(self, study: str) -> _Operation[dict[str, Any]]:
         if not isinstance(study, str):
             raise TypeError(f"study is the study's name, a string, but got {study!r}")
-        summary = yield from self.request("GET", f"/v1/studies/{quote(study, safe='')}/summary")
+        # dots too: httpx resolves a "." or ".." segment away before sending (/v1/studies/../summary is /v1/summary)
+        name = quote(study, safe="").replace(".", "%2E")
+        summary = yield from self.request("GET", f"/v1/studies/{name}/summary")
         if not isinstance(summary, dict):
             raise UnexpectedResponseError(f"the answer is not a study summary (got {_shape_of(summary)})")
         return summary

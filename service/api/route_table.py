@@ -59,4 +59,6 @@ def _documented_routes(app: Any) -> list[DocumentedRoute]:
 
 
 def _segment_pattern(segment: str) -> str:
-    return "[^/]+" if segment.startswith("{") and segment.endswith("}") else re.escape(segment)
+    if not (segment.startswith("{") and segment.endswith("}")):
+        return re.escape(segment)
+    return ".+" if segment == "{study}" else "[^/]+"  # a study's name may hold "/" (routes/studies.py)

@@ -45,6 +45,14 @@ def test_a_batch_is_submitted_in_one_request_and_answered_in_order(client: Prefl
     assert summary["total"] == 3 and summary["scores"]["count"] == 3
 
 
+def test_a_study_named_with_a_slash_or_dots_has_a_summary(client: PreflightClient) -> None:
+    """Submissions took the names, but the summary was a 404: the router decoded %2F before
+    matching, and httpx resolved a "." or ".." segment away (/v1/studies/../summary)."""
+    for study in ("exp/1", "..", ".", "a/../b"):
+        client.submit(WELL, TINY_OPTIONS | {"study": study, "device": "cuda"})  # queued: no worker takes it
+        assert client.study_summary(study)["total"] == 1, study
+
+
 def test_an_invalid_spec_is_a_spec_rejected_error_naming_the_path(client: PreflightClient) -> None:
     bad = {"input_shape": [64], "blocks": [{"layers": [{"type": "linear"}]}]}
     with pytest.raises(SpecRejectedError) as caught:

@@ -34,7 +34,7 @@ def quantile(ordered: list[float], q: float) -> float:
 
 
 @router.get(
-    "/{study}/summary",
+    "/{study:path}/summary",  # a name may hold "/" (Optuna's may): the router decodes %2F before matching
     summary="Counts by status and verdict, score quantiles",
     responses={404: {"model": Problem, "description": "the caller's token submitted nothing in this study"}},
 )
