@@ -244,7 +244,8 @@ def _hold(
     session: Session, candidates: Sequence[NewCandidate], ids: dict[str, int], now: datetime
 ) -> dict[tuple[int, int], tuple[int, str]]:
     """Each owner's hold on each job it submitted, created with the owner's first study, trial and
-    priority, or kept (and no longer cancelled); (owner, job id) -> (owned id, public id)."""
+    priority, or kept (once cancelled: no longer, and with the new submission's study, trial and
+    priority); (owner, job id) -> (owned id, public id)."""
     wanted: dict[tuple[int, int], NewCandidate] = {}
     for c in candidates:
         wanted.setdefault((c.owner_id, ids[c.cache_key]), c)
@@ -277,11 +278,12 @@ def _hold(
     )
     held = {(row.owner_id, row.candidate_id): row for row in rows if (row.owner_id, row.candidate_id) in wanted}
     for key, row in held.items():
-        if row.cancelled_at is not None:  # wanted again, at the priority asked for now
+        if row.cancelled_at is not None:  # wanted again, at the priority, study and trial asked for now
+            again = wanted[key]
             session.execute(
                 update(OwnedCandidate)
                 .where(OwnedCandidate.id == row.id)
-                .values(cancelled_at=None, priority=wanted[key].priority)
+                .values(cancelled_at=None, priority=again.priority, study=again.study, trial=again.trial)
             )
     return {key: (row.id, row.public_id) for key, row in held.items()}
 

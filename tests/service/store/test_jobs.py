@@ -20,6 +20,7 @@ from service.store.models import (
     BlockFigure,
     Candidate,
     LayerFigure,
+    OwnedCandidate,
     ScaleFactor,
     Status,
     Submission,
@@ -87,16 +88,20 @@ def test_a_shared_job_queued_in_one_call_runs_at_its_owners_highest_priority(ses
     assert low.id == high.id and job_priority(sessions, low.id) == 4
 
 
-def test_an_owner_that_cancels_and_queues_again_runs_at_its_new_priority(sessions: Any) -> None:
+def test_an_owner_that_cancels_and_queues_again_runs_at_its_new_priority_in_its_new_study(sessions: Any) -> None:
     """The owner's hold kept the priority of its first submission: queued at 1000, cancelled, and
     queued again at 0, the job ran at 1000."""
     from service.store.owners import Caller
 
-    (first,) = submit(sessions, new(9, owner_id=1, priority=1000))
+    (first,) = submit(sessions, new(9, owner_id=1, priority=1000, study="first", trial=1))
     with session_scope(sessions, write=True) as session:
         reports.cancel_owned(session, public_id=first.public_id, caller=Caller(owner_id=1, admin=False))
-    (again,) = submit(sessions, new(9, owner_id=1, priority=0))
+    (again,) = submit(sessions, new(9, owner_id=1, priority=0, study="second", trial=2))
     assert again.id == first.id and job_priority(sessions, first.id) == 0
+    # and under the study and trial that asked again (docs/service.md): they stayed "first" and 1
+    with session_scope(sessions) as session:
+        held = session.execute(select(OwnedCandidate.study, OwnedCandidate.trial)).one()
+    assert tuple(held) == ("second", 2)
 
 
 def job_priority(sessions: Any, job_id: int) -> int:
