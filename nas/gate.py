@@ -63,6 +63,7 @@ __all__ = [
     "ATTR_REASONS",
     "ATTR_SCORE",
     "ATTR_VERDICT",
+    "not_conditioned",
     "CONSTRAINT_KEY",
     "ConditioningGate",
     "RankingStalled",
@@ -257,7 +258,7 @@ class ConditioningGate:
             if self.on_failure == "raise":
                 candidate.require_report()  # raises CandidateFailed with the reason
             trial.set_user_attr(ATTR_VERDICT, f"failed:{self.on_failure}")
-            trial.set_user_attr(ATTR_REASONS, [_not_conditioned(candidate)])
+            trial.set_user_attr(ATTR_REASONS, [not_conditioned(candidate)])
             if self.constraint:  # every trial the same constraints: GPSampler refuses a study otherwise
                 self._set_margin(trial, 0.0 if self.on_failure == "keep" else 1.0)
             return self.on_failure == "keep"
@@ -424,7 +425,7 @@ class ConditioningGate:
 
     def _prune_message(self, candidate: Candidate) -> str:
         if candidate.report is None:
-            return f"pruned before training (on_failure='prune'): {_not_conditioned(candidate)}"
+            return f"pruned before training (on_failure='prune'): {not_conditioned(candidate)}"
         reasons = "; ".join(candidate.report.reasons[:3])
         return (
             f"pruned before training by conditioning: candidate {candidate.id}, "
@@ -472,7 +473,7 @@ def _refusal_reasons(refusal: SpecRejectedError, index: int) -> list[str]:
     return reasons
 
 
-def _not_conditioned(candidate: Candidate) -> str:
+def not_conditioned(candidate: Candidate) -> str:
     """Why a candidate has no report, for its trial's reasons."""
     why = f": {candidate.error}" if candidate.error else ""
     return f"candidate {candidate.id} was not conditioned (its job is {candidate.status}{why})"

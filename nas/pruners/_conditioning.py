@@ -12,7 +12,16 @@ from optuna.pruners import BasePruner
 
 from nas._numbers import is_integral, is_real
 from nas.decision import keeps_figures
-from nas.gate import ATTR_CANDIDATE_ID, ATTR_SCORE, ATTR_VERDICT, earlier_scores
+from nas.errors import WaitTimeout
+from nas.gate import (
+    ATTR_CANDIDATE_ID,
+    ATTR_REASONS,
+    ATTR_SCORE,
+    ATTR_VERDICT,
+    OnFailure,
+    earlier_scores,
+    not_conditioned,
+)
 from nas.report import float_or_nan
 
 if TYPE_CHECKING:
@@ -81,6 +90,11 @@ class ConditioningPruner(BasePruner):
         n_startup_trials: other scored trials needed before the percentile rule applies.
         client: to wait for a trial that has only a candidate id.
         timeout: seconds to wait for such a report.
+        on_failure: such a trial's candidate that the service could not condition (its job failed
+            or was cancelled) or that was not done within ``timeout``: ``"prune"`` it, ``"keep"``
+            it for the wrapped pruner, or ``"raise"`` (``CandidateFailed`` or ``WaitTimeout`` out
+            of ``should_prune()``); recorded as the gate's ``check`` records it
+            (``failed:prune`` or ``failed:keep``, with the reason).
     """
 
     def __init__(
@@ -92,6 +106,7 @@ class ConditioningPruner(BasePruner):
         n_startup_trials: int = 5,
         client: PreflightClient | None = None,
         timeout: float | None = 600.0,
+        on_failure: OnFailure = "prune",
     ) -> None:
         if threshold is not None and percentile is not None:
             raise ValueError(f"Give threshold or percentile, not both, but got {threshold=} and {percentile=}.")
@@ -111,6 +126,9 @@ class ConditioningPruner(BasePruner):
             raise TypeError(f"wrapped must be an optuna.pruners.BasePruner or None, but got {wrapped=}.")
         if timeout is not None and not (is_real(timeout) and timeout > 0):
             raise ValueError(f"timeout must be positive seconds or None, but got {timeout=}.")
+        if on_failure not in ("raise", "prune", "keep"):
+            raise ValueError(f'on_failure must be "raise", "prune" or "keep", but got {on_failure=}.')
+        self._on_failure: OnFailure = on_failure
         self._threshold: float | None = threshold
         self._percentile: float | None = percentile
         self._wrapped: BasePruner | None = wrapped
@@ -139,15 +157,29 @@ class ConditioningPruner(BasePruner):
                     f"trial {trial.number} was only submitted (ConditioningGate.submit), so its report must be waited "
                     "for: give the pruner a client, ConditioningPruner(client=PreflightClient(...))"
                 )
-            report = self._client.wait(str(attrs[ATTR_CANDIDATE_ID]), self._timeout).report
-            verdict: str | None = None if report is None else report.verdict
-            score = math.nan if report is None else float_or_nan(report.score)
+            try:
+                candidate = self._client.wait(str(attrs[ATTR_CANDIDATE_ID]), self._timeout)
+            except WaitTimeout as exc:  # it escaped should_prune() and stopped study.optimize
+                if self._on_failure == "raise" or exc.candidate is None:
+                    raise
+                candidate = exc.candidate
+            report = candidate.report
+            if candidate.status != "done" or report is None:  # as the gate's check records a failure
+                if self._on_failure == "raise":
+                    candidate.require_report()  # raises CandidateFailed with the reason
+                study._storage.set_trial_user_attr(trial._trial_id, ATTR_VERDICT, f"failed:{self._on_failure}")
+                study._storage.set_trial_user_attr(trial._trial_id, ATTR_REASONS, [not_conditioned(candidate)])
+                return self._on_failure == "prune"
+            verdict: str | None = report.verdict
+            score = float_or_nan(report.score)
             for key, value in ((ATTR_SCORE, None if math.isnan(score) else score), (ATTR_VERDICT, verdict)):
                 study._storage.set_trial_user_attr(trial._trial_id, key, value)  # as the gate records them
         else:
             verdict, score = attrs.get(ATTR_VERDICT), float_or_nan(attrs.get(ATTR_SCORE))
         if verdict == "failed:keep":
             return False  # the gate chose to train candidates it could not condition
+        if verdict == "failed:prune":
+            return True
         if self._percentile is None or math.isnan(score) or score == -math.inf:
             return not keeps_figures(score, verdict, self._threshold)
         others = earlier_scores(study.get_trials(deepcopy=False), exclude_number=trial.number)

@@ -12,6 +12,7 @@ import optuna
 import pytest
 
 from nas.gate import ATTR_CANDIDATE_ID, ATTR_SCORE, ATTR_VERDICT
+from nas.client import PreflightClient
 from nas.pruners import ConditioningPruner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -264,3 +265,50 @@ def test_controller_processes_share_one_rdb_storage(tmp_path: Path) -> None:
 
 
 PRUNED_STATE = optuna.trial.TrialState.PRUNED
+
+
+def _answering(candidate: dict[str, Any]) -> PreflightClient:
+    """A client whose service answers every request with this candidate."""
+    import httpx
+
+    from nas.client import RetryPolicy
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=candidate))
+    return PreflightClient("http://preflight.test", transport=transport, retry=RetryPolicy(attempts=1))
+
+
+NOT_CONDITIONED = [
+    pytest.param({"id": "c1", "status": "failed", "error": "boom"}, id="failed"),
+    pytest.param({"id": "c1", "status": "queued"}, id="not-done-in-time"),
+]
+
+
+@pytest.mark.parametrize("answer", NOT_CONDITIONED)
+@pytest.mark.parametrize(("on_failure", "pruned"), [("prune", True), ("keep", False)])
+def test_a_submitted_trial_not_conditioned_is_judged_and_recorded_as_on_failure_says(
+    answer: dict[str, Any], on_failure: str, pruned: bool
+) -> None:
+    """It was pruned with verdict None and no reason whatever the gate's on_failure, and a
+    candidate not done in time raised WaitTimeout out of should_prune(), stopping study.optimize."""
+    from nas.gate import ATTR_REASONS
+
+    pruner = ConditioningPruner(client=_answering(answer), timeout=0.01, on_failure=on_failure)  # type: ignore[arg-type]
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    trial = study.ask()
+    trial.set_user_attr(ATTR_CANDIDATE_ID, "c1")
+    assert trial.should_prune() is pruned
+    attrs = study.trials[-1].user_attrs
+    assert attrs[ATTR_VERDICT] == f"failed:{on_failure}"
+    assert attrs[ATTR_REASONS][0].startswith(f"candidate c1 was not conditioned (its job is {answer['status']}")
+
+
+@pytest.mark.parametrize("answer", NOT_CONDITIONED)
+def test_a_submitted_trial_not_conditioned_raises_when_asked_to(answer: dict[str, Any]) -> None:
+    from nas.errors import CandidateFailed, WaitTimeout
+
+    pruner = ConditioningPruner(client=_answering(answer), timeout=0.01, on_failure="raise")
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    trial = study.ask()
+    trial.set_user_attr(ATTR_CANDIDATE_ID, "c1")
+    with pytest.raises(CandidateFailed if answer["status"] == "failed" else WaitTimeout):
+        trial.should_prune()
