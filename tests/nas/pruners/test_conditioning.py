@@ -11,8 +11,8 @@ import numpy as np
 import optuna
 import pytest
 
-from nas.gate import ATTR_CANDIDATE_ID, ATTR_SCORE, ATTR_VERDICT
 from nas.client import PreflightClient
+from nas.gate import ATTR_CANDIDATE_ID, ATTR_SCORE, ATTR_VERDICT
 from nas.pruners import ConditioningPruner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
