@@ -49,7 +49,7 @@ from optuna.trial import TrialState
 
 from nas._numbers import is_integral, is_real
 from nas.build import PreflightNet, build_model
-from nas.client import Candidate, PreflightClient, SpecLike, Unfinished, spec_payload
+from nas.client import Candidate, PreflightClient, SpecLike, Unfinished, options_payload, spec_payload
 from nas.decision import conditioning_margin, keeps, report_threshold
 from nas.errors import CandidateFailed, SpecRejectedError, WaitTimeout
 from nas.ranking import RankDecision, rank_among_trained, ranking_features
@@ -196,7 +196,7 @@ class ConditioningGate:
         if not (is_real(rank_below) and 0.0 < rank_below < 1.0):
             raise ValueError(f"rank_below must be a quantile in (0, 1), but got {rank_below=}.")
         self.client = client if client is not None else PreflightClient()
-        self.options = dict(options or {})
+        self.options = options_payload(options)  # a mapping of JSON values, refused here otherwise
         self.timeout = timeout
         self.threshold = threshold
         self.prune = prune

@@ -257,6 +257,10 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     ]
     if hint := _bare_spec_hint(errors, exc.body):
         issues.insert(0, hint)
+    if exc.body in (None, b"") and [tuple(e.get("loc", ())) for e in errors] == [("body",)]:  # "$: Field required"
+        issues = [
+            ProblemIssue(path="$", message="the request has no body: send a JSON object (GET /docs shows each route's)")
+        ]
     detail, issues = bounded(issues, "invalid request")
     return problem_response(request, 422, detail, kind="invalid-request", errors=issues)
 

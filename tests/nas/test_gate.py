@@ -53,6 +53,16 @@ def test_bad_gate_arguments_are_refused_and_quoted(kwargs: dict[str, Any], messa
         ConditioningGate(PreflightClient("http://unused.invalid"), **kwargs)
 
 
+def test_gate_options_that_are_no_mapping_or_hold_a_nan_are_refused_when_the_gate_is_made() -> None:
+    """options="abc" said "dictionary update sequence element #0"; a NaN failed at every check."""
+    client = PreflightClient("http://unused.invalid")
+    with pytest.raises(TypeError, match="options is a dict of tuning options"):
+        ConditioningGate(client, options="abc")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^options\.tolerance is nan"):
+        ConditioningGate(client, options={"tolerance": math.nan})
+    assert ConditioningGate(client, options={"seed": np.int64(3)}).options == {"seed": 3}
+
+
 def test_numpy_numbers_are_gate_arguments_like_python_ones() -> None:
     gate = ConditioningGate(
         PreflightClient("http://unused.invalid"),

@@ -244,6 +244,14 @@ def test_an_oversized_key_or_layer_type_is_not_echoed_back_whole(sqlite_api: htt
         ]
 
 
+def test_an_empty_body_is_named_as_such(sqlite_api: httpx.Client) -> None:
+    """It read "$: Field required"."""
+    for route in ("/v1/candidates", "/v1/batches"):
+        problem = assert_problem(sqlite_api.post(route, headers={"content-type": "application/json"}), 422)
+        assert problem["errors"] == [{"path": "$", "message": problem["errors"][0]["message"]}]
+        assert problem["errors"][0]["message"].startswith("the request has no body: send a JSON object")
+
+
 def test_malformed_json_is_a_problem_not_a_crash(sqlite_api: httpx.Client) -> None:
     response = sqlite_api.post("/v1/candidates", content=b"{not json", headers={"content-type": "application/json"})
     assert_problem(response, 422)
