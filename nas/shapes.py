@@ -93,6 +93,10 @@ class ShapeTrace:
         return {info.module: info for info in self.layers}
 
 
+# a normalization over one value outputs 0 (then its bias) whatever its input: the network cannot learn
+_CONSTANT_NORM = "normalizes {what} over 1 value, so its output is constant and nothing before it can learn; {fewer}"
+
+
 def conv_padding(layer: Conv2dLayer) -> int | str:
     """The padding a conv layer uses (``Conv2dLayer.effective_padding``)."""
     return layer.effective_padding
@@ -217,7 +221,8 @@ def _trace_layer(
             oh = (h + 2 * pad - layer.kernel) // layer.stride + 1
             ow = (w + 2 * pad - layer.kernel) // layer.stride + 1
         if oh < 1 or ow < 1:
-            raise fail(f"kernel {layer.kernel} with padding {pad} does not fit the {h}x{w} input")
+            given = f'padding "same" ({pad} at stride {layer.stride})' if layer.padding == "same" else f"padding {pad}"
+            raise fail(f"kernel {layer.kernel} with {given} does not fit the {h}x{w} input")
         k2 = layer.kernel * layer.kernel
         per_out = (c // layer.groups) * k2
         params = layer.out * per_out + (layer.out if layer.bias else 0)
@@ -229,13 +234,20 @@ def _trace_layer(
         return record(x, 2 * x[0])
 
     if isinstance(layer, LayerNormLayer):
-        return record(x, 2 * (x[-1] if layer.over == "last" else math.prod(x)))
+        normalized = x[-1] if layer.over == "last" else math.prod(x)
+        if normalized == 1:
+            raise fail(_CONSTANT_NORM.format(what=f"each sample's {list(x)} input", fewer="normalize over more values"))
+        return record(x, 2 * normalized)
 
     if isinstance(layer, GroupNormLayer):
         if len(x) != 3:
             raise fail(f"expects an image input [C, H, W] but receives {list(x)}")
         if x[0] % layer.groups:
             raise fail(f"groups={layer.groups} must divide the {x[0]} channels")
+        if x[0] // layer.groups * x[1] * x[2] == 1:  # torch also refuses it at a batch of 1, in eval mode too
+            raise fail(
+                _CONSTANT_NORM.format(what=f"each of the {layer.groups} groups of {list(x)}", fewer="use fewer groups")
+            )
         return record(x, 2 * x[0])
 
     if isinstance(layer, (ActivationLayer, LeakyReluLayer, DropoutLayer, ScaleLayer, ZeroLayer)):
@@ -349,13 +361,22 @@ def _trace_cell(
         if edge.to >= n:
             raise SpecError.at(f"{where}.to", f"node {edge.to} does not exist: the cell has nodes 0..{n - 1}")
         if edge.source >= edge.to:
+            how = "is a loop" if edge.source == edge.to else "goes backwards"
             raise SpecError.at(
-                where, f"edge {edge.source} -> {edge.to} goes backwards; edges go from a lower node to a higher one"
+                where, f"edge {edge.source} -> {edge.to} {how}; edges go from a lower node to a higher one"
             )
     fed = {edge.to for edge in cell.edges}
     if missing := [j for j in range(1, n) if j not in fed]:
         shown = f"{missing}" if len(missing) <= 10 else f"{missing[:10]} and {len(missing) - 10} more"
         raise SpecError.at(f"{label}.edges", f"node(s) {shown} have no incoming edge; every node after 0 needs one")
+    if cell.output == "last" and (dead := [j for j in range(1, n - 1) if all(e.source != j for e in cell.edges)]):
+        shown = f"{dead}" if len(dead) <= 10 else f"{dead[:10]} and {len(dead) - 10} more"
+        raise SpecError.at(
+            f"{label}.edges",
+            f"node(s) {shown} feed no later node, and the cell's output is its last node: the edges into them "
+            "compute nothing the network uses (their weights could never train); add an edge from each onward, "
+            'or use output "concat"',
+        )
     index = len(out)
     out.append(LayerInfo(label, module, cell.type, block, x, x, 0, 0, None, None))  # placeholder
     names = [f"e{e.source}_{e.to}" for e in cell.edges] if ctx.too_deep else cell_edge_modules(cell, ctx.init)

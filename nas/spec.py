@@ -86,6 +86,12 @@ MAX_BLOCKS = 512  # a spec's blocks at most (nas.validate.SpecLimits.max_blocks 
 Integer = Annotated[int, BeforeValidator(_integer)]
 PositiveInt = Annotated[Integer, Field(gt=0, le=MAX_SPEC_INT)]
 NonNegativeInt = Annotated[Integer, Field(ge=0, le=MAX_SPEC_INT)]
+# a convolution's or pool's kernel, stride and padding: beyond a few thousand, torch's CPU kernels take
+# seconds per sample (a pool's window is no multiply-accumulate the limits count) and at a stride of
+# 2**16 on a 1x1 input its conv backward crashed the process
+MAX_WINDOW = 1024
+WindowInt = Annotated[Integer, Field(gt=0, le=MAX_WINDOW)]
+WindowPadding = Annotated[Integer, Field(ge=0, le=MAX_WINDOW)]
 # a real number (a numpy one too) or a switch, never a bool where a number belongs, a string or a number
 # where a switch does
 Real = Annotated[float, BeforeValidator(_real)]
@@ -115,6 +121,7 @@ __all__ = [
     "MAX_CELL_NODES",
     "MAX_BLOCKS",
     "MAX_SPEC_INT",
+    "MAX_WINDOW",
     "MAX_SPEC_MAGNITUDE",
     "NormLayer",
     "PatchEmbedLayer",
@@ -182,9 +189,9 @@ class LinearLayer(_Strict):
 class Conv2dLayer(_Strict):
     type: Literal["conv2d"]
     out: PositiveInt
-    kernel: PositiveInt
-    stride: PositiveInt = 1
-    padding: Literal["same"] | NonNegativeInt = "same"
+    kernel: WindowInt
+    stride: WindowInt = 1
+    padding: Literal["same"] | WindowPadding = "same"
     groups: PositiveInt = 1
     bias: Switch = True
     init: Init | None = None
@@ -235,9 +242,9 @@ class LeakyReluLayer(_Strict):
 
 class PoolLayer(_Strict):
     type: Literal["maxpool", "avgpool"]
-    kernel: PositiveInt
-    stride: PositiveInt | None = None  # None means "= kernel"
-    padding: NonNegativeInt = 0  # v1.1; an average counts only the real inputs at the border
+    kernel: WindowInt
+    stride: WindowInt | None = None  # None means "= kernel"
+    padding: WindowPadding = 0  # v1.1; an average counts only the real inputs at the border
 
     @model_validator(mode="after")
     def _padding_at_most_half_the_kernel(self) -> PoolLayer:

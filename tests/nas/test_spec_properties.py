@@ -35,8 +35,8 @@ def _vector_layers(draw: st.DrawFn, width: int, count: int) -> tuple[list[dict[s
                 layer["init"] = draw(st.sampled_from(INITS))
         elif kind == "act":
             layer = {"type": draw(st.sampled_from(ACTIVATIONS))}
-        elif kind == "norm":
-            layer = {"type": draw(st.sampled_from(["batchnorm", "layernorm"]))}
+        elif kind == "norm":  # a layernorm over one value is refused (its output is constant)
+            layer = {"type": draw(st.sampled_from(["batchnorm", "layernorm"] if width > 1 else ["batchnorm"]))}
         elif kind == "dropout":
             layer = {"type": "dropout", "p": draw(st.floats(0, 0.9))}
         elif kind == "scale":
@@ -73,9 +73,13 @@ def _image_layers(
             c = out
         elif kind == "act":
             layer = {"type": draw(st.sampled_from(ACTIVATIONS))}
-        elif kind == "norm":
+        elif kind == "norm":  # over one value a layernorm or groupnorm is refused (its output is constant)
+            over_one = c * h * w == 1
             layer = draw(
-                st.sampled_from([{"type": "batchnorm"}, {"type": "layernorm"}, {"type": "groupnorm", "groups": 1}])
+                st.sampled_from(
+                    [{"type": "batchnorm"}]
+                    + ([] if over_one else [{"type": "layernorm"}, {"type": "groupnorm", "groups": 1}])
+                )
             )
         elif kind == "pool":
             kernel = draw(st.integers(1, min(h, w)))

@@ -107,7 +107,7 @@ def test_a_numeric_format_gets_a_hint() -> None:
     ("edges", "path", "reason"),
     [
         ([{"from": 0, "to": 1}, {"from": 1, "to": 3}], "blocks[0].layers[0] (cell).edges", "[2] have no incoming edge"),
-        ([{"from": 0, "to": 1}, {"from": 1, "to": 1}], "blocks[0].layers[0] (cell).edges[1]", "goes backwards"),
+        ([{"from": 0, "to": 1}, {"from": 1, "to": 1}], "blocks[0].layers[0] (cell).edges[1]", "1 -> 1 is a loop"),
         ([{"from": 0, "to": 1}, {"from": 0, "to": 5}], "blocks[0].layers[0] (cell).edges[1].to", "does not exist"),
         (
             [{"from": 0, "to": 1}, {"from": 0, "to": 1, "op": [{"type": "conv2d", "out": 8, "kernel": 1}]}],

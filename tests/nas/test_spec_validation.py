@@ -411,6 +411,13 @@ BREAKING: list[tuple[str, Any, str]] = [
     ("beta squared overflows", _mlp({"type": "residual", "body": [LINEAR], "beta": 1e308}), "(residual).beta"),
     ("alpha below -10**6", _mlp({"type": "residual", "body": [LINEAR], "alpha": -1e7}), "(residual).alpha"),
     ("a cell of 2**31 nodes", _cell(2**31), "(cell).nodes"),
+    # a conv backward crashed the process (SIGSEGV) and a pool took seconds per sample
+    ("stride 2**16", _mlp({"type": "conv2d", "out": 1, "kernel": 1, "stride": 2**16}, input_shape=[1, 1, 1]), "stride"),
+    (
+        "pool kernel 2**31 - 1",
+        _mlp({"type": "maxpool", "kernel": 2**31 - 1, "padding": 1}, input_shape=[1, 1, 1]),
+        "(maxpool).kernel",
+    ),
 ]
 
 
@@ -428,10 +435,20 @@ def test_the_largest_accepted_values_build_run_and_condition_without_overflow() 
     from nas import build_model, spec_hash
     from worker.engine.structure import block_log_rho
 
-    big = 2**31 - 1
+    from nas.spec import MAX_WINDOW
+
+    window = MAX_WINDOW  # a kernel's, stride's or padding's
     specs = [
-        _mlp({"type": "conv2d", "out": 1, "kernel": 1, "stride": big, "padding": big}, input_shape=[1, 1, 1]),
-        _mlp({"type": "maxpool", "kernel": 1, "stride": big}, input_shape=[1, 1, 1]),
+        _mlp({"type": "conv2d", "out": 1, "kernel": 1, "stride": window, "padding": window}, input_shape=[1, 1, 1]),
+        {
+            **_mlp(
+                {"type": "maxpool", "kernel": window, "stride": window, "padding": window // 2},
+                {"type": "flatten"},
+                LINEAR,
+                input_shape=[1, 1, 1],
+            ),
+            "format": "1.1",
+        },
         {**_mlp(LINEAR, {"type": "leaky_relu", "slope": 1e6}), "init": {"scheme": "normal", "std": 1e6, "gain": 1e6}},
         _mlp({"type": "residual", "body": [{"type": "linear", "out": 16}], "alpha": -1e6, "beta": 1e6}),
     ]
@@ -441,6 +458,7 @@ def test_the_largest_accepted_values_build_run_and_condition_without_overflow() 
         model = build_model(spec, seed=0)
         out = model(torch.randn(2, *spec["input_shape"]))
         assert out.shape[0] == 2
+        out.sum().backward()  # where a stride of 2**16 crashed the process
         assert all(math.isfinite(value) for value in block_log_rho(model))
 
 
@@ -531,3 +549,51 @@ def test_an_unknown_layer_type_is_quoted_as_given_and_cut_short() -> None:
             parse_spec({"input_shape": [4], "blocks": [{"layers": [{"type": given}]}]})
         message = str(caught.value)
         assert shown in message and len(message) < 1000, message[:200]
+
+
+DEAD_CELL = {
+    "format": "1.1",
+    "input_shape": [2],
+    "blocks": [
+        {
+            "layers": [
+                {
+                    "type": "cell",
+                    "nodes": 3,
+                    "edges": [
+                        {"from": 0, "to": 1, "op": [{"type": "linear", "out": 2}]},
+                        {"from": 0, "to": 2, "op": []},
+                    ],
+                }
+            ]
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "words"),
+    [
+        (
+            _mlp({"type": "conv2d", "out": 2, "kernel": 1}, {"type": "groupnorm", "groups": 2}, input_shape=[2, 1, 1]),
+            "blocks[0].layers[1] (groupnorm)",
+            "normalizes each of the 2 groups of [2, 1, 1] over 1 value",
+        ),
+        (_mlp({"type": "layernorm"}, LINEAR, input_shape=[1]), "blocks[0].layers[0] (layernorm)", "over 1 value"),
+        (DEAD_CELL, "blocks[0].layers[0] (cell).edges", "node(s) [1] feed no later node"),
+        (
+            _mlp({"type": "conv2d", "out": 1, "kernel": 2, "stride": 2}, input_shape=[1, 1, 1]),
+            "blocks[0].layers[0] (conv2d)",
+            'kernel 2 with padding "same" (0 at stride 2) does not fit',
+        ),
+    ],
+    ids=["groupnorm-of-one-value", "layernorm-of-one-value", "cell-node-feeding-nothing", "same-padding-named"],
+)
+def test_a_valid_shape_that_cannot_train_is_refused_at_its_layer(spec: Any, path: str, words: str) -> None:
+    """A fuzzer found them validated: a norm over one value outputs a constant (torch refuses a
+    groupnorm of it at batch 1, in eval mode too), and weights in a cell node that reaches no
+    output made the engine's backward fail ("does not require grad"), a retryable RuntimeError."""
+    with pytest.raises(SpecError) as error:
+        parse_spec(spec)
+    (issue,) = error.value.issues
+    assert issue.path == path and words in issue.message, issue
