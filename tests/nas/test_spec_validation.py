@@ -433,9 +433,8 @@ def test_the_largest_accepted_values_build_run_and_condition_without_overflow() 
     import torch
 
     from nas import build_model, spec_hash
-    from worker.engine.structure import block_log_rho
-
     from nas.spec import MAX_WINDOW
+    from worker.engine.structure import block_log_rho
 
     window = MAX_WINDOW  # a kernel's, stride's or padding's
     specs = [
