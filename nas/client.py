@@ -226,9 +226,9 @@ def json_safe(value: Any, path: str) -> Any:
     """``value`` as JSON can carry it: NumPy and torch numbers and arrays as Python numbers and
     lists (a search space computed with NumPy gives ``np.int64``), tuples as lists. A NaN or an
     infinity, which JSON has no literal for, is a ValueError naming its path
-    (``spec.blocks[0].layers[1].factor``), as is anything else JSON cannot carry: httpx refused
-    the whole body with "Out of range float values are not JSON compliant" or "not JSON
-    serializable", naming nothing."""
+    (``spec.blocks[0].layers[1].factor``), and anything else JSON cannot carry a TypeError naming
+    it: httpx refused the whole body with "Out of range float values are not JSON compliant" or
+    "not JSON serializable", naming nothing."""
     if value is None or isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):
