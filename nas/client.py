@@ -35,6 +35,7 @@ from urllib.parse import quote
 
 import httpx
 
+from nas._numbers import is_real
 from nas.errors import (
     BatchRejectedError,
     BatchWarning,
@@ -203,7 +204,7 @@ def spec_payload(spec: SpecLike, path: str = "spec") -> Any:
     if isinstance(spec, ArchitectureSpec):
         return spec.model_dump(mode="json", exclude_none=True, by_alias=True)
     if isinstance(spec, (str, bytes)):  # read strictly: json.loads would drop a repeated key's first value
-        return load_spec_json(spec)
+        return json_safe(load_spec_json(spec), path)  # Python's json reads NaN, which JSON has not
     if not isinstance(spec, Mapping):  # dict() of a list of specs makes a nonsense spec of its first keys
         raise TypeError(
             f"a spec is a dict, JSON text or nas.ArchitectureSpec, but got a {type(spec).__name__}; "
@@ -236,6 +237,8 @@ def json_safe(value: Any, path: str) -> Any:
             raise ValueError(f"{path} is {value}: JSON carries finite numbers only")
         return value
     if isinstance(value, Mapping):
+        if bad := next((key for key in value if not isinstance(key, str)), None):
+            raise TypeError(f"{path} has the key {bad!r:.100}, which is no text: the keys of a JSON object are strings")
         return {key: json_safe(item, _json_child(path, key)) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [json_safe(item, f"{path}[{index}]") for index, item in enumerate(value)]
@@ -244,8 +247,8 @@ def json_safe(value: Any, path: str) -> Any:
     raise TypeError(f"{path} is a {type(value).__name__}, which JSON cannot carry: give numbers, text, lists and dicts")
 
 
-def _json_child(path: str, key: Any) -> str:
-    return f"{path}.{key}" if isinstance(key, str) and key.isidentifier() else f"{path}[{key!r}]"
+def _json_child(path: str, key: str) -> str:
+    return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -328,14 +331,15 @@ def _base_url(url: str | None) -> str:
     return text
 
 
-def _check_timeout(timeout: Any) -> None:
-    """A wait's timeout: seconds or None. A NaN deadline is never reached, so it polled forever."""
+def _wait_seconds(timeout: Any) -> float | None:
+    """A wait's timeout as seconds or None. A NaN deadline is never reached, so it polled forever."""
     if timeout is None:
-        return
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        return None
+    if not is_real(timeout):  # NumPy numbers are numbers, as the gate and the pruner take them
         raise TypeError(f"timeout is a number of seconds or None, but got {timeout!r:.100}")
-    if math.isnan(timeout):
+    if math.isnan(float(timeout)):
         raise ValueError("timeout is a number of seconds or None, but got nan")
+    return float(timeout)
 
 
 class _Core:
@@ -388,7 +392,9 @@ class _Core:
         deadline: float | None = None,
     ) -> _Operation[Any]:
         """One API call with retries; returns the decoded JSON. ``deadline`` (``time.monotonic``):
-        no retry starts after it, so a wait's timeout bounds a service that stopped answering."""
+        a request that got no answer is not tried again after it, so a wait's timeout bounds a
+        service that stopped answering; an answer the policy retries (a 503 while the database is
+        busy) is still retried, since the service is there."""
         request = httpx.Request(
             method,
             self.url + path,
@@ -401,7 +407,8 @@ class _Core:
             try:
                 response = yield request
             except httpx.TransportError as exc:
-                if self._last(attempt, deadline) or not self.retry.retries_error(exc):
+                past = deadline is not None and time.monotonic() >= deadline
+                if attempt >= self.retry.attempts or past or not self.retry.retries_error(exc):
                     raise PreflightConnectionError(
                         f"{method} {request.url} failed after {attempt} tries: "
                         f"{type(exc).__name__}: {exc}; is the service running at {self.url}?"
@@ -409,14 +416,11 @@ class _Core:
                 yield _Sleep(self.retry.delay(attempt, self.rng))
                 continue
             assert response is not None
-            if not self._last(attempt, deadline) and self.retry.retries_status(response.status_code):
+            if attempt < self.retry.attempts and self.retry.retries_status(response.status_code):
                 yield _Sleep(self.retry.delay(attempt, self.rng, _retry_after(response)))
                 continue
             return decode(response)
         raise AssertionError("unreachable: the last attempt returns or raises")
-
-    def _last(self, attempt: int, deadline: float | None) -> bool:
-        return attempt >= self.retry.attempts or (deadline is not None and time.monotonic() >= deadline)
 
     def submit(self, spec: SpecLike, options: Mapping[str, Any] | None) -> _Operation[Candidate]:
         body = {"spec": spec_payload(spec), "options": options_payload(options)}
@@ -445,7 +449,7 @@ class _Core:
 
     def wait(self, candidate_id: str, timeout: float | None) -> _Operation[Candidate]:
         """Long-poll until the candidate is finished or ``timeout`` seconds have passed."""
-        _check_timeout(timeout)
+        timeout = _wait_seconds(timeout)
         path = _candidate_path(candidate_id) + "/wait"
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -468,7 +472,7 @@ class _Core:
     ) -> _Operation[list[Candidate]]:
         """Wait for every candidate, all within one ``timeout``; one still unfinished then raises
         WaitTimeout, or with ``unfinished="return"`` is returned as last seen."""
-        _check_timeout(timeout)
+        timeout = _wait_seconds(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         out = []
         for candidate_id in ids:
@@ -813,6 +817,7 @@ class AsyncPreflightClient:
         return await self._run(self._core.upload_batch(await asyncio.to_thread(_batch_body, x, y)))
 
     async def aclose(self) -> None:
+        self._bind_to_running_loop()  # closing the pool of a loop asyncio.run has closed would fail
         await self._http.aclose()
 
     async def __aenter__(self) -> AsyncPreflightClient:

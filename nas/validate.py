@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import Field, ValidationError
@@ -116,12 +117,13 @@ def unlabelled_probe_issue(trace: ShapeTrace) -> str | None:
     output (``worker.engine.probe``): an output that is not a vector has no such targets, and the
     probe would fail inside, leaving a "keep" verdict scored without it."""
     output = list(trace.boundaries[-1])
-    if len(output) == 1:
+    if len(output) == 1 or math.prod(output) == 1:  # one output of any rank: Gaussian targets fit it
         return None
     return (
         f"the network's output has shape {output}, not a vector of class scores, so the trainability probe has "
         "no targets for it without labels: end the network with global_avgpool (or flatten) and linear, "
-        f"condition on a data batch whose 'y' has shape {output} per sample, or set options.probe_steps to 0"
+        f"condition on a data batch whose 'y' holds float targets of shape {output} per sample, or set the "
+        "option probe_steps to 0"
     )
 
 

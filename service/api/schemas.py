@@ -114,10 +114,16 @@ class CandidatePublic(BaseModel):
     id: str = Field(description="opaque (128 random bits); each owner has its own id for a shared candidate")
     status: Status
     spec_hash: str
-    study: str | None = Field(None, description="the study of this owner's first submission")
+    study: str | None = Field(
+        None,
+        description="the study of this owner's first submission (of its last, once it cancelled and submitted again)",
+    )
     trial: int | None = None
     priority: int = Field(
-        description="this owner's first submission's, capped for a token; a shared job keeps its first owner's"
+        description=(
+            "this owner's first submission's (its last's, once it cancelled and submitted again), capped for a token; "
+            "a shared job keeps its first owner's"
+        )
     )
     device: str
     options: dict[str, Any]

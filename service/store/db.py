@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
@@ -75,7 +75,7 @@ def sqlite_file(url: str | URL) -> str | None:
         return None
     path = parsed.database or ""
     if parsed.query.get("uri"):
-        path = urlsplit(path).path if path.startswith("file:") else path
+        path = unquote(urlsplit(path).path) if path.startswith("file:") else path  # sqlite decodes %HH too
     return None if path in ("", ":memory:") else path
 
 

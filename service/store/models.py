@@ -137,7 +137,8 @@ class OwnedCandidate(Base):
     public_id: Mapped[str] = mapped_column(String(32), unique=True)  # the id in the API: 128 random bits
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"), index=True)
     owner_id: Mapped[int] = mapped_column(BigInteger)  # the token's id; 0: anonymous (auth off)
-    study: Mapped[str | None] = mapped_column(String(200))  # of this owner's first submission
+    # of this owner's first submission (of its last, once it cancelled and submitted again)
+    study: Mapped[str | None] = mapped_column(String(200))
     trial: Mapped[int | None] = mapped_column(BigInteger)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime)

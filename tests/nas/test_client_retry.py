@@ -313,6 +313,10 @@ def test_numpy_numbers_are_sent_as_json_numbers_and_a_nan_is_refused_at_its_path
         run_sync(handler, lambda c: c.submit_many([spec, bad]))
     with pytest.raises(ValueError, match=r"^options\.tolerance is inf"):
         run_sync(handler, lambda c: c.submit(spec, {"tolerance": float("inf")}))
+    with pytest.raises(ValueError, match=r"^spec\.blocks\[0\]\.layers\[0\]\.factor is nan"):
+        run_sync(handler, lambda c: c.submit(json.dumps(bad)))  # JSON text: Python's json reads NaN
+    with pytest.raises(TypeError, match=r"^options has the key np.int64\(1\), which is no text"):
+        run_sync(handler, lambda c: c.submit(spec, {np.int64(1): 2}))
     with pytest.raises(TypeError, match=r"^options\.seeds is a set, which JSON cannot carry"):
         run_sync(handler, lambda c: c.submit(spec, {"seeds": {1, 2}}))
     with pytest.raises(TypeError, match="options is a dict of tuning options"):
@@ -444,5 +448,25 @@ def test_an_async_client_serves_a_second_asyncio_run() -> None:
         return (await client.get("a")).status
 
     assert asyncio.run(status()) == "done"
+    first = client._http
     assert asyncio.run(status()) == "done"
+    assert client._http is not first  # the first run's pool, bound to its closed loop, is left
     asyncio.run(client.aclose())
+
+
+def test_a_503_after_a_waits_deadline_is_still_retried_and_numpy_timeouts_are_numbers() -> None:
+    """The deadline stops retrying a service that gave no answer, not one that answered 503 (a
+    busy database): that raised ServerError where the prescreen expects candidates as last seen."""
+    import numpy as np
+
+    answers = iter([httpx.Response(503, json={"status": 503})])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return next(answers, httpx.Response(200, json={"id": request.url.path.split("/")[3], "status": "running"}))
+
+    waited = run_sync(handler, lambda c: c.wait_many(["a", "b"], 0.0, unfinished="return"))
+    assert [(c.id, c.status) for c in waited] == [("a", "running"), ("b", "running")]
+    done = run_sync(
+        lambda request: httpx.Response(200, json={"id": "a", "status": "done"}), lambda c: c.wait("a", np.int64(5))
+    )
+    assert done.status == "done"

@@ -24,10 +24,13 @@ def _conv(*tail: dict[str, Any]) -> dict[str, Any]:
 def test_a_single_output_is_trained_on_gaussian_targets_and_passes() -> None:
     _, trace = parse_and_trace(_conv({"type": "flatten"}, {"type": "linear", "out": 1}))
     assert unlabelled_probe_issue(trace) is None
+    one_pixel = {"input_shape": [1, 1, 1], "blocks": [{"layers": [{"type": "conv2d", "out": 1, "kernel": 1}]}]}
+    _, trace = parse_and_trace(one_pixel)  # [1, 1, 1]: the probe's Gaussian target is reshaped to it
+    assert unlabelled_probe_issue(trace) is None
 
 
 def test_a_feature_map_output_is_named_with_the_ways_out() -> None:
     _, trace = parse_and_trace(_conv({"type": "relu"}))
     issue = unlabelled_probe_issue(trace)
     assert issue is not None and "output has shape [2, 4, 4], not a vector" in issue
-    assert "global_avgpool" in issue and "options.probe_steps to 0" in issue
+    assert "global_avgpool" in issue and "option probe_steps to 0" in issue and "float targets" in issue
