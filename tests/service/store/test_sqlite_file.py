@@ -13,7 +13,8 @@ from service.store.db import sqlite_file
         ("sqlite:////data/p.db", "/data/p.db"),
         ("sqlite:///relative/p.db", "relative/p.db"),
         ("sqlite:///file:/data/p.db?mode=ro&uri=true", "/data/p.db"),
-        ("sqlite:///file:/data/my%20db/p.db?uri=true", "/data/my db/p.db"),  # sqlite decodes %HH; the check did not
+        ("sqlite:///file:/data/my%20db/p.db?uri=true", "/data/my db/p.db"),  # SQLAlchemy decodes the URL once
+        ("sqlite:///file:/data/my%2520db/p.db?uri=true", "/data/my db/p.db"),  # and sqlite a URI filename's %HH
         ("sqlite://", None),
         ("sqlite:///:memory:", None),
         ("sqlite:///file::memory:?uri=true", None),
