@@ -47,7 +47,7 @@ from nas.errors import (
     error_for_status,
 )
 from nas.report import ConditioningReport
-from nas.spec import ArchitectureSpec, load_spec_json
+from nas.spec import ArchitectureSpec, json_key, load_spec_json
 
 __all__ = [
     "DEFAULT_URL",
@@ -239,16 +239,12 @@ def json_safe(value: Any, path: str) -> Any:
     if isinstance(value, Mapping):
         if bad := next((key for key in value if not isinstance(key, str)), None):
             raise TypeError(f"{path} has the key {bad!r:.100}, which is no text: the keys of a JSON object are strings")
-        return {key: json_safe(item, _json_child(path, key)) for key, item in value.items()}
+        return {key: json_safe(item, json_key(path, key)) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [json_safe(item, f"{path}[{index}]") for index, item in enumerate(value)]
     if type(value).__module__.split(".")[0] in ("numpy", "torch") and hasattr(value, "tolist"):
         return json_safe(value.tolist(), path)
     raise TypeError(f"{path} is a {type(value).__name__}, which JSON cannot carry: give numbers, text, lists and dicts")
-
-
-def _json_child(path: str, key: str) -> str:
-    return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -281,7 +277,6 @@ def _problem(response: httpx.Response) -> dict[str, Any]:
 def decode(response: httpx.Response) -> Any:
     """The JSON of a 2xx answer; the typed :class:`~nas.errors.PreflightError` otherwise (an
     answer that is not the API's, a web page or a redirect: :class:`~nas.errors.UnexpectedResponseError`)."""
-    where = f"{response.request.method} {response.request.url}"
     if response.is_success:
         if not response.content:
             return None
@@ -290,16 +285,20 @@ def decode(response: httpx.Response) -> Any:
         except ValueError:
             kind = response.headers.get("content-type", "no content type").split(";")[0]
             raise UnexpectedResponseError(
-                f"{where} answered HTTP {response.status_code} with {kind}, not the Preflight API's JSON; "
-                "is PREFLIGHT_URL the service's base URL?"
+                f"{_requested(response)} answered HTTP {response.status_code} with {kind}, not the Preflight "
+                "API's JSON; is PREFLIGHT_URL the service's base URL?"
             ) from None
     if response.is_redirect:  # httpx does not follow them: the body would be sent again elsewhere
         location = response.headers.get("location", "nowhere")
         raise UnexpectedResponseError(
-            f"{where} answered HTTP {response.status_code}, a redirect to {location}; "
+            f"{_requested(response)} answered HTTP {response.status_code}, a redirect to {location}; "
             "set PREFLIGHT_URL to where the service answers (https:// behind a TLS proxy?)"
         )
     raise error_for_status(response.status_code, _problem(response))
+
+
+def _requested(response: httpx.Response) -> str:
+    return f"{response.request.method} {response.request.url}"
 
 
 def _candidate(data: Any) -> Candidate:

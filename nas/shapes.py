@@ -350,6 +350,11 @@ def _trace_layer(
     raise fail(f"unsupported layer type {layer.type!r}")  # unreachable: the union is closed
 
 
+def _listed(nodes: list[int]) -> str:
+    """Node numbers for a message, the first 10 and a count of the rest (a cell has up to 1,024)."""
+    return f"{nodes}" if len(nodes) <= 10 else f"{nodes[:10]} and {len(nodes) - 10} more"
+
+
 def _trace_cell(
     cell: CellLayer, x: Shape, label: str, module: str, block: int, out: list[LayerInfo], depth: int, ctx: _Context
 ) -> Shape:
@@ -367,13 +372,13 @@ def _trace_cell(
             )
     fed = {edge.to for edge in cell.edges}
     if missing := [j for j in range(1, n) if j not in fed]:
-        shown = f"{missing}" if len(missing) <= 10 else f"{missing[:10]} and {len(missing) - 10} more"
-        raise SpecError.at(f"{label}.edges", f"node(s) {shown} have no incoming edge; every node after 0 needs one")
+        raise SpecError.at(
+            f"{label}.edges", f"node(s) {_listed(missing)} have no incoming edge; every node after 0 needs one"
+        )
     if cell.output == "last" and (dead := [j for j in range(1, n - 1) if all(e.source != j for e in cell.edges)]):
-        shown = f"{dead}" if len(dead) <= 10 else f"{dead[:10]} and {len(dead) - 10} more"
         raise SpecError.at(
             f"{label}.edges",
-            f"node(s) {shown} feed no later node, and the cell's output is its last node: the edges into them "
+            f"node(s) {_listed(dead)} feed no later node, and the cell's output is its last node: the edges into them "
             "compute nothing the network uses (their weights could never train); add an edge from each onward, "
             'or use output "concat"',
         )

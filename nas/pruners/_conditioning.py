@@ -178,8 +178,6 @@ class ConditioningPruner(BasePruner):
             verdict, score = attrs.get(ATTR_VERDICT), float_or_nan(attrs.get(ATTR_SCORE))
         if verdict == "failed:keep":
             return False  # the gate chose to train candidates it could not condition
-        if verdict == "failed:prune":
-            return True
         if self._percentile is None or math.isnan(score) or score == -math.inf:
             return not keeps_figures(score, verdict, self._threshold)
         others = earlier_scores(study.get_trials(deepcopy=False), exclude_number=trial.number)

@@ -30,6 +30,7 @@ from service.store.errors import InvalidBatch
 __all__ = [
     "DATABASE_DOWN",
     "NOT_JSON",
+    "RETRY_SOON",
     "PROBLEM_TYPES",
     "Problem",
     "ProblemError",
@@ -276,6 +277,7 @@ async def _on_invalid_batch(request: Request, exc: Exception) -> JSONResponse:
 
 
 DATABASE_DOWN = (OperationalError, InterfaceError, PoolTimeoutError)  # answered 503, to retry
+RETRY_SOON = {"Retry-After": "1"}  # every 503 says when to ask again (docs/service.md, Errors)
 
 
 async def on_database_down(request: Request, exc: Exception) -> JSONResponse:
@@ -285,7 +287,7 @@ async def on_database_down(request: Request, exc: Exception) -> JSONResponse:
         503,
         "the database is unavailable; retry shortly",
         kind="unavailable",
-        headers={"Retry-After": "1"},
+        headers=RETRY_SOON,
     )
 
 

@@ -9,14 +9,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nas import spec_json_schema
 from service.api.deps import AuthDep, EngineDep, MetricsDep, WorkerLivenessDep
-from service.api.problems import Problem, ProblemError
+from service.api.problems import RETRY_SOON, Problem, ProblemError
 from service.store.db import ping
 from service.store.migrations import MigrationsPending, check_current
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["health"])
-_RETRY = {"Retry-After": "1"}  # every 503 says when to ask again (docs/service.md, Errors)
 
 
 @router.get("/healthz", summary="The process is up")
@@ -34,13 +33,13 @@ def readyz(engine: EngineDep, worker_liveness: WorkerLivenessDep) -> dict[str, s
         ping(engine)
         check_current(engine)
     except MigrationsPending as exc:
-        raise ProblemError(503, str(exc), kind="not-ready", headers=_RETRY) from None
+        raise ProblemError(503, str(exc), kind="not-ready", headers=RETRY_SOON) from None
     except Exception as exc:  # any driver error means: not ready
         raise ProblemError(
-            503, f"database unreachable: {type(exc).__name__}", kind="not-ready", headers=_RETRY
+            503, f"database unreachable: {type(exc).__name__}", kind="not-ready", headers=RETRY_SOON
         ) from None
     if worker_liveness is not None and (reason := worker_liveness()):  # an embedded worker, when there is one
-        raise ProblemError(503, f"the embedded worker cannot take jobs: {reason}", kind="not-ready", headers=_RETRY)
+        raise ProblemError(503, f"the embedded worker cannot take jobs: {reason}", kind="not-ready", headers=RETRY_SOON)
     return {"status": "ready"}
 
 
