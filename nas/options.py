@@ -110,7 +110,8 @@ class ConditionOptions(BaseModel):
     balance_rounds: Annotated[Integer, Field(ge=0, le=64)] = 16  # 0: closed form; with a budget: 0
     hessian_iterations: Annotated[Integer, Field(ge=0, le=200)] = 3  # per layer; 0 skips the Hessian
     hessian_probes: Annotated[Integer, Field(ge=1, le=64)] = 1  # Hutchinson vectors for tr(H^2)
-    hessian_batch_size: Annotated[Integer, Field(ge=1, le=4096)] = 8
+    # at least 2, as batch_size: a BatchNorm network has no batch statistics at one sample
+    hessian_batch_size: Annotated[Integer, Field(ge=2, le=4096)] = 8
     # scaling, Hessian and BNP figures (cost: 6 to 10 training steps). Off by default: on benchmark
     # v2 their calibrated weights stayed near zero (docs/conditioning.md, "Choosing the defaults")
     diagnostics: Switch = False

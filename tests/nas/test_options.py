@@ -42,3 +42,12 @@ def test_the_canonical_form_a_job_stores_validates_again_unchanged() -> None:
     """The service stores ``model_dump(mode="json")`` and the worker validates it again."""
     dumped = ConditionOptions(steps=4, diagnostics=True).model_dump(mode="json")
     assert ConditionOptions.model_validate(dumped).model_dump(mode="json") == dumped
+
+
+def test_a_hessian_batch_of_one_is_refused_as_a_batch_of_one_is() -> None:
+    """At one sample a BatchNorm network has no batch statistics: every such network lost its
+    Hessian figures, with a note, rather than the option being refused."""
+    with pytest.raises(ValidationError) as caught:
+        ConditionOptions.model_validate({"hessian_batch_size": 1})
+    assert [error["loc"] for error in caught.value.errors()] == [("hessian_batch_size",)]
+    assert ConditionOptions.model_validate({"hessian_batch_size": 2}).hessian_batch_size == 2

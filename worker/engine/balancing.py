@@ -443,6 +443,8 @@ def _refinement_round(run: _Run, settings: _Settings, newton: _Newton) -> bool:
             return False
     newton.backtracks = 0
     step = _newton_step(run, newton.jac, dev, mask, error)
+    if step is None:
+        return True  # nothing measured to move towards; a zero step would make Broyden divide by 0
     newton.previous, newton.last_merit = (step, dev), merit
     _shift(
         run,
@@ -453,10 +455,11 @@ def _refinement_round(run: _Run, settings: _Settings, newton: _Newton) -> bool:
     return False
 
 
-def _newton_step(run: _Run, jac: Tensor, dev: Tensor, mask: Tensor, error: float) -> Tensor:
+def _newton_step(run: _Run, jac: Tensor, dev: Tensor, mask: Tensor, error: float) -> Tensor | None:
     """Step 3's least-squares step: the gamma rows of ``jac`` and the output row measured by
     Euler's identity ``d e / d a_l = <W_l, grad_W_l log std>`` (+ the bias term; sec 10), at
-    most a factor e^MAX_LOG_STEP per layer. One forward-backward."""
+    most a factor e^MAX_LOG_STEP per layer. One forward-backward. None when the system has no
+    row: no gamma measured and an output the weights do not move."""
     run.passes += 1
     biases = [n.removesuffix("weight") + "bias" for n in run.weights]
     moving = [b if b in run.moving_biases else None for b in biases]
@@ -465,6 +468,8 @@ def _newton_step(run: _Run, jac: Tensor, dev: Tensor, mask: Tensor, error: float
     if math.isfinite(error) and float(sens.abs().max()) > MIN_OUTPUT_SENSITIVITY:
         rows.append(sens[None])
         rhs.append(torch.tensor([-error], dtype=torch.float64))
+    if sum(len(r) for r in rows) == 0:
+        return None
     # gelsd (SVD): the same answer on every call; the CPU default gelsy (pivoted QR) gave run-to-
     # run differences in the last bits, and on rank-deficient systems up to 32 % (24 of 30
     # benchmark candidates differed between two identical calls)

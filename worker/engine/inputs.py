@@ -50,7 +50,7 @@ def batch(
         if y.dim() == 0 or y.shape[0] != x.shape[0]:
             rows = "a scalar" if y.dim() == 0 else f"{y.shape[0]} rows"
             raise ValueError(f"data 'y' must have one row per sample of 'x' ({x.shape[0]}), but has {rows}")
-        y = y[: opts.batch_size]
+        y = _as_targets(y[: opts.batch_size], x.dtype)
     x = x[: opts.batch_size]  # the samples the batch uses are the ones checked
     for name, values in (("x", x), ("y", y)):
         if values is not None and values.is_floating_point() and not bool(torch.isfinite(values).all()):
@@ -108,6 +108,22 @@ def _as_tensor(value: Any, name: str, dtype: torch.dtype | None = None, hint: st
     except (TypeError, ValueError, RuntimeError) as exc:
         why = " ".join(str(exc).split())[:200]
         raise ValueError(f"data '{name}' must be a tensor or an array of numbers ({why}){hint}") from None
+
+
+def _as_targets(y: Tensor, dtype: torch.dtype) -> Tensor:
+    """Class labels of any integer type as int64, the only type cross-entropy takes besides uint8
+    (int32 labels made the probe fail, and the verdict was given without it; uint16 to uint64
+    labels could not be range-checked); float targets in the inputs' type, as the network's output
+    is (float64 targets ran the loss in float64). Booleans and complex numbers are left for
+    ``check_targets`` to refuse."""
+    if y.is_floating_point():
+        return y.to(dtype)
+    if y.dtype == torch.bool or y.is_complex():
+        return y
+    labels = y.long()  # torch has no comparisons for uint16 to uint64: convert first
+    if y.dtype == torch.uint64 and bool((labels < 0).any()):  # wrapped around: at least 2**63
+        raise ValueError(f"data 'y' holds a class label above {torch.iinfo(torch.int64).max}")
+    return labels
 
 
 def check_targets(y: Tensor | None, output_shape: list[int]) -> None:

@@ -206,3 +206,31 @@ def test_the_report_notes_imbalanced_labels_and_not_balanced_ones() -> None:
     assert any(n.startswith("data 'y': the class labels are imbalanced") for n in skewed.notes)
     balanced = condition(EXAMPLE_MLP, data={"x": x, "y": torch.arange(64) % 10}, options={"steps": 1})
     assert not any("imbalanced" in n for n in balanced.notes)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int16, np.uint8, np.uint16, np.uint32, np.uint64])
+def test_class_labels_of_any_integer_type_condition_as_int64_labels_do(dtype: type) -> None:
+    """int32 labels (numpy's default integer on Windows) made the probe fail inside cross-entropy,
+    and the verdict was given without it; uint16 to uint64 could not be range-checked at all."""
+    x = np.random.default_rng(4).standard_normal((32, 64)).astype(np.float32)
+    labels = np.arange(32) % 10
+    as_int64 = condition(EXAMPLE_MLP, data={"x": x, "y": labels.astype(np.int64)}, options=LEAN)
+    other = condition(EXAMPLE_MLP, data={"x": x, "y": labels.astype(dtype)}, options=LEAN)
+    assert other.score_fit == "with_probe" and other.tuning.probe is not None
+    assert other.tuning.probe == as_int64.tuning.probe and other.score == as_int64.score
+
+
+def test_a_uint64_label_past_int64_is_a_clear_error() -> None:
+    y = np.arange(8, dtype=np.uint64)
+    y[3] = 2**63 + 1
+    with pytest.raises(ValueError, match="data 'y' holds a class label above 9223372036854775807"):
+        condition(EXAMPLE_MLP, data={"x": X8, "y": y}, options=LEAN)
+
+
+def test_float_targets_are_read_in_the_inputs_type() -> None:
+    """float64 targets ran the probe's loss in float64; they are now the float32 the output is."""
+    opts = ConditionOptions.model_validate(LEAN)
+    targets = np.random.default_rng(5).standard_normal((8, 10))
+    _, y, _ = batch(parse_spec(EXAMPLE_MLP), {"x": X8, "y": targets}, opts, torch.device("cpu"))
+    assert y is not None and y.dtype == torch.float32
+    assert torch.equal(y, torch.from_numpy(targets).float())

@@ -339,6 +339,29 @@ def test_non_finite_network_gives_non_finite_figures_without_raising() -> None:
     assert len(b.after) == len(figures)
 
 
+def test_refinement_stops_when_nothing_measured_is_left_to_move_towards() -> None:
+    """Every weight in a residual branch (left out with ``refine_residual=False``) and an output
+    behind a LayerNorm (whose std no weight moves): the least-squares system has no row. It was
+    solved anyway, a zero step whose Broyden update divided by 0, for every round asked."""
+    spec = {
+        "input_shape": [8],
+        "blocks": [
+            {
+                "layers": [
+                    {
+                        "type": "residual",
+                        "body": [{"type": "linear", "out": 8}, {"type": "relu"}, {"type": "linear", "out": 8}],
+                    }
+                ]
+            },
+            {"layers": [{"type": "layernorm"}]},
+        ],
+    }
+    b = balance(build_model(spec, seed=0), _x([8], 16), generator=_gen(0), rounds=16, refine_residual=False)
+    assert b.passes < 16  # a round is a forward-backward at least
+    assert all(math.isfinite(v) for v in b.scales.values())
+
+
 def test_hessian_target_balances_the_hessian_blocks_better_than_gamma_on_a_max_pooled_cnn() -> None:
     """Max pooling breaks scaling (Table 1): equal gamma leaves the Hessian blocks' mean squared
     singular values (batch 32, fresh probes) spread by a factor e^6.6; ``target="hessian"``
