@@ -442,14 +442,14 @@ def _refinement_round(run: _Run, settings: _Settings, newton: _Newton) -> bool:
             newton.previous = (step / 2, old)
             return False
     newton.backtracks = 0
-    step = _newton_step(run, newton.jac, dev, mask, error)
-    if step is None:
+    move = _newton_step(run, newton.jac, dev, mask, error)
+    if move is None:
         return True  # nothing measured to move towards; a zero step would make Broyden divide by 0
-    newton.previous, newton.last_merit = (step, dev), merit
+    newton.previous, newton.last_merit = (move, dev), merit
     _shift(
         run,
         newton,
-        step,
+        move,
         "Newton-Broyden step: gamma_l towards the geometric mean and the output std (sec 4, 10)",
     )
     return False
