@@ -19,7 +19,7 @@ from pydantic import (
 from sqlalchemy import Row
 
 from nas.spec import storable_text
-from service.store.models import Status
+from service.store.models import STUDY_NAME_LENGTH, Status
 
 __all__ = [
     "CandidateBatchCreate",
@@ -44,7 +44,10 @@ class CandidateOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     # the length on the string itself: on the optional field pydantic said "at most 200 items"
-    study: Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(storable_text)] | None = None
+    study: (
+        Annotated[str, StringConstraints(min_length=1, max_length=STUDY_NAME_LENGTH), AfterValidator(storable_text)]
+        | None
+    ) = None
     # strict, as the tuning options' counts are: "11", 11.0 and true are refused, not read as numbers
     trial: int | None = Field(None, ge=0, le=2**62, strict=True)
     priority: int = Field(

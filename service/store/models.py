@@ -47,6 +47,7 @@ __all__ = [
     "LayerFigure",
     "OwnedCandidate",
     "ScaleFactor",
+    "STUDY_NAME_LENGTH",
     "Status",
     "Submission",
 ]
@@ -54,6 +55,9 @@ __all__ = [
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 # SQLite only gives INTEGER PRIMARY KEY the rowid alias (autoincrement); PostgreSQL gets bigint.
 IdType = BigInteger().with_variant(Integer(), "sqlite")
+# Optuna's own limit (its studies.study_name column): a gate or pruner may name any study Optuna
+# accepts (migration 0006; 200 before it)
+STUDY_NAME_LENGTH = 512
 
 
 class Status(enum.StrEnum):
@@ -96,7 +100,7 @@ class Candidate(Base):
     engine: Mapped[str | None] = mapped_column(String(16))
     spec: Mapped[dict[str, Any]]  # as parsed (nas.parse_spec), defaults left implicit
     options: Mapped[dict[str, Any]]  # tuning options, as given to the engine
-    study: Mapped[str | None] = mapped_column(String(200))  # of the first submission
+    study: Mapped[str | None] = mapped_column(String(STUDY_NAME_LENGTH))  # of the first submission
     trial: Mapped[int | None] = mapped_column(BigInteger)
     device: Mapped[str] = mapped_column(String(16), default="any")  # any | cpu | cuda
     priority: Mapped[int] = mapped_column(Integer, default=0)
@@ -138,7 +142,7 @@ class OwnedCandidate(Base):
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"), index=True)
     owner_id: Mapped[int] = mapped_column(BigInteger)  # the token's id; 0: anonymous (auth off)
     # of this owner's first submission (of its last, once it cancelled and submitted again)
-    study: Mapped[str | None] = mapped_column(String(200))
+    study: Mapped[str | None] = mapped_column(String(STUDY_NAME_LENGTH))
     trial: Mapped[int | None] = mapped_column(BigInteger)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime)
@@ -155,7 +159,7 @@ class Submission(Base):
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"), index=True)
     owner_id: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
-    study: Mapped[str | None] = mapped_column(String(200))
+    study: Mapped[str | None] = mapped_column(String(STUDY_NAME_LENGTH))
     trial: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime)
 

@@ -46,7 +46,7 @@ from service.api.schemas import (
 from service.api.tuning import DATA, canonical_tuning_options
 from service.store import data_batches, jobs, reports
 from service.store.db import read_connection, session_scope
-from service.store.models import Status
+from service.store.models import STUDY_NAME_LENGTH, Status
 from service.store.owners import ANONYMOUS_OWNER, Caller, capped_priority, is_public_id
 
 __all__ = ["router"]
@@ -347,7 +347,7 @@ def list_candidates(
     session: SessionDep,
     settings: SettingsDep,
     caller: CallerDep,
-    study: Annotated[str | None, Query(max_length=200)] = None,
+    study: Annotated[str | None, Query(max_length=STUDY_NAME_LENGTH)] = None,
     status: Status | None = None,
     verdict: Verdict | None = None,
     limit: Annotated[int | None, Query(ge=1, le=1000)] = None,

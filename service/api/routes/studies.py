@@ -14,7 +14,7 @@ from nas.spec import storable_text
 from service.api.deps import AuthDep, CallerDep, SessionDep
 from service.api.problems import Problem, ProblemError
 from service.api.schemas import ScoreSummary, StudySummary
-from service.store.models import Status
+from service.store.models import STUDY_NAME_LENGTH, Status
 from service.store.reports import study_figures
 
 __all__ = ["quantile", "router"]
@@ -39,7 +39,7 @@ def quantile(ordered: list[float], q: float) -> float:
     responses={404: {"model": Problem, "description": "the caller's token submitted nothing in this study"}},
 )
 def study_summary(
-    study: Annotated[str, Path(max_length=200)],
+    study: Annotated[str, Path(max_length=STUDY_NAME_LENGTH)],
     session: SessionDep,
     caller: CallerDep,
     q: Annotated[list[float] | None, Query(description="quantiles in [0, 1]; repeat the parameter")] = None,

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import pool
+from sqlalchemy import Connection, pool
 
 from service.settings import Settings
 from service.store.db import make_engine
@@ -23,10 +23,32 @@ def run_offline() -> None:
 def run_online() -> None:
     engine = make_engine(url, poolclass=pool.NullPool)
     with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            _sqlite_foreign_keys(connection, on=False)
         context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)
         with context.begin_transaction():
             context.run_migrations()
+            if sqlite:
+                _check_sqlite_foreign_keys(connection)
     engine.dispose()
+
+
+def _sqlite_foreign_keys(connection: Connection, *, on: bool) -> None:
+    """SQLite's batch migrations copy a table, drop it and rename the copy: with foreign keys on,
+    dropping ``candidates`` deleted every row that references it (ON DELETE CASCADE). The pragma
+    only takes effect outside a transaction, so it goes to the driver before the first BEGIN."""
+    dbapi = connection.connection.dbapi_connection
+    assert dbapi is not None
+    dbapi.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+
+
+def _check_sqlite_foreign_keys(connection: Connection) -> None:
+    """With the keys off while migrating, a migration that broke a reference would go unseen:
+    refuse it, inside its transaction, so it is rolled back."""
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+    if broken:
+        raise RuntimeError(f"the migration left rows whose references are broken: {broken[:5]}")
 
 
 if context.is_offline_mode():

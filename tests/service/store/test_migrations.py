@@ -1,7 +1,8 @@
 """The Alembic migrations on SQLite and PostgreSQL: they build exactly the models' schema, and
 0003 (tenancy) gives what was stored before it to the anonymous owner, with fresh opaque ids,
 and goes back down cleanly; 0004 (engine revisions) leaves the jobs queued before it claimable;
-0005 (one active token per name) renames the duplicates older versions allowed, keeping every token."""
+0005 (one active token per name) renames the duplicates older versions allowed, keeping every token;
+0006 widens study names to Optuna's 512 characters and cuts them back to 200 going down."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def test_the_migrations_build_exactly_the_models_schema(db_url: str) -> None:
     engine = make_engine(db_url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            assert current_revision(engine) == head_revision() == "0005"
+            assert current_revision(engine) == head_revision() == "0006"
             assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
     finally:
         engine.dispose()
@@ -101,7 +102,7 @@ def test_upgrading_to_tenancy_gives_what_existed_to_the_anonymous_owner_and_down
     with engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM candidates")).scalar_one() == 2
     upgrade(empty_url)
-    assert current_revision(engine) == "0005"
+    assert current_revision(engine) == "0006"
     engine.dispose()
 
 
@@ -172,4 +173,43 @@ def test_one_active_token_per_name_renames_the_duplicates_older_versions_allowed
     with engine.begin() as connection:
         _token(connection, "ops", "7")  # no index below 0005
         assert connection.execute(text("SELECT count(*) FROM api_tokens WHERE name = 'ops'")).scalar_one() == 3
+    engine.dispose()
+
+
+def test_study_names_widen_to_optunas_length_and_are_cut_back_going_down(empty_url: str) -> None:
+    """Optuna names a study in up to 512 characters; the columns held 200, so a gate on such a
+    study failed every check. PostgreSQL enforces the length: a 512-character name is refused
+    below 0006 and stored from it; going down keeps each row, its name cut to 200."""
+    from sqlalchemy.exc import DataError
+
+    upgrade(empty_url, "0005")
+    engine = make_engine(empty_url, poolclass=NullPool)
+    long_study = "s" * 512
+    with engine.begin() as connection:
+        _candidate(connection, "a" * 64, "queued", None)
+        connection.execute(
+            text(
+                "INSERT INTO submissions (candidate_id, study, trial, created_at) "
+                "SELECT id, 'old', 1, created_at FROM candidates"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO owned_candidates (public_id, candidate_id, owner_id, study, trial, priority, created_at) "
+                "SELECT 'p', id, 0, 'old', 1, 0, created_at FROM candidates"
+            )
+        )
+    if engine.dialect.name == "postgresql":
+        with pytest.raises(DataError), engine.begin() as connection:
+            connection.execute(text("UPDATE submissions SET study = :s"), {"s": long_study})
+    upgrade(empty_url)
+    with engine.begin() as connection:
+        for table in ("candidates", "owned_candidates", "submissions"):
+            connection.execute(text(f"UPDATE {table} SET study = :s"), {"s": long_study})  # noqa: S608
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT study FROM submissions")).scalar_one() == long_study
+    command.downgrade(alembic_config(empty_url), "0005")
+    with engine.connect() as connection:
+        for table in ("candidates", "owned_candidates", "submissions"):
+            assert connection.execute(text(f"SELECT study FROM {table}")).scalars().all() == ["s" * 200]  # noqa: S608
     engine.dispose()
