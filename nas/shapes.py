@@ -355,6 +355,26 @@ def _listed(nodes: list[int]) -> str:
     return f"{nodes}" if len(nodes) <= 10 else f"{nodes[:10]} and {len(nodes) - 10} more"
 
 
+def _refuse_untrainable_edges(cell: CellLayer, weighted: set[int], label: str) -> None:
+    """With the last node as the output, a node from which no path of edges leads to it computes
+    nothing the network uses: weights on an edge into such a node get no gradient and could never
+    train (when they were the network's only weights, the engine's backward failed). Edges
+    without weights into it (a skip, a pool) only waste work, and are accepted."""
+    useful = {cell.nodes - 1}
+    for edge in sorted(cell.edges, key=lambda e: -e.source):  # from the highest source down
+        if edge.to in useful:
+            useful.add(edge.source)
+    wasted = sorted(k for k in weighted if cell.edges[k].to not in useful)
+    if wasted:
+        dead = sorted({cell.edges[k].to for k in wasted})
+        raise SpecError.at(
+            f"{label}.edges",
+            f"node(s) {_listed(dead)} lead to no path into the cell's output (its last node), so the weights of "
+            f"edges {_listed(wasted)} into them could never train; add an edge from each onward, or use output "
+            '"concat"',
+        )
+
+
 def _trace_cell(
     cell: CellLayer, x: Shape, label: str, module: str, block: int, out: list[LayerInfo], depth: int, ctx: _Context
 ) -> Shape:
@@ -375,13 +395,6 @@ def _trace_cell(
         raise SpecError.at(
             f"{label}.edges", f"node(s) {_listed(missing)} have no incoming edge; every node after 0 needs one"
         )
-    if cell.output == "last" and (dead := [j for j in range(1, n - 1) if all(e.source != j for e in cell.edges)]):
-        raise SpecError.at(
-            f"{label}.edges",
-            f"node(s) {_listed(dead)} feed no later node, and the cell's output is its last node: the edges into them "
-            "compute nothing the network uses (their weights could never train); add an edge from each onward, "
-            'or use output "concat"',
-        )
     index = len(out)
     out.append(LayerInfo(label, module, cell.type, block, x, x, 0, 0, None, None))  # placeholder
     names = [f"e{e.source}_{e.to}" for e in cell.edges] if ctx.too_deep else cell_edge_modules(cell, ctx.init)
@@ -389,12 +402,16 @@ def _trace_cell(
     for k, edge in enumerate(cell.edges):
         into[edge.to].append(k)
     nodes: list[Shape] = [x]
+    weighted: set[int] = set()  # edges whose op holds parameters
     for j in range(1, n):
         incoming: list[tuple[int, Shape]] = []
         for k in into[j]:
             edge = cell.edges[k]
             path, sub = f"{label}.edges[{k}].op", f"{module}.edges.{names[k]}"
+            before = len(out)
             y = _trace_sequence(edge.op, nodes[edge.source], path, sub, block, out, depth + 1, ctx)
+            if any(info.parameters for info in out[before:]):
+                weighted.add(k)
             incoming.append((k, y))
         first_k, shape = incoming[0]
         for k, y in incoming[1:]:
@@ -406,6 +423,7 @@ def _trace_cell(
                 )
         nodes.append(shape)
     if cell.output == "last":
+        _refuse_untrainable_edges(cell, weighted, label)
         y = nodes[-1]
     else:
         inner = nodes[1:]

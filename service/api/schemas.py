@@ -43,7 +43,7 @@ class CandidateOptions(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    # the length on the string itself: on the optional field pydantic said "at most 200 items"
+    # the length on the string itself: on the optional field pydantic counted "items", not characters
     study: (
         Annotated[str, StringConstraints(min_length=1, max_length=STUDY_NAME_LENGTH), AfterValidator(storable_text)]
         | None

@@ -7,8 +7,9 @@ import math
 from typing import Any, cast
 
 import pytest
+import torch
 
-from nas import SpecError, SpecLimits, parse_spec
+from nas import SpecError, SpecLimits, build_model, parse_spec
 from nas.examples import EXAMPLE_CNN, EXAMPLE_MLP
 from nas.spec import LinearLayer
 
@@ -579,7 +580,7 @@ DEAD_CELL = {
             "normalizes each of the 2 groups of [2, 1, 1] over 1 value",
         ),
         (_mlp({"type": "layernorm"}, LINEAR, input_shape=[1]), "blocks[0].layers[0] (layernorm)", "over 1 value"),
-        (DEAD_CELL, "blocks[0].layers[0] (cell).edges", "node(s) [1] feed no later node"),
+        (DEAD_CELL, "blocks[0].layers[0] (cell).edges", "node(s) [1] lead to no path into the cell's output"),
         (
             _mlp({"type": "conv2d", "out": 1, "kernel": 2, "stride": 2}, input_shape=[1, 1, 1]),
             "blocks[0].layers[0] (conv2d)",
@@ -596,3 +597,36 @@ def test_a_valid_shape_that_cannot_train_is_refused_at_its_layer(spec: Any, path
         parse_spec(spec)
     (issue,) = error.value.issues
     assert issue.path == path and words in issue.message, issue
+
+
+def _dag_cell(*edges: tuple[int, int, list[dict[str, Any]]], nodes: int = 4) -> dict[str, Any]:
+    listed = [{"from": a, "to": b, "op": op} for a, b, op in edges]
+    return {
+        "format": "1.1",
+        "input_shape": [2],
+        "blocks": [{"layers": [{"type": "cell", "nodes": nodes, "edges": listed}]}],
+    }
+
+
+LINEAR_OP = [{"type": "linear", "out": 2}]
+
+
+def test_a_cell_node_that_only_feeds_a_dead_node_is_refused_for_its_weights() -> None:
+    """Node 1 feeds node 2, which feeds nothing: node 1's weights get no gradient either, though
+    node 1 feeds a later node (the rule read only the nodes that feed none)."""
+    spec = _dag_cell((0, 1, LINEAR_OP), (1, 2, []), (0, 3, []))
+    with pytest.raises(SpecError) as error:
+        parse_spec(spec)
+    (issue,) = error.value.issues
+    assert issue.path == "blocks[0].layers[0] (cell).edges"
+    assert "node(s) [1] lead to no path" in issue.message and "edges [0]" in issue.message, issue
+
+
+def test_a_dead_cell_node_without_weights_is_accepted() -> None:
+    """A skip or a pool into a node that feeds nothing wastes a little work and trains nothing
+    less: refusing it refused search-space samples that build and train."""
+    spec = _dag_cell((0, 1, LINEAR_OP), (1, 3, []), (1, 2, [{"type": "relu"}]))
+    model = build_model(parse_spec(spec), seed=0)
+    x = torch.randn(4, 2)
+    model(x).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())

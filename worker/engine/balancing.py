@@ -55,7 +55,7 @@ import copy
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Literal, cast
 
 import torch
 from torch import Tensor
@@ -405,29 +405,35 @@ def _geometric_layer(
 
 def _refine(run: _Run, settings: _Settings, rounds: int) -> None:
     """Step 3, sections 4 and 10: up to ``rounds`` Newton-Broyden rounds on the log-scales of the
-    weights towards equal gamma_l (or Hessian blocks) and the target output std; out of rounds,
-    return to the best point measured (the last step is unmeasured)."""
+    weights towards equal gamma_l (or Hessian blocks) and the target output std; out of rounds, or
+    with nothing left to fit, return to the best point measured (the last step is unmeasured)."""
     newton = _Newton.homogeneous(len(run.weights))
+    why = "out of rounds"
     for _ in range(rounds):
-        if _refinement_round(run, settings, newton):
+        ended = _refinement_round(run, settings, newton)
+        if ended == "converged":
             return
+        if ended == "nothing to fit":
+            why = "nothing measured is left to fit"
+            break
     if newton.best < math.inf and bool((newton.best_a != newton.a).any()):
         _shift(
             run,
             newton,
             newton.best_a - newton.a,
-            "return to the best point measured (out of rounds)",
+            f"return to the best point measured ({why})",
         )
 
 
-def _refinement_round(run: _Run, settings: _Settings, newton: _Newton) -> bool:
+def _refinement_round(run: _Run, settings: _Settings, newton: _Newton) -> Literal["converged", "nothing to fit"] | None:
     """One round of step 3: measure the residuals (gamma deviations ``log gamma_l - mean log
     gamma``, output error ``log(std / output_std)``, sec 4 and 10), update the Jacobian by
-    Broyden, and step (or back-track half the last step); True when converged."""
+    Broyden, and step (or back-track half the last step). "nothing to fit": no gamma measured and
+    an output no weight moves, so no step (a zero step would make Broyden divide by 0)."""
     deviations = _deviations(run, settings, _balanced_values(run, settings))
     error = log_std_error(run.work, run.x, settings.output_std)
     if all(d is None or abs(d) < settings.tol for d in deviations) and abs(error) < OUTPUT_TOL:
-        return True
+        return "converged"
     dev = torch.tensor([0.0 if d is None else d for d in deviations], dtype=torch.float64)
     mask = torch.tensor([d is not None for d in deviations])
     merit = math.sqrt(float(dev.pow(2).sum()) + (error**2 if math.isfinite(error) else 0.0))
@@ -440,11 +446,11 @@ def _refinement_round(run: _Run, settings: _Settings, newton: _Newton) -> bool:
             newton.backtracks += 1  # the model was wrong: go back half-way
             _shift(run, newton, -step / 2, "backtracking half of the last Newton-Broyden step")
             newton.previous = (step / 2, old)
-            return False
+            return None
     newton.backtracks = 0
     move = _newton_step(run, newton.jac, dev, mask, error)
     if move is None:
-        return True  # nothing measured to move towards; a zero step would make Broyden divide by 0
+        return "nothing to fit"
     newton.previous, newton.last_merit = (move, dev), merit
     _shift(
         run,
@@ -452,7 +458,7 @@ def _refinement_round(run: _Run, settings: _Settings, newton: _Newton) -> bool:
         move,
         "Newton-Broyden step: gamma_l towards the geometric mean and the output std (sec 4, 10)",
     )
-    return False
+    return None
 
 
 def _newton_step(run: _Run, jac: Tensor, dev: Tensor, mask: Tensor, error: float) -> Tensor | None:

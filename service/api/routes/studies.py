@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from nas.spec import storable_text
+from nas.spec import quote_short, storable_text
 from service.api.deps import AuthDep, CallerDep, SessionDep
 from service.api.problems import Problem, ProblemError
 from service.api.schemas import ScoreSummary, StudySummary
@@ -58,7 +58,7 @@ def study_summary(
     figures = study_figures(session, study=study, caller=caller)
     counts, verdicts, scores = figures.counts, figures.verdicts, figures.scores
     if not counts and not caller.anonymous:
-        raise ProblemError(404, f"no study named {study!r}", kind="not-found")
+        raise ProblemError(404, f"no study named {quote_short(study)}", kind="not-found")
     summary = ScoreSummary(count=len(scores))
     if scores:
         summary = ScoreSummary(

@@ -222,7 +222,7 @@ def test_a_study_name_too_long_is_measured_in_characters(sqlite_api: httpx.Clien
     problem = assert_problem(
         sqlite_api.post("/v1/candidates", json={"spec": spec(), "options": {"study": "s" * 513}}), 422
     )
-    assert "at most 512 characters" in problem["errors"][0]["message"], problem  # pydantic said "512 items"
+    assert "at most 512 characters" in problem["errors"][0]["message"], problem  # pydantic said "items"
 
 
 def test_an_oversized_key_or_layer_type_is_not_echoed_back_whole(sqlite_api: httpx.Client) -> None:

@@ -213,3 +213,58 @@ def test_study_names_widen_to_optunas_length_and_are_cut_back_going_down(empty_u
         for table in ("candidates", "owned_candidates", "submissions"):
             assert connection.execute(text(f"SELECT study FROM {table}")).scalars().all() == ["s" * 200]  # noqa: S608
     engine.dispose()
+
+
+def _orphan_submission(connection: object) -> None:
+    connection.execute(  # type: ignore[attr-defined]
+        text("INSERT INTO submissions (candidate_id, study, trial, created_at) VALUES (999, 'x', 0, :at)"),
+        {"at": datetime(2026, 1, 1)},
+    )
+
+
+def test_a_sqlite_migration_that_breaks_a_reference_is_rolled_back_whole(tmp_path: Path) -> None:
+    """Foreign keys are off while SQLite migrates (a batch copy of candidates would cascade);
+    a migration that leaves a row referencing nothing is refused, and the whole upgrade undone."""
+    import shutil
+
+    from service.store.migrations import HERE, MigrationsPending
+
+    scripts = tmp_path / "migrations"
+    shutil.copytree(HERE, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    (scripts / "versions" / "0007_orphan.py").write_text(
+        'from alembic import op\nimport sqlalchemy as sa\nrevision = "0007"\ndown_revision = "0006"\n'
+        "branch_labels = None\ndepends_on = None\n\n\ndef upgrade() -> None:\n"
+        '    op.execute(sa.text("INSERT INTO submissions (candidate_id, study, trial, created_at) '
+        "VALUES (999, 'x', 0, '2026-01-01')\"))\n\n\ndef downgrade() -> None:\n    pass\n"
+    )
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade(url, "0005")
+    config = alembic_config(url)
+    config.set_main_option("script_location", str(scripts))
+    with pytest.raises(MigrationsPending, match=r"\(0006, 0007\) was rolled back .* submissions row"):
+        command.upgrade(config, "head")
+    engine = make_engine(url, poolclass=NullPool)
+    try:
+        assert current_revision(engine) == "0005"  # 0006 too was undone
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM submissions")).scalar_one() == 0
+    finally:
+        engine.dispose()
+
+
+def test_rows_broken_before_a_sqlite_migration_do_not_block_it(tmp_path: Path) -> None:
+    """A delete made with the keys off (the sqlite3 shell's default) leaves an orphan; the
+    migration is not its cause, and every later start would have failed on it."""
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade(url, "0005")
+    engine = make_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            connection.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")  # type: ignore[union-attr]
+            with connection.begin():
+                _orphan_submission(connection)
+        upgrade(url)
+        upgrade(url)  # at head: nothing to migrate, nothing checked
+        assert current_revision(engine) == head_revision()
+    finally:
+        engine.dispose()
