@@ -17,7 +17,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from nas import SpecLimits
 from service.api.auth import TokenCache
 from service.api.metrics import Metrics, RequestLatencyMiddleware
-from service.api.middleware import BodyLimitMiddleware, RequestFormatMiddleware, TokenFirstMiddleware
+from service.api.middleware import (
+    BodyLimitMiddleware,
+    HeadAsGetMiddleware,
+    RequestFormatMiddleware,
+    TokenFirstMiddleware,
+)
 from service.api.problems import install_problem_handlers
 from service.api.routes import batches, candidates, health, studies
 from service.settings import Settings, get_settings
@@ -94,6 +99,7 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
     app.add_middleware(RequestFormatMiddleware)
     app.add_middleware(TokenFirstMiddleware)  # runs before the two above: a 401 before a 413 or 415
     app.add_middleware(RequestLatencyMiddleware, get_metrics=lambda: app.state.metrics)
+    app.add_middleware(HeadAsGetMiddleware)  # outermost: every other layer sees a HEAD as the GET it is
     app.include_router(candidates.router)
     app.include_router(batches.router)
     app.include_router(studies.router)

@@ -1,6 +1,6 @@
 """Checks on the request's envelope before any route reads it: the bearer token of a request with a
 body (401), the body's size (413), its media type (415) and the URL's percent-escapes (422), each
-answered as problem+json."""
+answered as problem+json; and HEAD answered as GET without the body, on every route."""
 
 from __future__ import annotations
 
@@ -14,9 +14,29 @@ from service.api.auth import authenticate, bearer_token
 from service.api.problems import DATABASE_DOWN, ProblemError, ProblemIssue, on_database_down, problem_response
 from service.api.route_table import route_path
 
-__all__ = ["BodyLimitMiddleware", "RequestFormatMiddleware", "TokenFirstMiddleware"]
+__all__ = ["BodyLimitMiddleware", "HeadAsGetMiddleware", "RequestFormatMiddleware", "TokenFirstMiddleware"]
 
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+
+
+class HeadAsGetMiddleware:
+    """HEAD wherever GET is answered (RFC 9110 9.3.2: the same status and headers, no body): FastAPI's
+    routes answer only the methods they name, so a HEAD, as monitors and link checkers send, was a
+    405. The request runs as a GET (auth, status and Content-Length as for a GET) and its body is
+    dropped; a 405 names HEAD beside GET (``route_table``)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def without_body(message: Message) -> None:
+            await send({**message, "body": b""} if message["type"] == "http.response.body" else message)
+
+        await self.app({**scope, "method": "GET"}, receive, without_body)
 
 
 class BodyLimitMiddleware:

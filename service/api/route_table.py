@@ -18,7 +18,7 @@ _OPERATIONS = ("get", "put", "post", "delete", "options", "head", "patch", "trac
 @dataclass(frozen=True)
 class DocumentedRoute:
     template: str  # /v1/candidates/{candidate_id}
-    methods: tuple[str, ...]  # GET, DELETE: upper case, in the document's order
+    methods: tuple[str, ...]  # GET, HEAD, DELETE: upper case, in the document's order, HEAD after GET
     pattern: re.Pattern[str]
 
 
@@ -48,7 +48,7 @@ def _documented_routes(app: Any) -> list[DocumentedRoute]:
     routes = [
         DocumentedRoute(
             template=template,
-            methods=tuple(m.upper() for m in operations if m in _OPERATIONS),
+            methods=_with_head(tuple(m.upper() for m in operations if m in _OPERATIONS)),
             pattern=re.compile("/".join(map(_segment_pattern, template.split("/")))),
         )
         for template, operations in paths.items()
@@ -56,6 +56,15 @@ def _documented_routes(app: Any) -> list[DocumentedRoute]:
     if state is not None:
         state.documented_routes = routes
     return routes
+
+
+def _with_head(methods: tuple[str, ...]) -> tuple[str, ...]:
+    """HEAD after GET: the app answers it wherever it answers GET (``HeadAsGetMiddleware``), though
+    the document, as FastAPI writes it, names only the GET."""
+    if "GET" not in methods or "HEAD" in methods:
+        return methods
+    at = methods.index("GET") + 1
+    return (*methods[:at], "HEAD", *methods[at:])
 
 
 def _segment_pattern(segment: str) -> str:

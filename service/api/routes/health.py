@@ -43,12 +43,6 @@ def readyz(engine: EngineDep, worker_liveness: WorkerLivenessDep) -> dict[str, s
     return {"status": "ready"}
 
 
-# HEAD as well as GET: load balancers and monitors probe with HEAD (RFC 9110 9.1), and got 405; out
-# of the document, where each would be an operation of its own
-router.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
-router.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=False)
-
-
 @router.get(
     "/v1/schema", summary="JSON Schema of the architecture spec (format 1.1)", tags=["spec"], dependencies=[AuthDep]
 )

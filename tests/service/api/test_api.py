@@ -364,8 +364,8 @@ def test_a_method_a_path_does_not_allow_is_405_naming_every_method_it_does(sqlit
     """RFC 9110: a 405's Allow lists the target's methods; the router named only its first route's
     (DELETE /v1/candidates said "Allow: POST", though GET lists candidates)."""
     for method, path, template, allowed in [
-        ("DELETE", "/v1/candidates", "/v1/candidates", {"GET", "POST"}),
-        ("POST", "/v1/candidates/c_abc", "/v1/candidates/{candidate_id}", {"GET", "DELETE"}),
+        ("DELETE", "/v1/candidates", "/v1/candidates", {"GET", "HEAD", "POST"}),
+        ("POST", "/v1/candidates/c_abc", "/v1/candidates/{candidate_id}", {"GET", "HEAD", "DELETE"}),
         ("GET", "/v1/batches", "/v1/batches", {"POST"}),
     ]:
         response = sqlite_api.request(method, path)
@@ -701,7 +701,7 @@ def test_behind_a_proxy_at_a_path_prefix_the_api_checks_and_labels_requests_by_t
         assert_problem(client.post("/v1/candidates", content=b"{bad", headers=json_type | auth), 422)
         response = client.request("DELETE", "/v1/candidates", headers=auth)
         assert_problem(response, 405)
-        assert set(response.headers["allow"].split(", ")) == {"GET", "POST"}
+        assert set(response.headers["allow"].split(", ")) == {"GET", "HEAD", "POST"}
         metrics = client.get("/metrics", headers=auth).text
         assert "/preflight/openapi.json" in client.get("/docs").text
     assert 'method="POST",route="/v1/candidates",status="401"' in metrics
@@ -913,3 +913,20 @@ def test_a_data_batch_has_a_body_limit_of_its_own(sqlite_url: str, make_settings
         assert "PREFLIGHT_MAX_BODY_BYTES" in refused["detail"]
         too_big = assert_problem(client.post("/v1/batches", json=huge), 413)
         assert "65536 bytes (setting PREFLIGHT_MAX_BATCH_BODY_BYTES)" in too_big["detail"]
+
+
+def test_every_get_route_answers_head_with_the_gets_status_and_no_body(sqlite_api: httpx.Client) -> None:
+    """RFC 9110 9.3.2; FastAPI answered HEAD only where a route named it (the health checks)."""
+    created = sqlite_api.post("/v1/candidates", json={"spec": spec()}).json()
+    for path in (f"/v1/candidates/{created['id']}", "/v1/candidates", "/v1/schema", "/openapi.json", "/healthz"):
+        got, head = sqlite_api.get(path), sqlite_api.head(path)
+        assert head.status_code == got.status_code == 200, path
+        assert head.content == b"" and head.headers["content-type"] == got.headers["content-type"], path
+    missing = sqlite_api.head("/v1/candidates/" + "0" * 32)
+    assert missing.status_code == 404 and missing.content == b""
+
+
+def test_a_405_names_head_wherever_it_names_get(sqlite_api: httpx.Client) -> None:
+    response = sqlite_api.post("/healthz")
+    assert response.status_code == 405
+    assert {m.strip() for m in response.headers["allow"].split(",")} == {"GET", "HEAD"}
