@@ -367,11 +367,12 @@ def _refuse_untrainable_edges(cell: CellLayer, weighted: set[int], label: str) -
     wasted = sorted(k for k in weighted if cell.edges[k].to not in useful)
     if wasted:
         dead = sorted({cell.edges[k].to for k in wasted})
+        ends = [j for j in range(1, cell.nodes - 1) if j not in useful and all(e.source != j for e in cell.edges)]
         raise SpecError.at(
             f"{label}.edges",
             f"node(s) {_listed(dead)} lead to no path into the cell's output (its last node), so the weights of "
-            f"edges {_listed(wasted)} into them could never train; add an edge from each onward, or use output "
-            '"concat"',
+            f"edges {_listed(wasted)} into them could never train; node(s) {_listed(ends)} feed no later node: add "
+            'an edge from them towards the output, or use output "concat"',
         )
 
 

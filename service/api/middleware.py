@@ -17,6 +17,7 @@ from service.api.route_table import route_path
 __all__ = ["BodyLimitMiddleware", "HeadAsGetMiddleware", "RequestFormatMiddleware", "TokenFirstMiddleware"]
 
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+_FILE_SENDS = frozenset({"http.response.pathsend", "http.response.zerocopysend"})
 
 
 class HeadAsGetMiddleware:
@@ -36,7 +37,9 @@ class HeadAsGetMiddleware:
         async def without_body(message: Message) -> None:
             await send({**message, "body": b""} if message["type"] == "http.response.body" else message)
 
-        await self.app({**scope, "method": "GET"}, receive, without_body)
+        # a file response offered the server's pathsend would send the file past the body this drops
+        extensions = {k: v for k, v in scope.get("extensions", {}).items() if k not in _FILE_SENDS}
+        await self.app({**scope, "method": "GET", "extensions": extensions}, receive, without_body)
 
 
 class BodyLimitMiddleware:

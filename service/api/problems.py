@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from nas import SpecError
 from nas.spec import json_path
 from nas.strict_json import DuplicateKeyError
-from service.api.route_table import documented_route, route_path
+from service.api.route_table import documented_route, route_path, with_head
 from service.api.schemas import SUBMISSION_TAGS
 from service.store.errors import InvalidBatch
 
@@ -220,6 +220,8 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 405 and (route := documented_route(request.app, route_path(request.scope))):
         headers["Allow"] = ", ".join(route.methods)  # the router named only the first route's method
         detail = f"{request.method} is not a method of {route.template}: it allows {headers['Allow']}"
+    elif exc.status_code == 405 and "Allow" in headers:  # a route out of the document (/docs)
+        headers["Allow"] = ", ".join(with_head(tuple(m.strip() for m in headers["Allow"].split(","))))
     return problem_response(request, exc.status_code, detail, kind=kind, headers=headers)
 
 

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DocumentedRoute", "documented_route", "route_path"]
+__all__ = ["DocumentedRoute", "documented_route", "route_path", "with_head"]
 
 _OPERATIONS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
@@ -48,7 +48,7 @@ def _documented_routes(app: Any) -> list[DocumentedRoute]:
     routes = [
         DocumentedRoute(
             template=template,
-            methods=_with_head(tuple(m.upper() for m in operations if m in _OPERATIONS)),
+            methods=with_head(tuple(m.upper() for m in operations if m in _OPERATIONS)),
             pattern=re.compile("/".join(map(_segment_pattern, template.split("/")))),
         )
         for template, operations in paths.items()
@@ -58,7 +58,7 @@ def _documented_routes(app: Any) -> list[DocumentedRoute]:
     return routes
 
 
-def _with_head(methods: tuple[str, ...]) -> tuple[str, ...]:
+def with_head(methods: tuple[str, ...]) -> tuple[str, ...]:
     """HEAD after GET: the app answers it wherever it answers GET (``HeadAsGetMiddleware``), though
     the document, as FastAPI writes it, names only the GET."""
     if "GET" not in methods or "HEAD" in methods:

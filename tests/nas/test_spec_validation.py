@@ -620,6 +620,7 @@ def test_a_cell_node_that_only_feeds_a_dead_node_is_refused_for_its_weights() ->
     (issue,) = error.value.issues
     assert issue.path == "blocks[0].layers[0] (cell).edges"
     assert "node(s) [1] lead to no path" in issue.message and "edges [0]" in issue.message, issue
+    assert "node(s) [2] feed no later node" in issue.message, issue  # where the missing edge goes
 
 
 def test_a_dead_cell_node_without_weights_is_accepted() -> None:
