@@ -178,16 +178,14 @@ def _demo(args: argparse.Namespace) -> int:
     if problem:
         print(f"preflight demo: {problem}", file=sys.stderr)
         return 2
-    if args.dataset == "fashion-mnist":
-        from nas.fashion_mnist import find_dir, read_arrays
-
-        find_dir()  # before any work: a missing dataset is one line saying how to get it
-        read_arrays()  # and a damaged one (about a second), not a traceback once the service runs
+    # Read once, before any work: a missing or damaged dataset is one line saying how to get
+    # it, not a traceback once the service runs.
+    data = _load(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     if args.url:
-        results = _run_all(args, args.url, out)
+        results = _run_all(args, data, args.url, out)
     else:
         from service.embedded import EmbeddedService
 
@@ -197,7 +195,7 @@ def _demo(args: argparse.Namespace) -> int:
             print(f"starting the embedded service (SQLite in {folder}, worker device {args.device}) ...")
             with EmbeddedService(url, device=args.device, poll_seconds=0.05) as service:
                 print(f"service at {service.url}")
-                results = _run_all(args, service.url, out)
+                results = _run_all(args, data, service.url, out)
     print()
     print(_table(results))
     print()
@@ -270,7 +268,7 @@ def search_space(n_classes: int = 10, dataset: str = "digits") -> Any:
     return space
 
 
-def _run_all(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
+def _run_all(args: argparse.Namespace, data: Any, url: str, out: Path) -> dict[str, Any]:
     import optuna
     import torch
 
@@ -280,7 +278,6 @@ def _run_all(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
     # worker beats two threads contending (OpenMP spin-waits) on a 2-core machine.
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    data = _load(args)
     options: dict[str, Any] = {"seed": args.seed}
     if args.steps is not None:
         options["steps"] = args.steps

@@ -114,12 +114,20 @@ def test_make_demo_runs_the_demo_on_fashion_mnist_where_it_is_installed() -> Non
 
 
 @pytest.mark.slow
-def test_the_fashion_mnist_demo_searches_cnns_on_its_images(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], fashion_mnist_dir: Path
+def test_the_fashion_mnist_demo_searches_cnns_on_its_images_read_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fashion_mnist_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The four IDX files (about 30 MB unpacked) are read once: the check for a damaged file
+    before any work is the load the searches use."""
+    import nas.fashion_mnist
+
+    read: list[str] = []
+    real_read_idx = nas.fashion_mnist.read_idx
+    monkeypatch.setattr(nas.fashion_mnist, "read_idx", lambda path: read.append(path.name) or real_read_idx(path))
     out = tmp_path / "demo"
     argv = ["demo", "--dataset", "fashion-mnist", "--trials", "2", "--epochs", "1", "--steps", "2", "--out", str(out)]
     assert main([*argv, "--no-progress", "--no-plots"]) == 0
+    assert len(read) == 4 and len(set(read)) == 4
     assert "What happened:" in capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     assert results["args"]["dataset"] == "fashion-mnist"
