@@ -108,6 +108,7 @@ def _route_template(scope: Scope) -> str:
     routing (a 401 before the body is read, a 413, a 415), the documented route its path names;
     "unmatched" when none does (never the raw path: one label per path would grow without bound)."""
     if (route := scope.get("route")) is not None:
-        return str(getattr(route, "path", "unmatched"))
+        # the template as documented ("{study}"), not as routed ("{study:study}"): one label a route
+        return str(getattr(route, "path_format", None) or getattr(route, "path", "unmatched"))
     documented = documented_route(scope.get("app"), route_path(scope))
     return documented.template if documented is not None else "unmatched"

@@ -70,4 +70,4 @@ def with_head(methods: tuple[str, ...]) -> tuple[str, ...]:
 def _segment_pattern(segment: str) -> str:
     if not (segment.startswith("{") and segment.endswith("}")):
         return re.escape(segment)
-    return ".+" if segment == "{study}" else "[^/]+"  # a study's name may hold "/" (routes/studies.py)
+    return r"[\s\S]+" if segment == "{study}" else "[^/]+"  # a study's name may hold "/" and "\n" (routes/studies.py)

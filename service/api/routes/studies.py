@@ -9,6 +9,7 @@ import math
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from nas.spec import quote_short, storable_text
 from service.api.deps import AuthDep, CallerDep, SessionDep
@@ -24,6 +25,17 @@ router = APIRouter(prefix="/v1/studies", tags=["studies"], dependencies=[AuthDep
 DEFAULT_QUANTILES = [0.1, 0.25, 0.5, 0.75, 0.9]
 
 
+class _StudyNameConvertor(PathConvertor):
+    """Any study name Optuna takes: "/" (the router decodes %2F before matching, as ``path``
+    does) and line breaks, which ``path``'s ``.*`` does not match: a study named "a\nb" was
+    stored but its summary was a 404."""
+
+    regex = r"[\s\S]+"
+
+
+register_url_convertor("study", _StudyNameConvertor())
+
+
 def quantile(ordered: list[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default); ``ordered`` is sorted,
     non-empty and finite."""
@@ -34,7 +46,7 @@ def quantile(ordered: list[float], q: float) -> float:
 
 
 @router.get(
-    "/{study:path}/summary",  # a name may hold "/" (Optuna's may): the router decodes %2F before matching
+    "/{study:study}/summary",
     summary="Counts by status and verdict, score quantiles",
     responses={404: {"model": Problem, "description": "the caller's token submitted nothing in this study"}},
 )

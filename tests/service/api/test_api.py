@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -579,6 +580,20 @@ def test_a_study_named_as_long_as_optuna_allows_is_stored_and_summarised(api: ht
     assert api.get(f"/v1/studies/{study}/summary").json()["total"] == 1
     listed = api.get("/v1/candidates", params={"study": study}).json()
     assert [item["id"] for item in listed["candidates"]] == [created.json()["id"]]
+
+
+def test_a_study_named_with_a_line_break_is_summarised_under_one_metrics_label(api: httpx.Client) -> None:
+    """Optuna takes any string as a study's name: one with a newline was stored, but the route's
+    ``path`` pattern (``.*``) does not match a newline, so its summary was a 404; and the study
+    route was counted under two labels, "{study}" and "{study:path}"."""
+    for study in ("a\nb", "x/\r\ny"):
+        created = api.post("/v1/candidates", json={"spec": spec(), "options": {"study": study}})
+        assert created.status_code == 202, created.text
+        summary = api.get(f"/v1/studies/{quote(study, safe='')}/summary")
+        assert summary.status_code == 200 and summary.json()["total"] == 1, summary.text
+    api.get("/v1/studies/nobody%0A/summary")  # a 200 with zero counts, under the same label
+    labels = set(re.findall(r'route="(/v1/studies[^"]*)"', api.get("/metrics").text))
+    assert labels == {"/v1/studies/{study}/summary"}
 
 
 def test_schema_health_readiness_and_metrics(api: httpx.Client) -> None:
