@@ -79,7 +79,7 @@ def canonical_json(spec: ArchitectureSpec) -> str:
     """Compact, key-sorted JSON of :func:`canonical_dict`."""
     if not isinstance(spec, ArchitectureSpec):  # a dict has no .blocks: say what to pass instead
         raise TypeError(f"expected a parsed spec, got a {type(spec).__name__}: pass nas.parse_spec(spec)")
-    return json.dumps(canonical_dict(spec), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return json.dumps(_signless_zeros(canonical_dict(spec)), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def spec_hash(spec: ArchitectureSpec) -> str:
@@ -161,5 +161,17 @@ def cache_key(spec_hash: str, options: Mapping[str, Any], engine: str) -> str:
     tuning options (every default filled in, ``NOT_IN_KEY`` left out) and the engine's revision
     (``service.revision.engine_revision``): the same network tuned with other options, or by
     another engine, is another job."""
-    canonical = json.dumps(options, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    canonical = json.dumps(_signless_zeros(options), sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(f"{spec_hash}\n{canonical}\n{engine}".encode()).hexdigest()
+
+
+def _signless_zeros(value: Any) -> Any:
+    """``value`` with every -0.0 written as 0.0: a factor, a rate or a threshold of -0.0 means
+    what 0 means, and JSON wrote it "-0.0", another hash and another job."""
+    if isinstance(value, float) and value == 0.0:
+        return 0.0
+    if isinstance(value, Mapping):
+        return {key: _signless_zeros(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_signless_zeros(item) for item in value]
+    return value

@@ -249,3 +249,23 @@ def test_same_padding_and_its_integer_equal_hash_the_same() -> None:
 
     assert spec_hash(parse_spec(conv("same"))) == spec_hash(parse_spec(conv(1)))
     assert spec_hash(parse_spec(conv("same"))) != spec_hash(parse_spec(conv(0)))
+
+
+@pytest.mark.parametrize(
+    ("layer_type", "field"),
+    [("scale", "factor"), ("dropout", "p"), ("leaky_relu", "slope")],
+)
+def test_minus_zero_hashes_and_keys_as_zero(layer_type: str, field: str) -> None:
+    """-0.0 means what 0 means, but JSON wrote it "-0.0": another hash, another cache key, a
+    second job for the same network and options."""
+    from nas.canonical import cache_key
+
+    def spec(value: float) -> dict[str, Any]:
+        layers = [{"type": "linear", "out": 4}, {"type": layer_type, field: value}]
+        return {"input_shape": [8], "blocks": [{"layers": layers}]}
+
+    assert spec_hash(parse_spec(spec(-0.0))) == spec_hash(parse_spec(spec(0)))
+    assert cache_key("h", {"kernel_lambda": -0.0, "thresholds": {"score": -0.0}}, "e") == cache_key(
+        "h", {"kernel_lambda": 0.0, "thresholds": {"score": 0.0}}, "e"
+    )
+    assert cache_key("h", {"kernel_lambda": 1e-9}, "e") != cache_key("h", {"kernel_lambda": 0.0}, "e")

@@ -63,7 +63,7 @@ def study_summary(
         storable_text(study)
     except ValueError as error:
         raise ProblemError.at("path.study", f"study name {error}") from None
-    quantiles = q if q else DEFAULT_QUANTILES
+    quantiles = [value + 0.0 for value in q] if q else DEFAULT_QUANTILES  # -0.0 + 0.0 is 0.0: one key "0.0"
     for i, value in enumerate(quantiles):
         if not 0.0 <= value <= 1.0 or math.isnan(value):
             raise ProblemError.at(f"query.q[{i}]", f"quantile {value} is outside [0, 1]")

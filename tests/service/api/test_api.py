@@ -569,6 +569,8 @@ def test_study_summary_counts_and_quantiles(
     assert summary["scores"]["quantiles"] == {"0.5": 2.5, "0.25": 1.75} and summary["scores"]["mean"] == 2.5
     assert api.get("/v1/studies/nobody/summary").json()["total"] == 0
     assert_problem(api.get("/v1/studies/q/summary", params={"q": 1.5}), 422)
+    signed = api.get("/v1/studies/q/summary", params=[("q", "-0"), ("q", "0")]).json()
+    assert signed["scores"]["quantiles"] == {"0.0": 1.0}  # -0 is the quantile 0, not a key "-0.0" beside it
 
 
 def test_a_study_named_as_long_as_optuna_allows_is_stored_and_summarised(api: httpx.Client) -> None:
