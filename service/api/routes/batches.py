@@ -16,13 +16,16 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.api.deps import AuthDep, CallerDep, EngineDep, SessionsDep
 from service.api.json_body import StrictJSONRoute
 from service.api.problems import NOT_JSON, Problem, ProblemError
+from service.api.strict_query import StrictQueryDep
 from service.store import data_batches
 from service.store.db import read_connection, session_scope
 from service.store.owners import Caller
 
 __all__ = ["DataBatchPublic", "router"]
 
-router = APIRouter(route_class=StrictJSONRoute, prefix="/v1/batches", tags=["batches"], dependencies=[AuthDep])
+router = APIRouter(
+    route_class=StrictJSONRoute, prefix="/v1/batches", tags=["batches"], dependencies=[AuthDep, StrictQueryDep]
+)
 
 
 class DataBatchPublic(BaseModel):

@@ -43,6 +43,7 @@ from service.api.schemas import (
     CandidatePublic,
     CandidateSubmission,
 )
+from service.api.strict_query import StrictQueryDep
 from service.api.tuning import DATA, canonical_tuning_options
 from service.store import data_batches, jobs, reports
 from service.store.db import read_connection, session_scope
@@ -55,7 +56,7 @@ router = APIRouter(
     route_class=StrictJSONRoute,  # a body naming a key twice is refused, not read last-wins
     prefix="/v1/candidates",
     tags=["candidates"],
-    dependencies=[AuthDep],
+    dependencies=[AuthDep, StrictQueryDep],
     responses={
         401: {"model": Problem, "description": "missing or invalid bearer token"},
         413: {"model": Problem, "description": "request body too large"},

@@ -15,12 +15,13 @@ from nas.spec import quote_short, storable_text
 from service.api.deps import AuthDep, CallerDep, SessionDep
 from service.api.problems import Problem, ProblemError
 from service.api.schemas import ScoreSummary, StudySummary
+from service.api.strict_query import StrictQueryDep
 from service.store.models import STUDY_NAME_LENGTH, Status
 from service.store.reports import study_figures
 
 __all__ = ["quantile", "router"]
 
-router = APIRouter(prefix="/v1/studies", tags=["studies"], dependencies=[AuthDep])
+router = APIRouter(prefix="/v1/studies", tags=["studies"], dependencies=[AuthDep, StrictQueryDep])
 
 DEFAULT_QUANTILES = [0.1, 0.25, 0.5, 0.75, 0.9]
 

@@ -598,6 +598,37 @@ def test_a_study_named_with_a_line_break_is_summarised_under_one_metrics_label(a
     assert labels == {"/v1/studies/{study}/summary"}
 
 
+@pytest.mark.parametrize(
+    ("query", "path", "message"),
+    [
+        ("/v1/candidates?study=s1&study=s2", "query.study", "given 2 times; give it once"),
+        ("/v1/candidates?limit=1&limit=2", "query.limit", "given 2 times"),
+        ("/v1/candidates?studdy=s1", "query.studdy", "unknown parameter (this route takes: cursor, include_report,"),
+        ("/v1/candidates?limit=5_0", "query.limit", "'5_0' is not a decimal integer"),
+        ("/v1/candidates?limit=%2B5", "query.limit", "'+5' is not a decimal integer"),
+        ("/v1/candidates?limit=%205", "query.limit", "' 5' is not a decimal integer"),
+        ("/v1/studies/s1/summary?q=0.5&q=1_0e-1", "query.q[1]", "'1_0e-1' is not a decimal number"),
+        ("/v1/studies/s1/summary?quantile=0.5", "query.quantile", "unknown parameter (this route takes: q)"),
+        ("/v1/batches/ab?x=1", "query.x", "unknown parameter (this route takes: none)"),
+    ],
+)
+def test_a_query_parameter_given_twice_unknown_or_loosely_written_is_refused_where_it_is(
+    api: httpx.Client, query: str, path: str, message: str
+) -> None:
+    """FastAPI kept the last of a repeated parameter (?study=s1&study=s2 listed s2's candidates)
+    and ignored an unknown one (?studdy=s1 listed every study's), and pydantic read 5_0 as 50."""
+    problem = assert_problem(api.get(query), 422)
+    assert problem["errors"][0]["path"] == path and problem["errors"][0]["message"].startswith(message), problem
+
+
+def test_query_parameters_as_the_routes_take_them_are_read(api: httpx.Client) -> None:
+    api.post("/v1/candidates", json={"spec": spec(), "options": {"study": "s1"}})
+    listed = api.get("/v1/candidates?study=s1&limit=1").json()
+    assert len(listed["candidates"]) == 1
+    assert api.get("/v1/studies/s1/summary?q=.5&q=1e-1&q=0.25").status_code == 200
+    assert api.get("/v1/candidates?limit=2&status=queued&include_report=true").status_code == 200
+
+
 def test_schema_health_readiness_and_metrics(api: httpx.Client) -> None:
     assert api.get("/v1/schema").json()["$id"].endswith("architecture-spec-v1.1.json")
     assert api.get("/healthz").json() == {"status": "ok"}
