@@ -68,10 +68,24 @@ def _sentences(
         std = math.exp(0.5 * tuned.after.log_k[-1].item())
         return [f"output std is {std:.3g} after tuning; target {opts.head_std:g}"]
     if name == "non_finite":
-        return ["non-finite values in the forward pass or the diagnostics"]
+        return [_non_finite_reason(tuned)]
     if name == "probe_loss":
         return [probe_reason(probe, opts)]
     return [diag.describe(name, comps[name])]
+
+
+def _non_finite_reason(tuned: AutoInitResult) -> str:
+    """A network whose output is exactly zero has an infinite log output ratio, a hard failure
+    like a NaN, but the cause to tell is where the signal died: a zero op (NAS-Bench-201's
+    ``none``), a scale of 0, a residual with alpha and beta 0, or weights that underflow."""
+    k = tuned.after.k.tolist()  # the second moment of the input, then of each block's output
+    if all(math.isfinite(v) for v in k) and k[-1] == 0.0:
+        block = next(i for i, v in enumerate(k) if v == 0.0) - 1
+        return (
+            f"the network's output is zero for every input, from the output of blocks[{block}] on (a zero op, a "
+            "scale of 0, a residual with alpha and beta 0, or weights that underflow to 0): nothing before it trains"
+        )
+    return "non-finite values in the forward pass or the diagnostics"
 
 
 def probe_reason(probe: ProbeResult, opts: ConditionOptions) -> str:

@@ -3,6 +3,10 @@ engine did (rather than found) apart, in ``notes``."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from nas.testing import well_conditioned_mlp
 from worker.engine import condition
 
@@ -30,3 +34,53 @@ def test_housekeeping_goes_to_the_notes_not_the_reasons() -> None:
     )
     assert any("Hessian figures" in note for note in report.notes)
     assert not any("Hessian figures" in reason for reason in report.reasons)
+
+
+def _two_blocks(middle: dict[str, object], *, spec_format: str = "1.0") -> dict[str, object]:
+    return {
+        "format": spec_format,
+        "input_shape": [3, 6, 6],
+        "blocks": [
+            {"layers": [{"type": "conv2d", "out": 4, "kernel": 3, "padding": 1}, {"type": "relu"}]},
+            {"layers": [middle]},
+            {"layers": [{"type": "flatten"}, {"type": "linear", "out": 3}]},
+        ],
+    }
+
+
+ZERO_CELL = {
+    "type": "cell",
+    "nodes": 3,
+    "edges": [{"from": a, "to": b, "op": [{"type": "zero"}]} for a, b in ((0, 1), (0, 2), (1, 2))],
+}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        _two_blocks(ZERO_CELL, spec_format="1.1"),
+        _two_blocks({"type": "scale", "factor": 0}),
+        _two_blocks({"type": "residual", "alpha": 0, "beta": 0, "body": [{"type": "relu"}]}),
+    ],
+    ids=["nas-bench-201-none-cell", "scale-of-zero", "residual-alpha-beta-zero"],
+)
+def test_a_network_whose_output_is_zero_is_pruned_for_that_not_for_non_finite_values(spec: dict[str, object]) -> None:
+    """NAS-Bench-201's dead cells (every path through a `none` op) were pruned with "non-finite values
+    in the forward pass": the zero output's log ratio is infinite, but nothing was non-finite."""
+    report = condition(spec, options={"diagnostics": False})
+    assert report.verdict == "prune"
+    assert report.reasons[0].startswith("the network's output is zero for every input, from the output of blocks[1] on")
+    assert not any("non-finite" in reason for reason in report.reasons)
+
+
+def test_a_forward_pass_that_overflowed_is_still_called_non_finite() -> None:
+    from types import SimpleNamespace
+
+    import torch
+
+    from worker.engine.reasons import _non_finite_reason
+
+    overflowed = SimpleNamespace(after=SimpleNamespace(k=torch.tensor([1.0, 4.0, math.inf, math.nan])))
+    assert _non_finite_reason(overflowed) == "non-finite values in the forward pass or the diagnostics"
+    zero = SimpleNamespace(after=SimpleNamespace(k=torch.tensor([1.0, 4.0, 0.0, 0.0])))
+    assert "from the output of blocks[1] on" in _non_finite_reason(zero)
