@@ -12,7 +12,7 @@ import math
 
 from nas.report import ConditioningReport
 
-__all__ = ["MIN_INFEASIBLE", "conditioning_margin", "keeps", "keeps_figures", "report_threshold"]
+__all__ = ["MIN_INFEASIBLE", "conditioning_margin", "decision_margin", "keeps", "keeps_figures", "report_threshold"]
 
 # The smallest constraint value of a candidate pruned by the engine's verdict (> 0: infeasible).
 MIN_INFEASIBLE = 1e-3
@@ -60,3 +60,16 @@ def conditioning_margin(report: ConditioningReport, threshold: float | None = No
         return 0.0 if keep else 1.0 + max(0.0, -score)
     margin = stated - score
     return min(margin, 0.0) if keep else max(margin, MIN_INFEASIBLE)
+
+
+def decision_margin(prune: bool, score: float | None, cut: float | None) -> float:
+    """The constraint value of a decision taken on the recorded figures (the pruner's): ``cut -
+    score`` where a cut decided (a threshold, a percentile's), else what the verdict says (0 kept,
+    ``1 + max(0, -score)`` pruned, as :func:`conditioning_margin` without a stated threshold); a
+    missing or NaN score is ``+inf``. Always on the side of the decision, so that a trial the
+    rule trained is feasible."""
+    if score is None or math.isnan(score):
+        return math.inf
+    if cut is None:
+        return 1.0 + max(0.0, -score) if prune else 0.0
+    return max(cut - score, MIN_INFEASIBLE) if prune else min(cut - score, 0.0)

@@ -260,15 +260,15 @@ class ConditioningGate:
             trial.set_user_attr(ATTR_VERDICT, f"failed:{self.on_failure}")
             trial.set_user_attr(ATTR_REASONS, [not_conditioned(candidate)])
             if self.constraint:  # every trial the same constraints: GPSampler refuses a study otherwise
-                self._set_margin(trial, 0.0 if self.on_failure == "keep" else 1.0)
+                self._set_margin(trial, 1.0 if self.prune and self.on_failure == "prune" else 0.0)
             return self.on_failure == "keep"
         report = candidate.report
         trial.set_user_attr(ATTR_SCORE, report.score)
         trial.set_user_attr(ATTR_VERDICT, report.verdict)
         trial.set_user_attr(ATTR_REASONS, report.reasons[:10])
         trial.set_user_attr(ATTR_FEATURES, ranking_features(report, _parameters(spec)))
-        if self.constraint:
-            self._set_margin(trial, conditioning_margin(report, self.threshold))
+        if self.constraint:  # recording only, the gate decides nothing: the pruner's rule sets the margin
+            self._set_margin(trial, conditioning_margin(report, self.threshold) if self.prune else 0.0)
         return keeps(report, self.threshold)
 
     def prescreen(
@@ -419,9 +419,14 @@ class ConditioningGate:
         set_constraint = getattr(trial, "set_constraint", None)
         if set_constraint is None:  # Optuna < 5: the user attributes carry the score
             return
-        if CONSTRAINT_KEY in trial.constraints:
-            return  # Optuna keeps the first value and warns on a second
-        set_constraint(CONSTRAINT_KEY, margin)
+        if CONSTRAINT_KEY not in trial.constraints:
+            set_constraint(CONSTRAINT_KEY, margin)
+            return
+        # Optuna keeps the first value and warns on a second; the one there is a failed trial's, copied
+        # into its retry (RetryFailedTrialCallback), or an earlier check's of this trial: this report's wins
+        storage = getattr(trial, "storage", None)
+        if storage is not None:
+            storage.set_trial_system_attr(trial._trial_id, f"constraints:{CONSTRAINT_KEY}", margin)
 
     def _prune_message(self, candidate: Candidate) -> str:
         if candidate.report is None:

@@ -11,13 +11,14 @@ import optuna
 from optuna.pruners import BasePruner
 
 from nas._numbers import is_integral, is_real
-from nas.decision import keeps_figures
+from nas.decision import decision_margin, keeps_figures
 from nas.errors import WaitTimeout
 from nas.gate import (
     ATTR_CANDIDATE_ID,
     ATTR_REASONS,
     ATTR_SCORE,
     ATTR_VERDICT,
+    CONSTRAINT_KEY,
     OnFailure,
     earlier_scores,
     not_conditioned,
@@ -30,8 +31,23 @@ if TYPE_CHECKING:
 __all__ = ["ConditioningPruner"]
 
 # the trial's decision, kept in the storage as SuccessiveHalvingPruner keeps its rungs: taken once per
-# trial, and never confused with another study's trial of the same name and number
+# trial, and never confused with another study's trial of the same name and number. Stored with the
+# trial's number: a retry (Optuna's RetryFailedTrialCallback, RetryHeartbeatStaleTrialCallback) copies
+# the failed trial's system attributes, and its own report must decide it afresh.
 _DECIDED = "preflight_pruned_by_conditioning"
+# where Optuna keeps a constraint set with trial.set_constraint(CONSTRAINT_KEY, value)
+_CONSTRAINT = f"constraints:{CONSTRAINT_KEY}"
+
+
+def _own_decision(trial: optuna.trial.FrozenTrial) -> bool | None:
+    """The decision this trial took at its first check; None before it, or when the one stored is a
+    failed trial's, copied into its retry."""
+    stored = trial.system_attrs.get(_DECIDED)
+    if isinstance(stored, bool):  # as earlier versions stored it: taken as the trial's own
+        return stored
+    if isinstance(stored, list) and len(stored) == 2 and stored[0] == trial.number:
+        return bool(stored[1])
+    return None
 
 
 class ConditioningPruner(BasePruner):
@@ -137,21 +153,25 @@ class ConditioningPruner(BasePruner):
         self._timeout: float | None = timeout
 
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
-        decided = trial.system_attrs.get(_DECIDED)
+        decided = _own_decision(trial)
         if decided is None:
-            decided = self._prunes_by_conditioning(study, trial)
-            study._storage.set_trial_system_attr(trial._trial_id, _DECIDED, decided)
+            decided, margin = self._prunes_by_conditioning(study, trial)
+            storage = study._storage
+            storage.set_trial_system_attr(trial._trial_id, _DECIDED, [trial.number, decided])
+            if _CONSTRAINT in trial.system_attrs:  # the gate recorded one: the rule that decided sets it
+                storage.set_trial_system_attr(trial._trial_id, _CONSTRAINT, margin)
         if decided:
             return True
         if self._wrapped is None:
             return False
         return self._wrapped.prune(study, trial)
 
-    def _prunes_by_conditioning(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+    def _prunes_by_conditioning(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> tuple[bool, float]:
+        """Whether conditioning prunes the trial, and the decision's margin as a constraint value."""
         attrs = trial.user_attrs
         if ATTR_VERDICT not in attrs and ATTR_SCORE not in attrs:
             if ATTR_CANDIDATE_ID not in attrs:
-                return False  # not gated: nothing to judge by conditioning
+                return False, 0.0  # not gated: nothing to judge by conditioning
             if self._client is None:  # every submitted trial would be kept without a word
                 raise ValueError(
                     f"trial {trial.number} was only submitted (ConditioningGate.submit), so its report must be waited "
@@ -169,7 +189,7 @@ class ConditioningPruner(BasePruner):
                     candidate.require_report()  # raises CandidateFailed with the reason
                 study._storage.set_trial_user_attr(trial._trial_id, ATTR_VERDICT, f"failed:{self._on_failure}")
                 study._storage.set_trial_user_attr(trial._trial_id, ATTR_REASONS, [not_conditioned(candidate)])
-                return self._on_failure == "prune"
+                return (True, 1.0) if self._on_failure == "prune" else (False, 0.0)  # as the gate's margins
             verdict: str | None = report.verdict
             score = float_or_nan(report.score)
             for key, value in ((ATTR_SCORE, None if math.isnan(score) else score), (ATTR_VERDICT, verdict)):
@@ -177,10 +197,15 @@ class ConditioningPruner(BasePruner):
         else:
             verdict, score = attrs.get(ATTR_VERDICT), float_or_nan(attrs.get(ATTR_SCORE))
         if verdict == "failed:keep":
-            return False  # the gate chose to train candidates it could not condition
-        if self._percentile is None or math.isnan(score) or score == -math.inf:
-            return not keeps_figures(score, verdict, self._threshold)
-        others = earlier_scores(study.get_trials(deepcopy=False), exclude_number=trial.number)
-        if len(others) < max(1, self._n_startup_trials):
-            return not keeps_figures(score, verdict)
-        return score < float(np.percentile(np.asarray(others, dtype=np.float64), 100.0 - self._percentile))
+            return False, 0.0  # the gate chose to train candidates it could not condition
+        if isinstance(verdict, str) and verdict.startswith("failed:"):
+            return True, 1.0
+        cut = self._threshold
+        if self._percentile is not None and not (math.isnan(score) or score == -math.inf):
+            others = earlier_scores(study.get_trials(deepcopy=False), exclude_number=trial.number)
+            if len(others) >= max(1, self._n_startup_trials):
+                cut = float(np.percentile(np.asarray(others, dtype=np.float64), 100.0 - self._percentile))
+            else:
+                cut = None  # the verdict decides until the percentile has its startup trials
+        prunes = not keeps_figures(score, verdict, cut)
+        return prunes, decision_margin(prunes, None if math.isnan(score) else score, cut)

@@ -312,3 +312,77 @@ def test_a_submitted_trial_not_conditioned_raises_when_asked_to(answer: dict[str
     trial.set_user_attr(ATTR_CANDIDATE_ID, "c1")
     with pytest.raises(CandidateFailed if answer["status"] == "failed" else WaitTimeout):
         trial.should_prune()
+
+
+def _gate_answering(verdict: str, score: float, **gate: Any) -> Any:
+    """A recording gate whose service answers every spec with one done candidate of this report."""
+    from nas.gate import ConditioningGate
+    from nas.testing import sample_report
+
+    report = sample_report(score=score, verdict=verdict, prune_below=-0.5).model_dump(mode="json")
+    client = _answering({"id": "c1", "status": "done", "score": score, "verdict": verdict, "report": report})
+    return ConditioningGate(client, prune=False, **gate)
+
+
+def _record_then_train(gate: Any) -> Any:
+    from nas.testing import well_conditioned_mlp
+
+    def objective(trial: optuna.Trial) -> float:
+        trial.suggest_int("x", 0, 3)
+        gate.check(trial, well_conditioned_mlp())
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+        return 0.5 + trial.number
+
+    return objective
+
+
+def test_a_trial_the_pruner_trains_is_feasible_whatever_the_verdict_and_one_it_prunes_is_not() -> None:
+    """Recording only (prune=False), the gate set the constraint from the engine's verdict, so a
+    trial the pruner's own rule trained was infeasible: study.best_trial raised "No feasible trials"
+    and constraint-aware samplers read the trained trials as failures."""
+    from nas.gate import CONSTRAINT_KEY
+
+    kept = optuna.create_study(direction="maximize", pruner=ConditioningPruner(threshold=-1e9))
+    kept.optimize(_record_then_train(_gate_answering("prune", -3.0)), n_trials=2)
+    assert kept.best_trial.number == 1
+    assert [t.constraints[CONSTRAINT_KEY] for t in kept.trials] == [-1e9 + 3.0] * 2  # the threshold rule's margin
+    pruned = optuna.create_study(direction="maximize", pruner=ConditioningPruner(threshold=1.0))
+    pruned.optimize(_record_then_train(_gate_answering("keep", -0.25)), n_trials=1)
+    assert pruned.trials[0].state == PRUNED_STATE and pruned.trials[0].constraints[CONSTRAINT_KEY] == 1.25
+
+
+def test_a_record_only_gate_marks_no_trial_infeasible_under_another_pruner() -> None:
+    from nas.gate import CONSTRAINT_KEY
+
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.MedianPruner())
+    study.optimize(_record_then_train(_gate_answering("prune", -3.0)), n_trials=2)
+    assert study.best_trial.number == 1 and all(t.constraints[CONSTRAINT_KEY] == 0.0 for t in study.trials)
+
+
+def test_a_retried_trial_is_decided_by_its_own_report_not_the_failed_trials_copied_decision(tmp_path: Path) -> None:
+    """Optuna's retry callbacks copy a failed trial's system attributes into its retry: the copied
+    decision (kept, when the first try could not be conditioned in time) and constraint (0) stood,
+    and a retry whose report said prune was trained."""
+    from nas.gate import CONSTRAINT_KEY
+    from nas.pruners._conditioning import _CONSTRAINT, _DECIDED
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'r.db'}", direction="maximize")
+    study.pruner = ConditioningPruner()
+    failed = study.ask()
+    failed.set_user_attr(ATTR_VERDICT, "failed:keep")
+    failed.set_constraint(CONSTRAINT_KEY, 0.0)
+    assert failed.should_prune() is False
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    copied = study.trials[0].system_attrs  # as RetryFailedTrialCallback enqueues the retry
+    study.enqueue_trial({}, user_attrs={}, skip_if_exists=False)
+    retry = study.ask()
+    for key in (_DECIDED, _CONSTRAINT):
+        study._storage.set_trial_system_attr(retry._trial_id, key, copied[key])
+    study._storage.set_trial_system_attr(retry._trial_id, "failed_trial", 0)
+    gate = _gate_answering("prune", -3.0)
+    gate.prune = True
+    with pytest.raises(optuna.TrialPruned):
+        gate.check(retry, {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 2}]}]})
+    assert study.trials[1].constraints[CONSTRAINT_KEY] == 2.5  # this report's margin: -0.5 - (-3.0)
+    assert retry.should_prune() is True
