@@ -36,6 +36,7 @@ the score alone: leave it off there (docs/conditioning.md, section 10).
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 import re
@@ -54,6 +55,7 @@ from nas.decision import conditioning_margin, keeps, report_threshold
 from nas.errors import CandidateFailed, SpecRejectedError, WaitTimeout
 from nas.ranking import RankDecision, rank_among_trained, ranking_features
 from nas.report import ConditioningReport, float_or_nan
+from nas.spec import STUDY_NAME_LENGTH, storable_text
 from nas.summary import summarize
 
 __all__ = [
@@ -72,6 +74,7 @@ __all__ = [
     "conditioning_margin",
     "earlier_scores",
     "report_threshold",
+    "service_study_name",
 ]
 
 ATTR_CANDIDATE_ID = "preflight_candidate_id"
@@ -208,10 +211,11 @@ class ConditioningGate:
         self._below_streak: dict[str, tuple[int, int]] = {}
 
     def job_options(self, study_name: str | None, trial_number: int | None = None) -> dict[str, Any]:
-        """The options sent with a spec: the gate's, with the study and trial filled in."""
+        """The options sent with a spec: the gate's, with the study (as :func:`service_study_name`
+        writes it) and the trial filled in."""
         out = dict(self.options)
         if study_name is not None:
-            out.setdefault("study", study_name)
+            out.setdefault("study", service_study_name(study_name))
         if trial_number is not None:
             out.setdefault("trial", trial_number)
         return out
@@ -436,6 +440,23 @@ class ConditioningGate:
             f"pruned before training by conditioning: candidate {candidate.id}, "
             f"score {candidate.score}, verdict {candidate.verdict}" + (f" ({reasons})" if reasons else "")
         )
+
+
+def service_study_name(name: str) -> str:
+    """An Optuna study's name as the service stores it: the name itself when the service can store
+    it, else its storable part (at most 480 characters, NUL dropped, a lone surrogate as "?") and
+    "~" and 16 hex digits of its SHA-256, one label for one study. Optuna's in-memory, journal and
+    SQLite storages take an empty name, a longer one than the service's 512 characters (Optuna's
+    own RDB limit, which SQLite does not enforce) or one holding NUL, and a gate on such a study
+    failed every trial with the service's 422."""
+    try:
+        if 0 < len(name) <= STUDY_NAME_LENGTH and storable_text(name):
+            return name
+    except ValueError:  # NUL or a lone surrogate
+        pass
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    readable = name.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")[:480]
+    return f"{readable}~{digest}"
 
 
 def _study_name(trial: optuna.Trial) -> str | None:

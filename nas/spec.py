@@ -73,6 +73,10 @@ def storable_text(value: str) -> str:
 
 
 Name = Annotated[str, AfterValidator(storable_text)]
+# The longest study name a job's options take: Optuna's own limit (its RDB storage's study_name column),
+# so that a gate or pruner may name any study Optuna's RDB storage accepts (nas.gate.service_study_name
+# writes the others, which its other storages take, as a storable label)
+STUDY_NAME_LENGTH = 512
 # Bounds that keep every accepted spec buildable: PyTorch's kernels take sizes, strides and paddings
 # as 32-bit integers (a stride of 2**63 passed validation and broke the forward pass), and a factor
 # of the network's scale is squared on the way (a std or a residual's beta of 1e155 overflowed)
@@ -100,6 +104,7 @@ PositiveFactor = Annotated[Real, Field(gt=0, le=MAX_SPEC_MAGNITUDE, allow_inf_na
 Factor = Annotated[Real, Field(ge=-MAX_SPEC_MAGNITUDE, le=MAX_SPEC_MAGNITUDE, allow_inf_nan=False)]
 
 __all__ = [
+    "STUDY_NAME_LENGTH",
     "ActivationLayer",
     "ArchitectureSpec",
     "AttentionLayer",

@@ -37,6 +37,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from nas.spec import STUDY_NAME_LENGTH  # migration 0006; 200 before it
+
 __all__ = [
     "ApiToken",
     "Base",
@@ -55,9 +57,6 @@ __all__ = [
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 # SQLite only gives INTEGER PRIMARY KEY the rowid alias (autoincrement); PostgreSQL gets bigint.
 IdType = BigInteger().with_variant(Integer(), "sqlite")
-# Optuna's own limit (its studies.study_name column): a gate or pruner may name any study Optuna
-# accepts (migration 0006; 200 before it)
-STUDY_NAME_LENGTH = 512
 
 
 class Status(enum.StrEnum):

@@ -157,6 +157,27 @@ def test_the_gate_runs_an_objective_under_a_fixed_trial(client: PreflightClient)
     assert trial.user_attrs[ATTR_VERDICT] == "keep" and CONSTRAINT_KEY in trial.constraints
 
 
+def test_a_study_named_as_only_some_optuna_storages_allow_is_gated_under_a_storable_label(
+    client: PreflightClient,
+) -> None:
+    """Optuna's in-memory, journal and SQLite storages take an empty name, one over the service's
+    512 characters, one holding NUL or a lone surrogate: the gate sent it as it was, and every
+    trial failed with the service's 422 (or a UnicodeEncodeError in the client)."""
+    from nas.gate import service_study_name
+
+    names = ["", "s" * 513, "s" * 513 + "t", "a\x00b", "a\ud800b", "plain / name"]
+    labels = [service_study_name(name) for name in names]
+    assert labels[-1] == "plain / name" and len(set(labels)) == len(names)
+    assert all(len(label) <= 512 for label in labels) and labels[1].startswith("s" * 480 + "~")
+    gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
+    for name, label in zip(names, labels, strict=True):
+        study = optuna.create_study(study_name=name, direction="maximize")
+        study.enqueue_trial({"arch": "well"})
+        study.optimize(lambda trial: (gate.check(trial, arch_space(trial)), 1.0)[1], n_trials=1)
+        assert study.trials[0].state == COMPLETE
+        assert client.study_summary(label)["total"] == 1
+
+
 def test_the_gate_serves_multi_objective_studies(client: PreflightClient) -> None:
     gate = ConditioningGate(client, options=TINY_OPTIONS, timeout=300)
 
