@@ -40,6 +40,7 @@ from nas.errors import (
     BatchRejectedError,
     BatchWarning,
     CandidateFailed,
+    ClientSettingError,
     PreflightConnectionError,
     SpecRejectedError,
     UnexpectedResponseError,
@@ -324,9 +325,9 @@ def _base_url(url: str | None) -> str:
     try:
         parsed = httpx.URL(text)
     except httpx.InvalidURL as exc:
-        raise ValueError(f"{source} {text!r:.200} is not a URL ({exc}); give e.g. {DEFAULT_URL}") from None
+        raise ClientSettingError(f"{source} {text!r:.200} is not a URL ({exc}); give e.g. {DEFAULT_URL}") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ValueError(f"{source} {text!r:.200} is not an http(s) URL with a host; give e.g. {DEFAULT_URL}")
+        raise ClientSettingError(f"{source} {text!r:.200} is not an http(s) URL with a host; give e.g. {DEFAULT_URL}")
     return text
 
 
@@ -368,7 +369,7 @@ class _Core:
             raise TypeError(f"token must be a string, but got {type(token).__name__}.")
         token = token.strip() if token is not None else None  # as the service reads it (an env file's newline)
         if token and not all("!" <= c <= "~" for c in token):  # a header of other characters never reaches the service
-            raise ValueError(
+            raise ClientSettingError(
                 f"{source} holds a character no token has (tokens are printable ASCII without spaces); "
                 "copy it again from `preflight token create`."
             )

@@ -18,6 +18,7 @@ __all__ = [
     "BatchWarning",
     "CandidateFailed",
     "ClientError",
+    "ClientSettingError",
     "ConflictError",
     "NotFoundError",
     "PayloadTooLargeError",
@@ -35,6 +36,11 @@ __all__ = [
 class BatchWarning(UserWarning):
     """The service stored the data batch but says it will make the reports read wrong (its
     ``warnings``: e.g. imbalanced class labels, which flatter the trainability probe)."""
+
+
+class ClientSettingError(ValueError):
+    """The client cannot use its URL or token (given, or from PREFLIGHT_URL and
+    PREFLIGHT_API_TOKEN): a setting to correct, not a failure of the service."""
 
 
 class PreflightError(Exception):

@@ -72,22 +72,31 @@ def _one_line(error: BaseException) -> str:
 _SETTINGS = {"Settings": "PREFLIGHT_", "SpecLimits": "PREFLIGHT_SPEC_"}
 _PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 
+
+def _reason(message: str) -> str:
+    """A settings validator's message without pydantic's "Value error, " (a ValueError it raised)."""
+    return message.removeprefix("Value error, ")
+
+
 # Modules whose package on PyPI has another name (a database URL can name their drivers).
 _DISTRIBUTIONS = {"MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary", "pymysql": "PyMySQL"}
 
 
 def _failure(error: Exception) -> tuple[int, str] | None:
     """(exit status, one-line message with the fix) for the failures a user can act on."""
-    from nas.errors import AuthenticationError, PreflightConnectionError, PreflightError
+    from nas.errors import AuthenticationError, ClientSettingError, PreflightConnectionError, PreflightError
 
     if isinstance(error, AuthenticationError):
         fix = "set PREFLIGHT_API_TOKEN to a valid token (preflight token create NAME)"
         return EXIT_AUTH, f"the service refused the token ({_one_line(error)}); {fix}"
     if isinstance(error, PreflightConnectionError):
-        return EXIT_SERVICE, f"{_one_line(error)}; is `preflight serve` running at that URL (PREFLIGHT_URL)?"
+        message = _one_line(error)
+        if "is the service running at" in message:  # the client's own question, with the URL it tried
+            return EXIT_SERVICE, message
+        return EXIT_SERVICE, f"{message}; is `preflight serve` running at that URL (PREFLIGHT_URL)?"
     if isinstance(error, PreflightError):
         return EXIT_SERVICE, _one_line(error)
-    if isinstance(error, UsageError):
+    if isinstance(error, UsageError | ClientSettingError):  # a URL or token the client cannot use is a setting
         return EXIT_USAGE, _one_line(error)
     from nas.fashion_mnist import FashionMNISTMissing
 
@@ -100,7 +109,7 @@ def _failure(error: Exception) -> tuple[int, str] | None:
     if isinstance(error, ValidationError) and error.title in _SETTINGS:  # PREFLIGHT_* or the options that set them
         prefix = _SETTINGS[error.title]
         fields = "; ".join(
-            f"{prefix + '_'.join(map(str, e['loc'])).upper() if e['loc'] else '$'}: {e['msg']}"
+            f"{prefix + '_'.join(map(str, e['loc'])).upper() if e['loc'] else '$'}: {_reason(e['msg'])}"
             for e in error.errors()[:5]
         )
         return EXIT_USAGE, f"invalid settings (PREFLIGHT_* or the options that set them): {fields}"
@@ -114,8 +123,8 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError, ProgrammingError
     except ModuleNotFoundError:
         return None
-    if isinstance(error, ArgumentError):
-        return EXIT_DATABASE, f"PREFLIGHT_DATABASE_URL is not a database URL ({_one_line(error)})"
+    if isinstance(error, ArgumentError):  # a URL that is none is a setting to correct (docs/configuration.md)
+        return EXIT_USAGE, f"PREFLIGHT_DATABASE_URL is not a database URL ({_one_line(error)})"
     from service.store.migrations import MigrationsPending
 
     if isinstance(error, MigrationsPending):  # not migrated, or migrated by a newer release
@@ -134,7 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status. A failure the user can fix
     (service down, token refused, database unavailable, extra missing) is one line on stderr and
     its own exit status, not a traceback."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)  # imports torch and SQLAlchemy: seconds a Ctrl-C can land in
+    except KeyboardInterrupt:
+        return 130
     try:
         status = int(args.handler(args) or 0)
     except KeyboardInterrupt:

@@ -43,9 +43,17 @@ def _load_data(path: str) -> dict[str, Any]:
     if not file.exists():  # a pipe is no regular file, and is read
         raise UsageError(f"no such data file: {path!r}")
     try:
-        archive = np.load(io.BytesIO(file.read_bytes()))  # allow_pickle stays False; no file left open on a fault
+        content = file.read_bytes()
+    except OSError as exc:  # no permission: the file is fine, reading it is not
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        archive = np.load(io.BytesIO(content))  # allow_pickle stays False; no file left open on a fault
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # text, empty, truncated
-        raise UsageError(f"{path} is not an .npz archive numpy can read ({exc})") from None
+        # numpy reads any file that is no archive as a pickle, and its refusal advises allow_pickle: not here
+        why = "" if "pickle" in str(exc) else f" ({exc})"
+        raise UsageError(
+            f"{path} is not an .npz archive numpy can read{why}; save x (and y) with numpy.savez(path, x=x, y=y)"
+        ) from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise UsageError(f"{path} is a single array; save x (and y) with numpy.savez(path, x=x, y=y)")
     with archive:

@@ -183,6 +183,11 @@ def _demo(args: argparse.Namespace) -> int:
     data = _load(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    try:  # before the searches, not at their end: results.json and the figures go here
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as error:
+        print(f"preflight demo: cannot write to --out {out} ({error.strerror or error})", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     if args.url:
         results = _run_all(args, data, args.url, out)

@@ -118,13 +118,15 @@ def _check_database_url(url: str) -> None:
 
     try:
         parsed = make_url(url)
-    except ArgumentError:
+        backend = parsed.get_backend_name()
+        if backend in ("sqlite", "postgresql"):
+            parsed.get_dialect()  # a driver SQLAlchemy has no plugin for: "Can't load plugin" at the first connection
+    except (ArgumentError, ValueError):  # ValueError: a port that is no number (int() of "abc")
         shown = f" {url!r}" if "@" not in url else ""  # a password stays off the terminal
         raise UsageError(
             f"PREFLIGHT_DATABASE_URL{shown} is not a database URL: give sqlite:///path/to/preflight.db "
             "or postgresql+psycopg://user@host/db"
         ) from None
-    backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):  # mysql asked to install mysqlclient; http, a dialect plugin
         hint = " (PostgreSQL's URLs start postgresql+psycopg://)" if backend == "postgres" else ""
         raise UsageError(

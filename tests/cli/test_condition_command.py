@@ -151,6 +151,29 @@ def test_a_data_file_that_cannot_be_used_is_one_line_naming_why(
     assert err.startswith("preflight condition: ") and message in err and err.count("\n") == 1
 
 
+def test_a_data_file_of_text_or_one_that_cannot_be_read_is_not_advised_to_allow_pickle(
+    spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """numpy reads a file that is no archive as a pickle, and its refusal (passed on whole) advised
+    loading it "unsafely" with allow_pickle; a file without read permission was called no archive."""
+    assert main(["condition", str(spec_file), "--data", str(spec_file)]) == 2
+    err = capsys.readouterr().err
+    assert "is not an .npz archive numpy can read; save x (and y) with numpy.savez" in err
+    assert "pickle" not in err and err.count("\n") == 1
+    locked = tmp_path / "locked.npz"
+    np.savez(locked, x=np.zeros((4, 64)))
+    real_read_bytes = Path.read_bytes
+
+    def read_bytes(path: Path) -> bytes:  # root reads a chmod 000 file, so the refusal is made here
+        if path == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    assert main(["condition", str(spec_file), "--data", str(locked)]) == 2
+    assert capsys.readouterr().err == f"preflight condition: cannot read {locked}: Permission denied\n"
+
+
 def test_data_holding_nan_is_refused_by_the_engine_in_one_line_and_no_report(
     spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -201,3 +201,13 @@ def test_a_keep_that_failed_only_without_the_gate_is_not_called_a_false_keep() -
     assert "2 false keep(s)" in said and "1 kept that failed without the gate and trained" in said
     assert "  - trained with the gate: net-1, 0.000 (diverged) without it, 0.790 with it" in said
     assert "  - false keep: net-2" in said and "  - false keep: net-3" in said and "false keep: net-1" not in said
+
+
+def test_an_out_folder_that_cannot_be_written_is_refused_before_the_searches(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Only "exists and is a file" was checked up front: every search ran, and the demo then failed
+    writing results.json. /proc exists and takes no file, even from root."""
+    assert main(["demo", "--out", "/proc", "--trials", "1", "--no-progress", "--no-plots"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("preflight demo: cannot write to --out /proc (") and "service at" not in captured.out

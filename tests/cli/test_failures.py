@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
 import service.cli as cli
-from nas.errors import AuthenticationError, PreflightConnectionError, ServerError
+from nas.errors import AuthenticationError, ClientSettingError, PreflightConnectionError, ServerError
 
 
 @pytest.mark.parametrize(
     ("error", "status", "words"),
     [
         (PreflightConnectionError("could not reach http://127.0.0.1:9"), cli.EXIT_SERVICE, "PREFLIGHT_URL"),
+        (ClientSettingError("url 'notaurl' is not an http(s) URL with a host"), cli.EXIT_USAGE, "url 'notaurl'"),
         (AuthenticationError(401, {"title": "Unauthorized", "detail": "bad token"}), cli.EXIT_AUTH, "token create"),
         (ServerError(503, {"title": "Service Unavailable"}), cli.EXIT_SERVICE, "HTTP 503"),
         (ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"), cli.EXIT_MISSING_EXTRA, "[demo]"),
@@ -56,3 +58,50 @@ def test_a_bug_still_raises_with_its_traceback(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(parser, "parse_args", lambda _argv=None: argparse.Namespace(**{**vars(args), "handler": fail}))
     with pytest.raises(type(bug)):
         cli.main(["schema"])
+
+
+def test_an_unreachable_service_is_asked_after_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The client asks "is the service running at URL?" and the command asked again, naming
+    PREFLIGHT_URL, which `demo --url` never reads."""
+    argv = [
+        "demo",
+        "--url",
+        "http://127.0.0.1:1",
+        "--trials",
+        "1",
+        "--no-plots",
+        "--no-progress",
+        "--out",
+        str(tmp_path),
+    ]
+    assert cli.main(argv) == cli.EXIT_SERVICE
+    err = capsys.readouterr().err
+    assert err.count("running at") == 1 and "is the service running at http://127.0.0.1:1?" in err
+    assert "PREFLIGHT_URL" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "words"),
+    [
+        (["--url", "notaurl"], {}, "url 'notaurl' is not an http(s) URL with a host"),
+        (
+            ["--url", "http://127.0.0.1:1"],
+            {"PREFLIGHT_API_TOKEN": "bad token"},
+            "PREFLIGHT_API_TOKEN holds a character",
+        ),
+    ],
+    ids=["url", "token"],
+)
+def test_a_url_or_token_the_client_cannot_use_is_a_usage_error_not_a_traceback(
+    argv: list[str],
+    env: dict[str, str],
+    words: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert cli.main(["demo", *argv, "--trials", "1", "--no-plots", "--no-progress", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err

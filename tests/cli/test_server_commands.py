@@ -391,6 +391,8 @@ def _seconds(work: Callable[[], object]) -> float:
             "names a mysql database; Preflight stores in SQLite",
         ),  # "pip install mysqlclient"
         ("postgres://user@localhost/db", "(PostgreSQL's URLs start postgresql+psycopg://)"),
+        ("postgresql+psycopg://user:secret@localhost:abc/db", "is not a database URL"),  # int() traceback
+        ("postgresql+nodriver://user:secret@localhost/db", "is not a database URL"),  # exit 5, "Can't load plugin"
     ],
     ids=[
         "memory",
@@ -404,6 +406,8 @@ def _seconds(work: Callable[[], object]) -> float:
         "no-url",
         "mysql",
         "postgres",
+        "port-not-a-number",
+        "unknown-driver",
     ],
 )
 def test_a_database_url_no_command_can_use_is_a_usage_error_for_every_command(
