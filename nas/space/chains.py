@@ -108,16 +108,29 @@ def head_block(n_classes: int) -> dict[str, Any]:
     return {"name": "head", "layers": [{"type": "linear", "out": n_classes}]}
 
 
-def norm_layer(kind: str, channels: int | None = None) -> list[Layer]:
+def norm_layer(kind: str, channels: int | None = None, positions: int | None = None) -> list[Layer]:
     """The layer(s) of a normalization kind: ``[]`` for ``"none"``; GroupNorm uses the
-    largest group count in (8, 4, 2, 1) that divides ``channels``."""
+    largest group count in (8, 4, 2, 1) that divides ``channels`` and, where the layer's
+    ``positions`` (H * W) are given, leaves each group at least two values to normalize over
+    (a group of one channel at 1 x 1 is a spec the service refuses)."""
     if kind == "none":
         return []
     if kind == "groupnorm":
         if channels is None:
             raise ValueError("groupnorm needs the channel count; pass channels=")
-        return [{"type": "groupnorm", "groups": next(g for g in (8, 4, 2, 1) if channels % g == 0)}]
+        fits = [g for g in (8, 4, 2, 1) if channels % g == 0]
+        enough = [g for g in fits if positions is None or channels // g * positions >= 2]
+        return [{"type": "groupnorm", "groups": (enough or fits)[0]}]
     return [{"type": kind}]
+
+
+def _check_layernorm_width(space: MLPSpace | ResidualSpace) -> None:
+    """A LayerNorm over a vector normalizes over its width: one unit is a spec the service refuses."""
+    if len(space.input_shape) == 1 and "layernorm" in space.norms and space.width[0] < 2:
+        raise ValueError(
+            f"layernorm normalizes over a layer's width, which must then be at least 2, but got width={space.width!r}; "
+            "raise it or drop layernorm from norms."
+        )
 
 
 def _check_range(
@@ -242,6 +255,7 @@ class MLPSpace:
         _check_common(self)
         _check_range("depth", self.depth, 1, integer=True, most=MAX_BLOCKS)
         _check_range("width", self.width, 1, integer=True, most=MAX_SPEC_INT)
+        _check_layernorm_width(self)
         _check_fits_format(self)
 
     def __call__(self, trial: _Trial) -> Spec:
@@ -327,9 +341,11 @@ class CNNSpace:
                 conv: Layer = {"type": "conv2d", "out": out, "kernel": kernel}
                 if stage > 0 and j == 0 and pooling == "stride":
                     conv |= {"stride": 2, "padding": kernel // 2}
-                blocks.append({"layers": [conv, *norm_layer(norm, out), dict(activation)]})
+                    height, width = ((side + 2 * (kernel // 2) - kernel) // 2 + 1 for side in (height, width))
+                blocks.append({"layers": [conv, *norm_layer(norm, out, height * width), dict(activation)]})
             if stage < stages - 1 and pooling in ("maxpool", "avgpool"):
                 blocks.append({"name": "pool", "layers": [{"type": pooling, "kernel": 2}]})
+                height, width = height // 2, width // 2
         reduce = [{"type": "global_avgpool"}] if head == "global_avgpool" else [{"type": "flatten"}]
         return {
             "name": f"cnn-{stages}x{per_stage}-c{channels}-{activation['type']}-{norm}-{pooling}",
@@ -367,6 +383,7 @@ class ResidualSpace:
         _check_range("depth", self.depth, 1, integer=True, most=MAX_BLOCKS)
         _check_range("width", self.width, 1, integer=True, most=MAX_SPEC_INT)
         _check_range("body_layers", self.body_layers, 1, integer=True)
+        _check_layernorm_width(self)
         _check_range("beta", self.beta, 1e-6, most=MAX_SPEC_MAGNITUDE)
         if not is_real(self.alpha) or not math.isfinite(self.alpha) or abs(self.alpha) > MAX_SPEC_MAGNITUDE:
             raise ValueError(
