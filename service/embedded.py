@@ -6,6 +6,10 @@ users' own suites; ``service.testing.live_server`` is the context-manager form):
 
     with EmbeddedService("sqlite:///" + str(tmp_path / "preflight.db")) as service:
         client = PreflightClient(service.url)
+
+In a script, start it under ``if __name__ == "__main__":``: the worker's engine runs in a child
+process started with ``spawn``, which imports the main script again (as ``multiprocessing``
+requires of any script that starts processes).
 """
 
 from __future__ import annotations
@@ -44,6 +48,21 @@ def embedded_runner(settings: Settings, *, device: str = "auto") -> Background:
     return run
 
 
+def _refuse_while_a_child_imports_main() -> None:
+    """The worker's engine runs in a child process started with ``spawn``, which imports the main
+    script again: a script that starts the service at its top level started another one in each
+    child, whose engine never came up, and its candidates stayed queued until the client's timeout.
+    multiprocessing marks that import (``_inheriting``, what its own "bootstrapping phase" error
+    reads); the child now stops at once, saying why, and the job fails instead of hanging."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            "EmbeddedService was started while a child process (the worker's engine, started with spawn) imported "
+            'the main script again: start it under `if __name__ == "__main__":` in a script'
+        )
+
+
 class EmbeddedService:
     """Start the service on 127.0.0.1 in this process; stop it on exit.
 
@@ -79,6 +98,7 @@ class EmbeddedService:
         self._thread: threading.Thread | None = None
 
     def start(self) -> EmbeddedService:
+        _refuse_while_a_child_imports_main()
         import uvicorn
 
         from service.api.app import create_app

@@ -655,3 +655,35 @@ def test_a_killed_supervisor_leaves_no_runner_behind(sqlite_url: str) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_a_script_that_starts_the_embedded_service_unguarded_is_told_why_its_engine_never_starts(
+    tmp_path: Path,
+) -> None:
+    """The engine's child process (spawn) imports the main script again: unguarded, it started a
+    second service there, its engine never came up, and the candidate sat queued with no word until
+    the client's timeout. The child now stops at the import, saying what to do."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from service.embedded import EmbeddedService\n"
+        "from nas.client import PreflightClient\n"
+        "from nas.testing import FAST_OPTIONS, well_conditioned_mlp\n"
+        f"with EmbeddedService('sqlite:///{tmp_path / 'p.db'}', device='cpu') as service:\n"
+        "    PreflightClient(service.url).condition(well_conditioned_mlp(), FAST_OPTIONS, timeout=600)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr or []), daemon=True)
+    reader.start()
+    told = False
+    try:
+        deadline = time.monotonic() + 300  # readiness, not speed: the first start of the engine's child
+        while not told and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            told = any('start it under `if __name__ == "__main__":`' in line for line in list(lines))
+    finally:
+        process.kill()
+        process.wait()
+    assert told, "".join(lines)[-2000:]
