@@ -123,7 +123,12 @@ def test_the_fashion_mnist_demo_searches_cnns_on_its_images_read_once(
 
     read: list[str] = []
     real_read_idx = nas.fashion_mnist.read_idx
-    monkeypatch.setattr(nas.fashion_mnist, "read_idx", lambda path: read.append(path.name) or real_read_idx(path))
+
+    def read_idx(path: Path) -> Any:
+        read.append(path.name)
+        return real_read_idx(path)
+
+    monkeypatch.setattr(nas.fashion_mnist, "read_idx", read_idx)
     out = tmp_path / "demo"
     argv = ["demo", "--dataset", "fashion-mnist", "--trials", "2", "--epochs", "1", "--steps", "2", "--out", str(out)]
     assert main([*argv, "--no-progress", "--no-plots"]) == 0

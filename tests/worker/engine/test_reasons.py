@@ -81,6 +81,6 @@ def test_a_forward_pass_that_overflowed_is_still_called_non_finite() -> None:
     from worker.engine.reasons import _non_finite_reason
 
     overflowed = SimpleNamespace(after=SimpleNamespace(k=torch.tensor([1.0, 4.0, math.inf, math.nan])))
-    assert _non_finite_reason(overflowed) == "non-finite values in the forward pass or the diagnostics"
+    assert _non_finite_reason(overflowed) == "non-finite values in the forward pass or the diagnostics"  # type: ignore[arg-type]
     zero = SimpleNamespace(after=SimpleNamespace(k=torch.tensor([1.0, 4.0, 0.0, 0.0])))
-    assert "from the output of blocks[1] on" in _non_finite_reason(zero)
+    assert "from the output of blocks[1] on" in _non_finite_reason(zero)  # type: ignore[arg-type]
