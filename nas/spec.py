@@ -28,7 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from nas._numbers import is_integral, is_real
-from nas.strict_json import DuplicateKeyError, loads_strict
+from nas.strict_json import StrictJSONError, loads_strict
 
 
 def _integer(value: Any) -> Any:
@@ -570,7 +570,7 @@ def load_spec_json(text: str | bytes) -> Any:
     names a key twice into one at that object (``nas.strict_json``)."""
     try:
         return loads_strict(text)
-    except DuplicateKeyError as exc:
+    except StrictJSONError as exc:
         raise SpecError.at(exc.path, exc.reason) from None
     except json.JSONDecodeError as exc:
         raise SpecError.at("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None

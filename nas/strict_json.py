@@ -10,31 +10,65 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["DuplicateKeyError", "loads_strict"]
+__all__ = ["DuplicateKeyError", "StrictJSONError", "UnencodableKeyError", "loads_strict"]
 
 
-class DuplicateKeyError(ValueError):
-    """A JSON object named ``key`` twice, at ``path`` (``$`` for the top level)."""
+class StrictJSONError(ValueError):
+    """A JSON object at ``path`` (``$`` for the top level) whose ``key`` no reader should take;
+    ``reason`` says why, in the words every reader (the API, the CLI, ``nas.parse_spec``) prints."""
+
+    def __init__(self, path: str, key: str, reason: str) -> None:
+        self.path, self.key, self.reason = path, key, reason
+        super().__init__(f"{path}: {reason}")
+
+
+class DuplicateKeyError(StrictJSONError):
+    """A JSON object named ``key`` twice."""
 
     def __init__(self, path: str, key: str) -> None:
-        self.path, self.key = path, key
-        self.reason = f"duplicate key {key[:80]!r}: name each key of an object once"  # what every reader says
-        super().__init__(f"{path}: {self.reason}")
+        super().__init__(path, key, f"duplicate key {key[:80]!r}: name each key of an object once")
+
+
+class UnencodableKeyError(StrictJSONError):
+    """A key that is no Unicode text (a lone surrogate escape, ``"\\ud800"``), at ``path`` (the
+    key's own): no field has that name, and pydantic could not even read it to say so."""
+
+    def __init__(self, path: str, key: str) -> None:
+        super().__init__(path, key, "not valid Unicode text (the key holds a lone surrogate): no field is named so")
 
 
 class _Repeated(dict[str, Any]):
-    """An object that named a key twice: its first repeated key, kept for the error's path."""
+    """An object with a key to refuse: its first repeated (or, ``unencodable``, surrogate) key, kept
+    for the error's path."""
 
     repeated: str
+    unencodable: bool = False
+
+
+def _unencodable(key: str) -> bool:
+    if key.isascii():
+        return False
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def loads_strict(text: str | bytes) -> Any:
-    """``json.loads``, refusing an object with a repeated key (:class:`DuplicateKeyError`)."""
+    """``json.loads``, refusing an object with a repeated key (:class:`DuplicateKeyError`) or a key
+    that is no Unicode text (:class:`UnencodableKeyError`)."""
     found = False
 
     def pairs_to_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         nonlocal found
         obj = dict(pairs)
+        bad = next((key for key, _ in pairs if _unencodable(key)), None)
+        if bad is not None:
+            found = True
+            refused = _Repeated(obj)
+            refused.repeated, refused.unencodable = bad, True
+            return refused
         if len(obj) == len(pairs):
             return obj
         found = True
@@ -53,8 +87,10 @@ def loads_strict(text: str | bytes) -> Any:
     except ValueError as exc:  # an integer past Python's digit limit: its message names sys's setting
         raise _long_integer(text) or exc from None
     if found:
-        loc, key = _first_repeated(value, ())
-        raise DuplicateKeyError(_path(loc), key)
+        loc, refused = _first_repeated(value, ())
+        if refused.unencodable:  # at the key itself, as an unknown field is named
+            raise UnencodableKeyError(_path((*loc, refused.repeated)), refused.repeated)
+        raise DuplicateKeyError(_path(loc), refused.repeated)
     return value
 
 
@@ -70,13 +106,13 @@ def _long_integer(text: str | bytes) -> json.JSONDecodeError | None:
     return json.JSONDecodeError(f"a number of {len(long.group(1))} digits, more than {limit}", doc, long.start())
 
 
-def _first_repeated(value: Any, loc: tuple[int | str, ...]) -> tuple[tuple[int | str, ...], str]:
-    """Where the first object with a repeated key sits (depth first, in document order)."""
+def _first_repeated(value: Any, loc: tuple[int | str, ...]) -> tuple[tuple[int | str, ...], _Repeated]:
+    """Where the first object with a key to refuse sits (depth first, in document order), and it."""
     stack: list[tuple[Any, tuple[int | str, ...]]] = [(value, loc)]
     while stack:  # not recursive: a body may nest deeper than Python's stack
         node, here = stack.pop()
         if isinstance(node, _Repeated):
-            return here, node.repeated
+            return here, node
         if isinstance(node, dict):
             stack.extend((child, (*here, key)) for key, child in reversed(node.items()))
         elif isinstance(node, list):

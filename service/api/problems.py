@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nas import SpecError
 from nas.spec import json_path
-from nas.strict_json import DuplicateKeyError
+from nas.strict_json import StrictJSONError
 from service.api.route_table import documented_route, route_path, with_head
 from service.api.schemas import SUBMISSION_TAGS
 from service.store.errors import InvalidBatch
@@ -208,7 +208,7 @@ def _unparsable_body(cause: BaseException | None) -> str | None:
 
 async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    if exc.status_code == 400 and isinstance(repeated := exc.__cause__, DuplicateKeyError):
+    if exc.status_code == 400 and isinstance(repeated := exc.__cause__, StrictJSONError):
         return await _on_problem(request, ProblemError.at(_encodable(repeated.path), _encodable(repeated.reason)))
     if exc.status_code == 400 and (reason := _unparsable_body(exc.__cause__)) is not None:
         return await _on_problem(request, ProblemError.at("$", reason))

@@ -88,7 +88,7 @@ def _condition(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from nas.shapes import trace_shapes
-    from nas.strict_json import DuplicateKeyError, loads_strict
+    from nas.strict_json import StrictJSONError, loads_strict
     from nas.validate import unlabelled_probe_issue
     from service.cli.spec_commands import _parse_or_report, read_spec_argument
     from worker.engine import ConditionOptions, condition
@@ -102,7 +102,7 @@ def _condition(args: argparse.Namespace) -> int:
         raise UsageError("--options is empty: give a JSON object, or leave --options out")
     try:
         extra = loads_strict(args.options) if args.options is not None else {}
-    except DuplicateKeyError as exc:
+    except StrictJSONError as exc:
         print(f"preflight condition: invalid --options: {exc}", file=sys.stderr)
         return 2
     except json.JSONDecodeError as exc:

@@ -341,6 +341,24 @@ def test_a_body_without_a_content_type_is_read_as_json(sqlite_api: httpx.Client)
     assert 'route="unmatched"' not in sqlite_api.get("/metrics").text  # the route is recorded where metrics read it
 
 
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        ('{"spec": {"\\ud800": 1, "input_shape": [8], "blocks": []}}', 'spec["\\ud800"]'),
+        ('{"spec": {"input_shape": [8], "blocks": []}, "options": {"a\\udc00": 1}}', 'options["a\\udc00"]'),
+        ('{"specs": [{"input_shape": [8], "\\ud800": 1}]}', 'specs[0]["\\ud800"]'),
+    ],
+    ids=["spec", "options", "batch-of-specs"],
+)
+def test_a_key_holding_a_lone_surrogate_is_refused_at_that_key(sqlite_api: httpx.Client, body: str, path: str) -> None:
+    """pydantic cannot read such a key: the spec or the options were refused whole, at "spec" or
+    "options", with "Input should be a valid string, unable to parse raw data as a unicode string"."""
+    response = sqlite_api.post("/v1/candidates", content=body, headers={"content-type": "application/json"})
+    problem = assert_problem(response, 422)
+    assert problem["errors"][0]["path"] == path, problem
+    assert "lone surrogate" in problem["errors"][0]["message"]
+
+
 def test_a_body_naming_a_key_twice_is_refused_at_the_object_that_does(sqlite_api: httpx.Client) -> None:
     """Python's json keeps the last value: {"out": 8, "out": 16} was a width of 16, stored with no word."""
     layer = '{"type": "linear", "out": 8, "out": 16}'
