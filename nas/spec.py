@@ -520,7 +520,10 @@ def _message(error: Mapping[str, Any]) -> str:
 
 def quote_short(value: Any, limit: int = 80) -> str:
     """The offending input as the message quotes it, cut to ``limit`` characters: an error about a
-    large value must not echo it back whole."""
+    large value must not echo it back whole; JSON's literals as JSON writes them (``true``, not
+    Python's ``True``)."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else str(value).lower()
     try:
         text = repr(value)
     except RecursionError:  # pydantic hands back the input it could not descend into

@@ -631,3 +631,9 @@ def test_a_dead_cell_node_without_weights_is_accepted() -> None:
     x = torch.randn(4, 2)
     model(x).sum().backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+def test_a_json_literal_is_quoted_as_json_writes_it() -> None:
+    """A spec author wrote `true`; the message quoted Python's `True`."""
+    with pytest.raises(SpecError, match=r"init\.gain: Input should be a number \(got true\)"):
+        parse_spec({"input_shape": [8], "init": {"gain": True}, "blocks": [{"layers": [{"type": "linear", "out": 2}]}]})
