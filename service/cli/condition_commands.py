@@ -111,6 +111,9 @@ def _condition(args: argparse.Namespace) -> int:
     if not isinstance(extra, dict):
         print("preflight condition: invalid --options: expected a JSON object", file=sys.stderr)
         return 2
+    if "data" in extra:  # the service's option names an uploaded batch; here the batch is a file
+        print("preflight condition: invalid option data: give the batch as a file with --data X.npz", file=sys.stderr)
+        return 2
     if args.steps is not None:
         extra["steps"] = args.steps
     if args.device is not None:

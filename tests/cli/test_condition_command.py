@@ -67,6 +67,7 @@ def test_condition_repeats_the_reports_imbalance_note_on_stderr(
         (["--options", "[1]"], "expected a JSON object"),
         (["--options", "{"], "not JSON"),
         (["--options", '{"steps": 1, "steps": 50}'], "$: duplicate key 'steps'"),
+        (["--options", '{"data": "abc"}'], "invalid option data: give the batch as a file with --data X.npz"),
     ],
 )
 def test_bad_options_exit_2_with_a_message(
