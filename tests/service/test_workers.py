@@ -686,4 +686,7 @@ def test_a_script_that_starts_the_embedded_service_unguarded_is_told_why_its_eng
     finally:
         process.kill()
         process.wait()
+        reader.join(timeout=30)  # the pipe's end, once the script and its children are gone
+        if process.stderr is not None:
+            process.stderr.close()  # left open, it was an unclosed-file warning in a later test
     assert told, "".join(lines)[-2000:]
