@@ -20,8 +20,9 @@ from service.api.problems import ProblemError
 __all__ = ["StrictQueryDep"]
 
 # a decimal number as a person writes it: digits, a fraction, an exponent, a minus and no other sign
-_NUMBER = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-_INTEGER = re.compile(r"-?\d+")
+# (ASCII digits: re's \d also takes "١٢", which int() reads as 12)
+_NUMBER = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 def _types(annotation: Any) -> tuple[Any, ...]:

@@ -625,6 +625,7 @@ def test_a_study_named_with_a_line_break_is_summarised_under_one_metrics_label(a
         ("/v1/candidates?limit=5_0", "query.limit", "'5_0' is not a decimal integer"),
         ("/v1/candidates?limit=%2B5", "query.limit", "'+5' is not a decimal integer"),
         ("/v1/candidates?limit=%205", "query.limit", "' 5' is not a decimal integer"),
+        ("/v1/candidates?limit=%D9%A1%D9%A2", "query.limit", "'١٢' is not a decimal integer"),
         ("/v1/studies/s1/summary?q=0.5&q=1_0e-1", "query.q[1]", "'1_0e-1' is not a decimal number"),
         ("/v1/studies/s1/summary?quantile=0.5", "query.quantile", "unknown parameter (this route takes: q)"),
         ("/v1/batches/ab?x=1", "query.x", "unknown parameter (this route takes: none)"),
