@@ -67,6 +67,7 @@ __all__ = [
     "ATTR_VERDICT",
     "not_conditioned",
     "CONSTRAINT_KEY",
+    "CONSTRAINT_SYSTEM_ATTR",
     "ConditioningGate",
     "RankingStalled",
     "Screened",
@@ -84,6 +85,9 @@ ATTR_REASONS = "preflight_reasons"
 ATTR_FEATURES = "preflight_features"  # what nas.ranking reads: score, components, expressivity, size
 ATTR_RANK = "preflight_rank"  # the prediction's quantile among the completed trials' (rank_after)
 CONSTRAINT_KEY = "preflight_conditioning"
+# where Optuna keeps that constraint among a trial's system attributes (trial.set_constraint writes it
+# once; the gate and the pruner overwrite it through the storage)
+CONSTRAINT_SYSTEM_ATTR = f"constraints:{CONSTRAINT_KEY}"
 
 OnFailure = Literal["raise", "prune", "keep"]
 # RankingStalled: at least this many candidates in a row ranked below the cut with no trial completing, and
@@ -430,7 +434,7 @@ class ConditioningGate:
         # into its retry (RetryFailedTrialCallback), or an earlier check's of this trial: this report's wins
         storage = getattr(trial, "storage", None)
         if storage is not None:
-            storage.set_trial_system_attr(trial._trial_id, f"constraints:{CONSTRAINT_KEY}", margin)
+            storage.set_trial_system_attr(trial._trial_id, CONSTRAINT_SYSTEM_ATTR, margin)
 
     def _prune_message(self, candidate: Candidate) -> str:
         if candidate.report is None:

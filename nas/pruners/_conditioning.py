@@ -18,7 +18,7 @@ from nas.gate import (
     ATTR_REASONS,
     ATTR_SCORE,
     ATTR_VERDICT,
-    CONSTRAINT_KEY,
+    CONSTRAINT_SYSTEM_ATTR,
     OnFailure,
     earlier_scores,
     not_conditioned,
@@ -35,8 +35,6 @@ __all__ = ["ConditioningPruner"]
 # trial's number: a retry (Optuna's RetryFailedTrialCallback, RetryHeartbeatStaleTrialCallback) copies
 # the failed trial's system attributes, and its own report must decide it afresh.
 _DECIDED = "preflight_pruned_by_conditioning"
-# where Optuna keeps a constraint set with trial.set_constraint(CONSTRAINT_KEY, value)
-_CONSTRAINT = f"constraints:{CONSTRAINT_KEY}"
 
 
 def _own_decision(trial: optuna.trial.FrozenTrial) -> bool | None:
@@ -158,8 +156,8 @@ class ConditioningPruner(BasePruner):
             decided, margin = self._prunes_by_conditioning(study, trial)
             storage = study._storage
             storage.set_trial_system_attr(trial._trial_id, _DECIDED, [trial.number, decided])
-            if _CONSTRAINT in trial.system_attrs:  # the gate recorded one: the rule that decided sets it
-                storage.set_trial_system_attr(trial._trial_id, _CONSTRAINT, margin)
+            if CONSTRAINT_SYSTEM_ATTR in trial.system_attrs:  # the gate recorded one: the rule that decided sets it
+                storage.set_trial_system_attr(trial._trial_id, CONSTRAINT_SYSTEM_ATTR, margin)
         if decided:
             return True
         if self._wrapped is None:

@@ -364,8 +364,8 @@ def test_a_retried_trial_is_decided_by_its_own_report_not_the_failed_trials_copi
     """Optuna's retry callbacks copy a failed trial's system attributes into its retry: the copied
     decision (kept, when the first try could not be conditioned in time) and constraint (0) stood,
     and a retry whose report said prune was trained."""
-    from nas.gate import CONSTRAINT_KEY
-    from nas.pruners._conditioning import _CONSTRAINT, _DECIDED
+    from nas.gate import CONSTRAINT_KEY, CONSTRAINT_SYSTEM_ATTR
+    from nas.pruners._conditioning import _DECIDED
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'r.db'}", direction="maximize")
     study.pruner = ConditioningPruner()
@@ -377,7 +377,7 @@ def test_a_retried_trial_is_decided_by_its_own_report_not_the_failed_trials_copi
     copied = study.trials[0].system_attrs  # as RetryFailedTrialCallback enqueues the retry
     study.enqueue_trial({}, user_attrs={}, skip_if_exists=False)
     retry = study.ask()
-    for key in (_DECIDED, _CONSTRAINT):
+    for key in (_DECIDED, CONSTRAINT_SYSTEM_ATTR):
         study._storage.set_trial_system_attr(retry._trial_id, key, copied[key])
     study._storage.set_trial_system_attr(retry._trial_id, "failed_trial", 0)
     gate = _gate_answering("prune", -3.0)
