@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DocumentedRoute", "documented_route", "route_path", "with_head"]
+__all__ = ["STUDY_NAME_PATTERN", "DocumentedRoute", "documented_route", "route_path", "with_head"]
 
 _OPERATIONS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
@@ -67,7 +67,11 @@ def with_head(methods: tuple[str, ...]) -> tuple[str, ...]:
     return (*methods[:at], "HEAD", *methods[at:])
 
 
+# a study's name in a path: any text, "/" and line breaks too (routes/studies.py routes by it)
+STUDY_NAME_PATTERN = r"[\s\S]+"
+
+
 def _segment_pattern(segment: str) -> str:
     if not (segment.startswith("{") and segment.endswith("}")):
         return re.escape(segment)
-    return r"[\s\S]+" if segment == "{study}" else "[^/]+"  # a study's name may hold "/" and "\n" (routes/studies.py)
+    return STUDY_NAME_PATTERN if segment == "{study}" else "[^/]+"

@@ -14,6 +14,7 @@ from starlette.convertors import PathConvertor, register_url_convertor
 from nas.spec import quote_short, storable_text
 from service.api.deps import AuthDep, CallerDep, SessionDep
 from service.api.problems import Problem, ProblemError
+from service.api.route_table import STUDY_NAME_PATTERN
 from service.api.schemas import ScoreSummary, StudySummary
 from service.api.strict_query import StrictQueryDep
 from service.store.models import STUDY_NAME_LENGTH, Status
@@ -31,7 +32,7 @@ class _StudyNameConvertor(PathConvertor):
     does) and line breaks, which ``path``'s ``.*`` does not match: a study named "a\nb" was
     stored but its summary was a 404."""
 
-    regex = r"[\s\S]+"
+    regex = STUDY_NAME_PATTERN
 
 
 register_url_convertor("study", _StudyNameConvertor())
