@@ -37,12 +37,12 @@ class UnencodableKeyError(StrictJSONError):
         super().__init__(path, key, "not valid Unicode text (the key holds a lone surrogate): no field is named so")
 
 
-class _Repeated(dict[str, Any]):
-    """An object with a key to refuse: its first repeated (or, ``unencodable``, surrogate) key, kept
-    for the error's path."""
+class _Refused(dict[str, Any]):
+    """An object with a key to refuse, kept for the error's path: its first unencodable key, else
+    its first repeated one."""
 
-    repeated: str
-    unencodable: bool = False
+    key: str
+    unencodable: bool
 
 
 def _unencodable(key: str) -> bool:
@@ -55,6 +55,22 @@ def _unencodable(key: str) -> bool:
     return False
 
 
+def _refused_key(pairs: list[tuple[str, Any]], distinct: int) -> tuple[str, bool] | None:
+    """An object's key to refuse and whether it is unencodable (else repeated); None for none.
+    ``distinct``: how many keys the object kept (fewer than its pairs when one repeats)."""
+    for key, _ in pairs:
+        if _unencodable(key):
+            return key, True
+    if distinct == len(pairs):
+        return None
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            return key, False
+        seen.add(key)
+    raise AssertionError("fewer keys than pairs, yet none repeated")
+
+
 def loads_strict(text: str | bytes) -> Any:
     """``json.loads``, refusing an object with a repeated key (:class:`DuplicateKeyError`) or a key
     that is no Unicode text (:class:`UnencodableKeyError`)."""
@@ -63,22 +79,13 @@ def loads_strict(text: str | bytes) -> Any:
     def pairs_to_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         nonlocal found
         obj = dict(pairs)
-        bad = next((key for key, _ in pairs if _unencodable(key)), None)
-        if bad is not None:
-            found = True
-            refused = _Repeated(obj)
-            refused.repeated, refused.unencodable = bad, True
-            return refused
-        if len(obj) == len(pairs):
+        refused = _refused_key(pairs, len(obj))
+        if refused is None:
             return obj
         found = True
-        repeated, seen = _Repeated(obj), set()
-        for key, _ in pairs:
-            if key in seen:
-                repeated.repeated = key
-                return repeated
-            seen.add(key)
-        raise AssertionError("fewer keys than pairs, yet none repeated")
+        marked = _Refused(obj)
+        marked.key, marked.unencodable = refused
+        return marked
 
     try:
         value = json.loads(text, object_pairs_hook=pairs_to_object)
@@ -87,10 +94,10 @@ def loads_strict(text: str | bytes) -> Any:
     except ValueError as exc:  # an integer past Python's digit limit: its message names sys's setting
         raise _long_integer(text) or exc from None
     if found:
-        loc, refused = _first_repeated(value, ())
-        if refused.unencodable:  # at the key itself, as an unknown field is named
-            raise UnencodableKeyError(_path((*loc, refused.repeated)), refused.repeated)
-        raise DuplicateKeyError(_path(loc), refused.repeated)
+        loc, marked = _first_refused(value, ())
+        if marked.unencodable:  # at the key itself, as an unknown field is named
+            raise UnencodableKeyError(_path((*loc, marked.key)), marked.key)
+        raise DuplicateKeyError(_path(loc), marked.key)
     return value
 
 
@@ -106,18 +113,18 @@ def _long_integer(text: str | bytes) -> json.JSONDecodeError | None:
     return json.JSONDecodeError(f"a number of {len(long.group(1))} digits, more than {limit}", doc, long.start())
 
 
-def _first_repeated(value: Any, loc: tuple[int | str, ...]) -> tuple[tuple[int | str, ...], _Repeated]:
+def _first_refused(value: Any, loc: tuple[int | str, ...]) -> tuple[tuple[int | str, ...], _Refused]:
     """Where the first object with a key to refuse sits (depth first, in document order), and it."""
     stack: list[tuple[Any, tuple[int | str, ...]]] = [(value, loc)]
     while stack:  # not recursive: a body may nest deeper than Python's stack
         node, here = stack.pop()
-        if isinstance(node, _Repeated):
+        if isinstance(node, _Refused):
             return here, node
         if isinstance(node, dict):
             stack.extend((child, (*here, key)) for key, child in reversed(node.items()))
         elif isinstance(node, list):
             stack.extend((child, (*here, i)) for i, child in reversed(list(enumerate(node))))
-    raise AssertionError("a repeated key was seen but not found")
+    raise AssertionError("a key to refuse was seen but not found")
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
