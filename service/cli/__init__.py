@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from service.cli.output import silence_stdout
-from service.cli.usage import UsageError
+from service.cli.usage import UsageError, settings_reason
 from service.cli.version import version
 from service.revision import engine_revision
 
@@ -73,11 +73,6 @@ _SETTINGS = {"Settings": "PREFLIGHT_", "SpecLimits": "PREFLIGHT_SPEC_"}
 _PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 
 
-def _reason(message: str) -> str:
-    """A settings validator's message without pydantic's "Value error, " (a ValueError it raised)."""
-    return message.removeprefix("Value error, ")
-
-
 # Modules whose package on PyPI has another name (a database URL can name their drivers).
 _DISTRIBUTIONS = {"MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary", "pymysql": "PyMySQL"}
 
@@ -109,7 +104,7 @@ def _failure(error: Exception) -> tuple[int, str] | None:
     if isinstance(error, ValidationError) and error.title in _SETTINGS:  # PREFLIGHT_* or the options that set them
         prefix = _SETTINGS[error.title]
         fields = "; ".join(
-            f"{prefix + '_'.join(map(str, e['loc'])).upper() if e['loc'] else '$'}: {_reason(e['msg'])}"
+            f"{prefix + '_'.join(map(str, e['loc'])).upper() if e['loc'] else '$'}: {settings_reason(e['msg'])}"
             for e in error.errors()[:5]
         )
         return EXIT_USAGE, f"invalid settings (PREFLIGHT_* or the options that set them): {fields}"

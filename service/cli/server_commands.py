@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import make_url
 
 from service.cli.output import silence_stdout
-from service.cli.usage import UsageError
+from service.cli.usage import UsageError, settings_reason
 from service.cli.version import version
 
 __all__ = ["register"]
@@ -99,12 +99,33 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     token_commands.add_parser("list", help="list tokens").set_defaults(handler=_token_list)
 
 
+# the command-line options that set a field of the settings, for naming what the user typed
+_OPTION_OF_FIELD = {"host": "--host", "port": "--port", "root_path": "--root-path"}
+
+
 def _settings(**overrides: Any) -> Any:
+    """The settings, with the options given on the command line over ``PREFLIGHT_*``. A value an
+    option gave is refused under the option's name (``--port``), not the variable it overrides."""
+    from pydantic import ValidationError
+
     from service.settings import Settings
 
-    settings = Settings(**{key: value for key, value in overrides.items() if value is not None})
+    given = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        settings = Settings(**given)
+    except ValidationError as error:
+        faults = error.errors()
+        if not any(fault["loc"] and fault["loc"][0] in given for fault in faults):
+            raise  # the environment's alone: the CLI names each PREFLIGHT_* variable
+        raise UsageError("invalid settings: " + "; ".join(_named_fault(fault, given) for fault in faults[:5])) from None
     _check_database_url(settings.database_url)
     return settings
+
+
+def _named_fault(fault: Any, given: dict[str, Any]) -> str:
+    field = str(fault["loc"][0]) if fault["loc"] else ""
+    source = _OPTION_OF_FIELD[field] if field in given else f"PREFLIGHT_{field.upper()}" if field else "$"
+    return f"{source}: {settings_reason(fault['msg'])}"
 
 
 def _check_database_url(url: str) -> None:
@@ -189,18 +210,18 @@ def _check_schema(settings: Any) -> None:
         engine.dispose()
 
 
-def _check_listen(host: str, port: int) -> None:
+def _check_listen(host: str, port: int, host_source: str) -> None:
     """Refuse, in one line, an address the server could not listen on (uvicorn's own failure is a
     multi-line log and exit 3, the status of an unreachable service); an empty host would listen
     on every interface."""
     import socket
 
     if not host.strip():
-        raise UsageError("--host (PREFLIGHT_HOST) is empty; give 127.0.0.1, or 0.0.0.0 for every interface")
+        raise UsageError(f"{host_source} is empty; give 127.0.0.1, or 0.0.0.0 for every interface")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as exc:
-        raise UsageError(f"--host {host!r} is not an address this machine can listen on ({exc})") from None
+        raise UsageError(f"{host_source} {host!r} is not an address this machine can listen on ({exc})") from None
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn sets it
@@ -218,7 +239,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1 and args.embedded_worker:  # before the database is touched or a line logged
         raise UsageError("--embedded-worker runs in one process; drop --workers")
     settings = _settings(host=args.host, port=args.port, root_path=args.root_path)
-    _check_listen(settings.host, settings.port)
+    _check_listen(settings.host, settings.port, "--host" if args.host is not None else "PREFLIGHT_HOST")
     _logging(args.log_level)
     if args.embedded_worker:
         _check_device(args.device)

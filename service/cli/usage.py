@@ -4,8 +4,13 @@ folder, unreadable or of the wrong kind): ``preflight``'s ``main`` prints it as 
 
 from __future__ import annotations
 
-__all__ = ["UsageError"]
+__all__ = ["UsageError", "settings_reason"]
 
 
 class UsageError(Exception):
     """Bad input named by its message; exit status 2, no traceback."""
+
+
+def settings_reason(message: str) -> str:
+    """A settings validator's message without pydantic's "Value error, " (a ValueError it raised)."""
+    return message.removeprefix("Value error, ")

@@ -172,7 +172,13 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
             "PREFLIGHT_DATABASE_URL 'bogus' is not a database URL",
         ),
         (["token", "list"], {}, "run `preflight db upgrade`"),  # a new SQLite file: no tables yet
-        (["serve", "--port", "70000"], {}, "invalid settings"),
+        (["serve", "--port", "70000"], {}, "invalid settings: --port: Input should be less than or equal to 65535"),
+        (["serve"], {"PREFLIGHT_PORT": "70000"}, "PREFLIGHT_PORT: Input should be less than or equal to 65535"),
+        (
+            ["serve", "--port", "70000"],
+            {"PREFLIGHT_LEASE_SECONDS": "0"},
+            "--port: Input should be less than or equal to 65535; PREFLIGHT_LEASE_SECONDS: Input should be greater",
+        ),
         (["worker", "--device", "bogus", "--burst"], {}, "--device 'bogus'"),  # retried the engine forever
         (["worker", "--device", "mps", "--burst"], {}, "device must be auto, cpu, cuda or cuda:N"),  # torch parses it
         (["describe", "--seed", "-1"], {}, "must be in [0, 2**64), got -1"),  # torch read it as 2**64 - 1
@@ -183,7 +189,16 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
         (["worker", "--name", "n" * 250, "--burst"], {}, "at most 180 characters"),  # PostgreSQL's column: traceback
         (["worker", "--name", "a\tb", "--burst"], {}, "must be printable"),
         (["serve", "--host", ""], {}, "is empty"),  # listened on every interface
-        (["serve", "--host", "no-such-host.invalid"], {}, "is not an address this machine can listen on"),
+        (
+            ["serve", "--host", "no-such-host.invalid"],
+            {},
+            "--host 'no-such-host.invalid' is not an address this machine can listen on",
+        ),
+        (
+            ["serve"],
+            {"PREFLIGHT_HOST": "no-such-host.invalid"},
+            "PREFLIGHT_HOST 'no-such-host.invalid' is not an address",
+        ),
         (
             ["serve", "--embedded-worker", "--workers", "2"],
             {},
@@ -194,7 +209,9 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
     ids=[
         "bad-url",
         "not-migrated",
-        "port",
+        "port-option",
+        "port-variable",
+        "port-option-and-another-variable",
         "device-bogus",
         "device-mps",
         "describe-seed",
@@ -205,7 +222,8 @@ def test_a_token_name_that_revoke_could_misread_or_list_could_not_show_is_refuse
         "worker-name-long",
         "worker-name-tab",
         "serve-empty-host",
-        "serve-unknown-host",
+        "serve-unknown-host-option",
+        "serve-unknown-host-variable",
         "serve-embedded-workers",
         "revoke-empty",
     ],
