@@ -34,6 +34,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cmd.set_defaults(handler=_condition)
 
 
+def _option_faults(error: Any, given: dict[str, Any], names: Any) -> dict[str, list[str]]:
+    """Each refused option's path in the given JSON, with its reasons. A value that fits no member
+    of a union (``output_std``: a number or "auto") is one fault with one reason a member, where
+    pydantic's location holds each member's tag (``output_std.literal['auto']``): a part of the
+    location that is no key or index of the given value is such a tag, and is left out."""
+    faults: dict[str, list[str]] = {}
+    for fault in error.errors(include_url=False):
+        parts: list[str] = []
+        value: Any = given
+        for part in fault["loc"]:
+            if isinstance(value, dict) and part in value or isinstance(value, list) and isinstance(part, int):
+                parts.append(f"[{part}]" if isinstance(part, int) else f".{part}")
+                value = value[part] if isinstance(value, dict) else value[part] if part < len(value) else None
+        reason = fault["msg"].removeprefix("Value error, ")  # pydantic's wrapping of a validator's message
+        if fault["type"] == "extra_forbidden" and len(fault["loc"]) == 1:
+            reason = f"no such option; the options are: {', '.join(sorted(names))}"
+        faults.setdefault("".join(parts).removeprefix(".") or "$", []).append(reason)
+    return faults
+
+
 def _load_data(path: str) -> dict[str, Any]:
     import numpy as np
 
@@ -121,9 +141,9 @@ def _condition(args: argparse.Namespace) -> int:
     try:
         options = ConditionOptions.model_validate(extra)
     except ValidationError as exc:
-        for error in exc.errors(include_url=False):
-            reason = error["msg"].removeprefix("Value error, ")  # pydantic's wrapping of a validator's message
-            print(f"preflight condition: invalid option {'.'.join(map(str, error['loc']))}: {reason}", file=sys.stderr)
+        for path, reasons in _option_faults(exc, extra, ConditionOptions.model_fields).items():
+            either = ", or ".join([reasons[0], *(reason.removeprefix("Input should be ") for reason in reasons[1:])])
+            print(f"preflight condition: invalid option {path}: {either}", file=sys.stderr)
         return 2
     data = _load_data(args.data) if args.data is not None else None
     if (data is None or "y" not in data) and options.probe_steps:

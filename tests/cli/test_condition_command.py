@@ -68,6 +68,10 @@ def test_condition_repeats_the_reports_imbalance_note_on_stderr(
         (["--options", "{"], "not JSON"),
         (["--options", '{"steps": 1, "steps": 50}'], "$: duplicate key 'steps'"),
         (["--options", '{"data": "abc"}'], "invalid option data: give the batch as a file with --data X.npz"),
+        # a value no member of the union takes: one fault at the option, not one per member's tag
+        (["--options", '{"output_std": -1}'], "invalid option output_std: Input should be greater than 0, or 'auto'\n"),
+        (["--options", '{"probe_lrs": [0.1, "x"]}'], "invalid option probe_lrs[1]: Input should be a valid number"),
+        (["--options", '{"probe_rates": [0.1]}'], "invalid option probe_rates: no such option; the options are: "),
     ],
 )
 def test_bad_options_exit_2_with_a_message(
