@@ -114,12 +114,20 @@ def canonical_layer(layer: Layer, default_init: Init) -> dict[str, Any]:
         data["body"] = [canonical_layer(child, default_init) for child in layer.body]
         data["shortcut"] = [canonical_layer(child, default_init) for child in layer.shortcut]
     if isinstance(layer, CellLayer):
-        edges = [
-            {"from": e.source, "to": e.to, "op": [canonical_layer(op, default_init) for op in e.op]}
+        edges = [  # signless before they are sorted: an op's -0.0 must not reorder the edges
+            _signless_zeros({"from": e.source, "to": e.to, "op": [canonical_layer(op, default_init) for op in e.op]})
             for e in layer.edges
         ]
         data["edges"] = sorted(edges, key=lambda e: json.dumps(e, sort_keys=True))  # a set of edges, not a list
+        if layer.nodes == 2:
+            data["output"] = "last"  # node 1 alone: its concat is itself
     return data
+
+
+def canonical_ops_json(ops: list[Layer], default_init: Init) -> str:
+    """An edge's ops as the canonical JSON sorts them (-0.0 written 0.0), to order parallel edges
+    the way the hash does."""
+    return json.dumps(_signless_zeros([canonical_layer(op, default_init) for op in ops]), sort_keys=True)
 
 
 def key_options(spec: ArchitectureSpec, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,12 +7,11 @@ each layer's input shape from here instead of inferring it again).
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass
 
-from nas.canonical import canonical_layer
+from nas.canonical import canonical_ops_json
 from nas.spec import (
     ActivationLayer,
     ArchitectureSpec,
@@ -119,9 +118,7 @@ def cell_edge_modules(cell: CellLayer, default_init: Init) -> list[str]:
         (
             e.source,
             e.to,
-            json.dumps([canonical_layer(op, default_init) for op in e.op], sort_keys=True)
-            if parallel[e.source, e.to] > 1
-            else "",
+            canonical_ops_json(e.op, default_init) if parallel[e.source, e.to] > 1 else "",
         )
         for e in cell.edges
     ]

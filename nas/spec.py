@@ -333,7 +333,8 @@ class TokenMeanLayer(_Strict):
 class CellEdge(_Strict):
     """``op`` applied to node ``from``, summed into node ``to`` (``[]`` is the identity)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # validated by its alias only: "source" is the attribute's name here, not a key of the format
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: NonNegativeInt = Field(alias="from")
     to: PositiveInt

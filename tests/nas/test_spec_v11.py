@@ -16,7 +16,7 @@ from nas.examples import EXAMPLES
 from nas.schema import spec_json_schema
 from nas.shapes import trace_shapes
 from nas.space import nasbench201_spec, vit_spec
-from nas.spec import SpecError
+from nas.spec import ArchitectureSpec, SpecError
 from nas.validate import SpecLimits, parse_spec
 
 # Hashes of the v1 examples computed by the v1 code (commit 200ede8), before format 1.1 existed.
@@ -125,6 +125,8 @@ def test_a_numeric_format_gets_a_hint() -> None:
             "unknown layer type 'conv'",
         ),
         ([{"from": 0, "to": 1, "extra": 1}], "blocks[0].layers[0] (cell).edges[0].extra", "unknown field"),
+        # the attribute's name is no key of the format (the published schema refused it, the parser took it)
+        ([{"source": 0, "to": 1}], "blocks[0].layers[0] (cell).edges[0].source", "unknown field"),
     ],
 )
 def test_malformed_cells_are_refused_with_the_json_path(edges: list[dict[str, Any]], path: str, reason: str) -> None:
@@ -377,13 +379,13 @@ def test_a_spec_nested_too_deep_is_refused_without_naming_its_cells_edges(monkey
     import nas.shapes
 
     calls: list[object] = []
-    original = nas.shapes.canonical_layer
+    original = nas.shapes.canonical_ops_json
 
     def counted(*args: Any) -> Any:
         calls.append(args)
         return original(*args)
 
-    monkeypatch.setattr(nas.shapes, "canonical_layer", counted)
+    monkeypatch.setattr(nas.shapes, "canonical_ops_json", counted)
     with pytest.raises(SpecError, match="nest deeper than 16"):
         parse_spec(_nested_cells(40, leaf_layers=3000))
     parse_spec(_nested_cells(16))  # as deep as allowed, no parallel edges
@@ -419,3 +421,34 @@ def test_parallel_edges_are_named_alike_however_they_are_listed() -> None:
     }
     assert named["a"] == named["b"]
     assert sorted(named["a"].values()) == ["e0_1", "e0_2", "e0_2_1", "e1_2"]
+
+
+def test_a_signed_zero_in_a_parallel_edge_changes_neither_the_hash_nor_which_edge_each_name_holds() -> None:
+    """-0.0 hashes as 0.0; a cell's edges were sorted before that, so -0.0 reordered them."""
+    from nas import build_model
+
+    def spec(zero: float) -> ArchitectureSpec:
+        scaled = [{"type": "conv2d", "out": 4, "kernel": 1}, {"type": "scale", "factor": zero}]
+        halved = [{"type": "conv2d", "out": 4, "kernel": 1}, {"type": "scale", "factor": -0.5}]
+        cell = {"from": 0, "to": 1, "op": scaled}, {"from": 0, "to": 1, "op": halved}
+        return parse_spec(_cell_spec(list(cell), nodes=2))
+
+    plus, minus = spec(0.0), spec(-0.0)
+    assert spec_hash(plus) == spec_hash(minus)
+    factors = [
+        {name: float(edge[1].factor) for name, edge in build_model(s, seed=0).blocks[0][0].edges.items()}
+        for s in (plus, minus)
+    ]
+    assert factors[0] == factors[1]
+
+
+def test_a_two_node_cell_hashes_alike_with_either_output() -> None:
+    """Its concat is node 1 alone, the last node: one network, so one hash and one job."""
+    edges = [{"from": 0, "to": 1, "op": [{"type": "conv2d", "out": 4, "kernel": 3}]}]
+    last, concat = (parse_spec(_cell_spec(edges, nodes=2, output=output)) for output in ("last", "concat"))
+    assert spec_hash(last) == spec_hash(concat)
+    assert trace_shapes(last).boundaries == trace_shapes(concat).boundaries
+    three = [*edges, {"from": 1, "to": 2}]
+    assert spec_hash(parse_spec(_cell_spec(three, nodes=3))) != spec_hash(
+        parse_spec(_cell_spec(three, nodes=3, output="concat"))
+    )
