@@ -74,16 +74,28 @@ def _sentences(
     return [diag.describe(name, comps[name])]
 
 
+_DEAD_SIGNAL_CAUSES = "a zero op, a scale of 0, a residual with alpha and beta 0, or weights that underflow to 0"
+
+
 def _non_finite_reason(tuned: AutoInitResult) -> str:
-    """A network whose output is exactly zero has an infinite log output ratio, a hard failure
-    like a NaN, but the cause to tell is where the signal died: a zero op (NAS-Bench-201's
-    ``none``), a scale of 0, a residual with alpha and beta 0, or weights that underflow."""
+    """A network whose output is exactly zero, or whose Jacobian is zero at some block, has an
+    infinite log output ratio or log APJN, a hard failure like a NaN, but the cause to tell is
+    where the signal died: a zero op (NAS-Bench-201's ``none``), a scale of 0, a residual with
+    alpha and beta 0, or weights that underflow. After such a block the output can still be
+    non-zero (the head's bias: NAS-Bench-201's dead cells), but it no longer depends on the input."""
     k = tuned.after.k.tolist()  # the second moment of the input, then of each block's output
     if all(math.isfinite(v) for v in k) and k[-1] == 0.0:
         block = next(i for i, v in enumerate(k) if v == 0.0) - 1
         return (
-            f"the network's output is zero for every input, from the output of blocks[{block}] on (a zero op, a "
-            "scale of 0, a residual with alpha and beta 0, or weights that underflow to 0): nothing before it trains"
+            f"the network's output is zero for every input, from the output of blocks[{block}] on "
+            f"({_DEAD_SIGNAL_CAUSES}): nothing before it trains"
+        )
+    apjn = tuned.after.apjn.tolist()  # each block's partial Jacobian norm
+    if all(math.isfinite(v) for v in apjn) and 0.0 in apjn:
+        block = apjn.index(0.0)
+        return (
+            f"the network's output does not depend on its input: the Jacobian of blocks[{block}] is zero "
+            f"({_DEAD_SIGNAL_CAUSES}), so nothing before it trains"
         )
     return "non-finite values in the forward pass or the diagnostics"
 

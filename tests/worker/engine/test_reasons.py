@@ -73,6 +73,20 @@ def test_a_network_whose_output_is_zero_is_pruned_for_that_not_for_non_finite_va
     assert not any("non-finite" in reason for reason in report.reasons)
 
 
+def test_a_network_whose_output_no_longer_depends_on_its_input_is_pruned_for_that() -> None:
+    """NAS-Bench-201's own dead cell, in its macro skeleton: the signal is zero after the cell, but
+    the head's bias makes the output a non-zero constant, which read "non-finite values"."""
+    from nas.space import nasbench201_spec
+
+    spec = nasbench201_spec(["none"] * 6, channels=4, cells_per_stage=1, input_shape=(3, 8, 8))
+    report = condition(spec, options={"diagnostics": False})
+    assert report.verdict == "prune"
+    assert report.reasons[0].startswith(
+        "the network's output does not depend on its input: the Jacobian of blocks[1] is zero"
+    ), report.reasons
+    assert not any("non-finite" in reason for reason in report.reasons)
+
+
 def test_a_forward_pass_that_overflowed_is_still_called_non_finite() -> None:
     from types import SimpleNamespace
 
@@ -80,7 +94,9 @@ def test_a_forward_pass_that_overflowed_is_still_called_non_finite() -> None:
 
     from worker.engine.reasons import _non_finite_reason
 
-    overflowed = SimpleNamespace(after=SimpleNamespace(k=torch.tensor([1.0, 4.0, math.inf, math.nan])))
+    overflowed = SimpleNamespace(
+        after=SimpleNamespace(k=torch.tensor([1.0, 4.0, math.inf, math.nan]), apjn=torch.tensor([1.0, 0.0, math.nan]))
+    )
     assert _non_finite_reason(overflowed) == "non-finite values in the forward pass or the diagnostics"  # type: ignore[arg-type]
     zero = SimpleNamespace(after=SimpleNamespace(k=torch.tensor([1.0, 4.0, 0.0, 0.0])))
     assert "from the output of blocks[1] on" in _non_finite_reason(zero)  # type: ignore[arg-type]
