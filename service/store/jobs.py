@@ -355,13 +355,14 @@ def claim(
 
 def _owners_running() -> Any:
     """For the queued job being ranked, the fewest running jobs of any owner still holding it
-    (0 when it has no holder, as jobs queued straight into the table do)."""
+    (0 when it has no holder, as jobs queued straight into the table do). A running job counts
+    for the owners who still want it: one who cancelled it waits for nothing that runs."""
     running = aliased(Candidate)
     holder = aliased(OwnedCandidate)
     per_owner = (
         select(holder.owner_id, func.count().label("jobs"))
         .join(running, running.id == holder.candidate_id)
-        .where(running.status == Status.RUNNING)
+        .where(running.status == Status.RUNNING, holder.cancelled_at.is_(None))
         .group_by(holder.owner_id)
         .subquery("running_per_owner")
     )

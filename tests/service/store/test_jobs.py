@@ -131,6 +131,21 @@ def test_a_job_several_owners_hold_is_ranked_by_its_least_busy_owner(sessions: A
     assert [claimed_id(sessions) for _ in range(3)] == [idle_owner_job.id, shared.id, busy_queued.id]
 
 
+def test_an_owner_is_not_charged_for_a_running_job_it_cancelled(sessions: Any) -> None:
+    """Owners 1 and 2 share a running job and owner 1 cancels its submission (the job runs on for
+    2): owner 1 wants nothing that runs, so its older job goes before owner 3's newer one."""
+    from service.store.owners import Caller
+
+    shared, _ = submit(sessions, new(1, owner_id=1), new(1, owner_id=2))
+    assert claimed_id(sessions) == shared.id
+    with session_scope(sessions, write=True) as session:
+        before, _ = reports.cancel_owned(session, public_id=shared.public_id, caller=Caller(owner_id=1, admin=False))
+    assert before == Status.RUNNING
+    (older,) = submit(sessions, new(2, owner_id=1))
+    (newer,) = submit(sessions, new(3, owner_id=3))
+    assert [claimed_id(sessions) for _ in range(2)] == [older.id, newer.id]
+
+
 @pytest.mark.parametrize(
     ("job_device", "worker_kind", "claimed"),
     [
