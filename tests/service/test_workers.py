@@ -260,6 +260,48 @@ def test_an_alive_file_that_cannot_be_written_is_named_once_not_every_heartbeat(
     assert len(warned) == 1 and "healthcheck" in warned[0].getMessage()
 
 
+@pytest.mark.slow  # a real worker loop
+def test_an_idle_worker_polling_less_often_than_its_lease_stays_live_and_ready(
+    sqlite_url: str, make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """A poll of 6 s against a lease of 2 s: the idle loop marked progress once a poll, so
+    /readyz flapped to 503 ("no progress") and the alive file went stale while nothing was wrong."""
+    alive = tmp_path / "alive"
+    settings = make_settings(
+        sqlite_url, poll_seconds=6.0, lease_seconds=2.0, heartbeat_seconds=0.2, worker_alive_file=str(alive)
+    )
+    runner = run_runner(settings)
+    try:
+        wait_until(lambda: runner.liveness() is None and runner.name.endswith(":cpu"), 120, "the runner to start")
+        seen, touched, until = set(), set(), time.monotonic() + 8.0  # beyond one poll
+        while time.monotonic() < until:
+            seen.add(runner.liveness())
+            touched.add(alive.stat().st_mtime_ns)
+            time.sleep(0.1)
+    finally:
+        runner.stop(hard=True)
+        runner.join(60)
+    assert seen == {None}
+    assert len(touched) > 2  # touched through the poll, not once a poll
+
+
+@pytest.mark.slow  # a real engine process
+def test_a_worker_stopped_while_its_engine_starts_stops_without_waiting_for_the_engine(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """SIGTERM while the engine child started (minutes on a GPU, up to the 300 s start timeout when
+    it hangs) waited for the child to be ready before the worker could stop."""
+    runner = run_runner(make_settings(sqlite_url))
+    wait_until(lambda: runner.engine._process is not None, 120, "the engine process to be spawned")
+    child = runner.engine._process
+    runner.stop()
+    runner.join(120)
+    assert runner._thread is not None and not runner._thread.is_alive()
+    assert runner.engine.device is None  # the child was stopped before it said it was ready
+    assert not child.is_alive()
+    assert runner.done == 0
+
+
 def _burst_stops(settings: Settings) -> bool:
     """Run a burst worker on the CPU: whether it stopped by itself (within a generous bound)."""
     runner = Runner(settings, device="cpu", burst=True, name="burst")

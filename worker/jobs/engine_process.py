@@ -12,6 +12,8 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
@@ -58,6 +60,14 @@ class EngineError:
 
 class EngineCrashed(RuntimeError):
     """The engine process died while working on a job."""
+
+
+class EngineStartStopped(EngineCrashed):
+    """The worker was stopped while its engine process was starting (the child was killed)."""
+
+
+# how often a start looks at its ``stop`` while it waits for the child to say it is ready
+_START_POLL_SECONDS = 0.25
 
 
 # A network small enough to condition in milliseconds once the libraries are loaded.
@@ -198,8 +208,10 @@ class EngineProcess:
         """The child is up (started and not dead)."""
         return self._process is not None and self._process.is_alive() and self.device is not None
 
-    def start(self) -> str:
-        """Start the child if it is not running; returns the device it runs on."""
+    def start(self, stop: threading.Event | None = None) -> str:
+        """Start the child if it is not running; returns the device it runs on. A ``stop`` set
+        while the child starts (a worker's SIGTERM: a start can take minutes on a GPU) kills it
+        and raises :class:`EngineStartStopped`, where the worker sat out the start timeout."""
         if self._process is not None and self._process.is_alive():
             assert self.device is not None
             return self.device
@@ -210,9 +222,14 @@ class EngineProcess:
         self._process.start()
         child.close()
         self._connection = parent
-        if not parent.poll(self.start_timeout):
-            self.kill()
-            raise EngineCrashed(f"the engine process did not start within {self.start_timeout:g} s")
+        deadline = time.monotonic() + self.start_timeout
+        while not parent.poll(min(_START_POLL_SECONDS, max(0.0, deadline - time.monotonic()))):
+            if stop is not None and stop.is_set():
+                self.kill()
+                raise EngineStartStopped("stopped while the engine process was starting")
+            if time.monotonic() >= deadline:
+                self.kill()
+                raise EngineCrashed(f"the engine process did not start within {self.start_timeout:g} s")
         try:
             state, value = parent.recv()
         except EOFError:

@@ -33,7 +33,7 @@ from service.revision import engine_revision
 from service.settings import Settings
 from service.store import data_batches, jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
-from worker.jobs.engine_process import EngineCrashed, EngineError, EngineProcess
+from worker.jobs.engine_process import EngineCrashed, EngineError, EngineProcess, EngineStartStopped
 from worker.jobs.outcome import Outcome, RetryPolicy
 
 __all__ = ["Runner"]
@@ -172,7 +172,8 @@ class Runner:
                 if self.max_jobs is not None and self.done >= self.max_jobs:
                     break
                 self._maybe_reap()
-                self._ensure_engine()  # (re)started before a claim: no lease is held meanwhile
+                if self._ensure_engine() is None:  # (re)started before a claim: no lease is held meanwhile
+                    break  # stopped while it started: claim nothing
                 job = self._db(
                     lambda s: jobs.claim(
                         s,
@@ -185,7 +186,7 @@ class Runner:
                 if job is None:
                     if self._idle_and_done():
                         break
-                    self._stop.wait(self.settings.poll_seconds)
+                    self._idle(self.settings.poll_seconds)
                     continue
                 self._run_job(job)
         finally:
@@ -195,6 +196,15 @@ class Runner:
                 self._own_engine.dispose()
         return self.done
 
+    def _idle(self, seconds: float) -> None:
+        """Wait ``seconds`` for work, or until stopped, marking progress at least once a heartbeat:
+        a poll longer than the lease (or than a healthcheck's bound on the alive file) is a
+        waiting loop, not a stalled one."""
+        until = time.monotonic() + seconds
+        while not self._stop.is_set() and (left := until - time.monotonic()) > 0:
+            self._stop.wait(min(left, self.settings.heartbeat_seconds))
+            self._mark_progress()
+
     def _ensure_engine(self) -> str | None:
         """Start the engine (a no-op when it runs), retrying with backoff (1 s doubling to 60 s)
         while it fails; its device, or None when the runner stopped first."""
@@ -203,10 +213,12 @@ class Runner:
             try:
                 if not self.engine.running:
                     self._engine_down = self._engine_down or "the engine is starting"
-                device = self.engine.start()
+                device = self.engine.start(stop=self._stop)
                 self._engine_down = None
                 self._progress = time.monotonic()
                 return device
+            except EngineStartStopped:
+                return None
             except EngineCrashed as exc:
                 self._engine_down = f"the engine cannot start ({exc}); retrying with backoff"
                 log.error("worker %s: %s; retrying in %.0f s", self.name, exc, delay)
