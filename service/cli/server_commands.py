@@ -4,9 +4,12 @@ service and looking after its store."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -266,14 +269,15 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["PREFLIGHT_HOST"] = settings.host
         os.environ["PREFLIGHT_PORT"] = str(settings.port)
         os.environ["PREFLIGHT_ROOT_PATH"] = settings.root_path  # each process reads its settings again
-        uvicorn.run(
-            "service.main:app",
-            host=settings.host,
-            port=settings.port,
-            workers=args.workers,
-            log_level=args.log_level,
-            root_path=settings.root_path,
-        )
+        with _sigterm_is_a_clean_exit():
+            uvicorn.run(
+                "service.main:app",
+                host=settings.host,
+                port=settings.port,
+                workers=args.workers,
+                log_level=args.log_level,
+                root_path=settings.root_path,
+            )
         return 0
     background = None
     if args.embedded_worker:
@@ -281,8 +285,21 @@ def _serve(args: argparse.Namespace) -> int:
 
         background = embedded_runner(settings, device=args.device)
     app = create_app(settings, background=background)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, root_path=settings.root_path)
+    with _sigterm_is_a_clean_exit():
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, root_path=settings.root_path)
     return 0
+
+
+@contextlib.contextmanager
+def _sigterm_is_a_clean_exit() -> Iterator[None]:
+    """uvicorn shuts down on SIGTERM, then raises the signal again under the handler it found, so
+    the process died by it (status 143, which Docker and systemd record as a failure). Under this
+    handler the raised signal is a no-op, and ``serve`` exits 0, as the docs say."""
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _any_token(settings: Any) -> bool:

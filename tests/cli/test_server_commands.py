@@ -301,8 +301,9 @@ def test_serve_with_embedded_worker_end_to_end(tmp_path: Path) -> None:
     finally:
         server.send_signal(signal.SIGTERM)
         output = server.communicate(timeout=60)[0]
-    # uvicorn re-raises the signal it handled once shut down: -SIGTERM is its clean exit.
-    assert server.returncode in (0, -signal.SIGTERM) and "Application shutdown complete" in output, output
+    # uvicorn raises the signal again once shut down: the process died by it (143), where a process
+    # manager expects a clean stop to exit 0 (docs/configuration.md)
+    assert server.returncode == 0 and "Application shutdown complete" in output, output
     assert "stopped after 1 job(s)" in output
 
 
