@@ -10,7 +10,7 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["DuplicateKeyError", "StrictJSONError", "UnencodableKeyError", "loads_strict"]
+__all__ = ["DuplicateKeyError", "StrictJSONError", "UnencodableKeyError", "loads_strict", "refuse_unencodable_keys"]
 
 
 class StrictJSONError(ValueError):
@@ -99,6 +99,22 @@ def loads_strict(text: str | bytes) -> Any:
             raise UnencodableKeyError(_path((*loc, marked.key)), marked.key)
         raise DuplicateKeyError(_path(loc), marked.key)
     return value
+
+
+def refuse_unencodable_keys(value: Any) -> None:
+    """Raise :class:`UnencodableKeyError` at the first key (depth first, in insertion order) of a
+    Python value that is no Unicode text: what :func:`loads_strict` refuses in JSON text, for a
+    spec given as a dict, whose such key pydantic could only call "unable to parse raw data"."""
+    stack: list[tuple[Any, tuple[int | str, ...]]] = [(value, ())]
+    while stack:  # not recursive: a value may nest deeper than Python's stack
+        node, here = stack.pop()
+        if isinstance(node, dict):
+            for key in node:
+                if isinstance(key, str) and _unencodable(key):
+                    raise UnencodableKeyError(_path((*here, key)), key)
+            stack.extend((child, (*here, key)) for key, child in reversed(node.items()))
+        elif isinstance(node, list | tuple):
+            stack.extend((child, (*here, i)) for i, child in reversed(list(enumerate(node))))
 
 
 def _long_integer(text: str | bytes) -> json.JSONDecodeError | None:

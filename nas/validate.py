@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from nas.shapes import MAX_NESTING, ShapeTrace, trace_shapes
 from nas.spec import ArchitectureSpec, SpecError, issues_from_validation_error, load_spec_json
+from nas.strict_json import UnencodableKeyError, refuse_unencodable_keys
 
 __all__ = [
     "STEP_MAC_FACTOR",
@@ -207,6 +208,11 @@ def parse_and_trace(
         except ValidationError as exc:
             if any(error["type"] == "recursion_depth_exceeded" for error in exc.errors()):  # pydantic's, past ~250
                 raise SpecError.at("$", _TOO_DEEP) from None
+            if any(error["type"] == "string_unicode" for error in exc.errors()):  # a key JSON text could not hold
+                try:
+                    refuse_unencodable_keys(data)
+                except UnencodableKeyError as unencodable:
+                    raise SpecError.at(unencodable.path, unencodable.reason) from None
             raise SpecError(issues_from_validation_error(exc)) from None
         except RecursionError:
             raise SpecError.at("$", _TOO_DEEP) from None

@@ -637,3 +637,32 @@ def test_a_json_literal_is_quoted_as_json_writes_it() -> None:
     """A spec author wrote `true`; the message quoted Python's `True`."""
     with pytest.raises(SpecError, match=r"init\.gain: Input should be a number \(got true\)"):
         parse_spec({"input_shape": [8], "init": {"gain": True}, "blocks": [{"layers": [{"type": "linear", "out": 2}]}]})
+
+
+@pytest.mark.parametrize(
+    ("spec", "path"),
+    [
+        (
+            {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 2}]}], "\ud800": 1},
+            '["\ud800"]',
+        ),  # the key as given (the API escapes it)
+        (
+            {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 2, "a\udc00": 1}]}]},
+            'blocks[0].layers[0]["a\udc00"]',
+        ),
+    ],
+    ids=["top-level", "in-a-layer"],
+)
+def test_a_dicts_key_holding_a_lone_surrogate_is_refused_at_that_key_as_in_json_text(
+    spec: dict[str, Any], path: str
+) -> None:
+    """A spec given as a dict was refused at the object holding such a key, in pydantic's words
+    ("unable to parse raw data as a unicode string"); JSON text was refused at the key itself."""
+    from nas.spec import SpecError
+    from nas.validate import parse_spec
+
+    with pytest.raises(SpecError) as caught:
+        parse_spec(spec)
+    (issue,) = caught.value.issues
+    assert issue.path == path
+    assert issue.message == "not valid Unicode text (the key holds a lone surrogate): no field is named so"
