@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The CPU wheel of torch that a machine without a GPU gets (small, no CUDA download).
+# The CPU wheel of torch that a machine without a GPU gets (small, no CUDA download), from PyTorch's CPU
+# index (PyPI's torch for Linux is the CUDA build, GBs); where that index is out of reach, pip's own.
 CPU_TORCH ?= torch==2.13.0
 
 .PHONY: demo test test-fast bench bench-v1 lint setup clean
@@ -18,8 +19,8 @@ $(STAMP): pyproject.toml
 		echo "GPU found: installing the default (CUDA) torch build"; \
 	else \
 		echo "no GPU: installing the CPU build $(CPU_TORCH)"; \
-		$(BIN)/python -m pip install -q "$(CPU_TORCH)" || \
-		$(BIN)/python -m pip install -q "$(CPU_TORCH)" --index-url https://download.pytorch.org/whl/cpu; \
+		$(BIN)/python -m pip install -q "$(CPU_TORCH)" --index-url https://download.pytorch.org/whl/cpu || \
+		$(BIN)/python -m pip install -q "$(CPU_TORCH)"; \
 	fi
 	@echo "setup: installing Preflight and its extras (postgres, demo, bench, test)"
 	$(BIN)/python -m pip install -q -e ".[service,worker,postgres,demo,bench,test]"
