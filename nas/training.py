@@ -53,7 +53,9 @@ def load_digits(*, image: bool = False, val_fraction: float = 0.25, seed: int = 
         from sklearn.datasets import load_digits as sklearn_digits
         from sklearn.model_selection import train_test_split
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise ImportError('the digits dataset needs scikit-learn: pip install ".[demo]" in the clone') from exc
+        raise ModuleNotFoundError(  # a ModuleNotFoundError naming it: the CLI says which extra installs it
+            'the digits dataset needs scikit-learn: pip install ".[demo]" in the clone', name="sklearn"
+        ) from exc
     x, y = sklearn_digits(return_X_y=True)
     x_train, x_val, y_train, y_val = train_test_split(x, y, test_size=val_fraction, random_state=seed, stratify=y)
     mean = x_train.mean(axis=0)

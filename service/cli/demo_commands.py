@@ -178,6 +178,8 @@ def _demo(args: argparse.Namespace) -> int:
     if problem:
         print(f"preflight demo: {problem}", file=sys.stderr)
         return 2
+    if not args.no_plots:  # the figures come last: a missing matplotlib said so after every search
+        import matplotlib  # noqa: F401 - a ModuleNotFoundError: the CLI names the extra (exit 6)
     # Read once, before any work: a missing or damaged dataset is one line saying how to get
     # it, not a traceback once the service runs.
     data = _load(args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,28 @@ def test_an_out_folder_that_cannot_be_written_is_refused_before_the_searches(
     assert main(["demo", "--out", "/proc", "--trials", "1", "--no-progress", "--no-plots"]) == 2
     captured = capsys.readouterr()
     assert captured.err.startswith("preflight demo: cannot write to --out /proc (") and "service at" not in captured.out
+
+
+@pytest.mark.parametrize(
+    ("missing", "argv"),
+    [("sklearn", ["--no-plots"]), ("matplotlib", [])],
+    ids=["scikit-learn", "matplotlib"],
+)
+def test_a_missing_demo_extra_is_exit_6_naming_it_before_any_work(
+    missing: str, argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without scikit-learn the digits demo was a traceback and exit 1 (a plain ImportError); without
+    matplotlib it ran every search, then exited 6 at the figures."""
+    from service.cli import EXIT_MISSING_EXTRA
+
+    monkeypatch.setitem(sys.modules, missing, None)  # import of it fails, as if not installed
+    for name in [m for m in sys.modules if m.startswith(f"{missing}.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert main(["demo", "--dataset", "digits", "--trials", "1", "--out", str(tmp_path / "demo"), *argv]) == (
+        EXIT_MISSING_EXTRA
+    )
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f'preflight demo: this command needs {missing!r}, which is not installed: pip install ".[demo]" in the clone\n'
+    )
+    assert "service at" not in captured.out
