@@ -4,8 +4,9 @@ No fakes here: these are real specs and options to send to a real service, e.g. 
 that a deployment prunes what it must (``ill_conditioned_mlp``) and keeps what it must
 (``well_conditioned_mlp``) before a long search is started::
 
-    gate = ConditioningGate(PreflightClient(), options=FAST_OPTIONS)
-    assert client.condition(ill_conditioned_mlp(), FAST_OPTIONS).verdict == "prune"
+    client = PreflightClient()
+    assert client.condition(ill_conditioned_mlp(), FAST_OPTIONS).report.verdict == "prune"
+    assert client.condition(well_conditioned_mlp(), FAST_OPTIONS).report.verdict == "keep"
 """
 
 from __future__ import annotations

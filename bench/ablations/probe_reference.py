@@ -90,6 +90,11 @@ def report() -> str:
 
 
 def main() -> int:
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="python -m bench.ablations.probe_reference", description=__doc__.split("\n\n")[0]
+    ).parse_args()  # no options: --help says what it does, where it ran at once
     print(report())
     return 0
 

@@ -219,6 +219,11 @@ def bnp() -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="python -m bench.papers.scaling_hessian_bnp", description=(__doc__ or "").split("\n\n")[0]
+    ).parse_args()  # no options: --help says what it does, where it ran at once
     torch.set_num_threads(1)
     for part in (prop3, forms, fig1, fig2, balancing, remark5, bnp):
         part()
