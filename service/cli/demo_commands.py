@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import tempfile
 import time
@@ -285,6 +286,7 @@ def _run_all(args: argparse.Namespace, data: Any, url: str, out: Path) -> dict[s
     # worker beats two threads contending (OpenMP spin-waits) on a 2-core machine.
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    _quiet_interrupted_trials()
     options: dict[str, Any] = {"seed": args.seed}
     if args.steps is not None:
         options["steps"] = args.steps
@@ -305,6 +307,23 @@ def _run_all(args: argparse.Namespace, data: Any, url: str, out: Path) -> dict[s
         extra = _score_ungated(searches)
         profiles = _apjn_profiles(client, searches[SEARCHES.index("preflight gate")])
     return {"searches": searches, "score_vs_accuracy": extra, "apjn": profiles, "dataset": args.dataset}
+
+
+class _NoInterruptTraceback(logging.Filter):
+    """Optuna logs a trial that a Ctrl-C ended with the whole traceback (through httpx's or
+    torch's frames) before it lets the interrupt through: its one line is what a user needs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _quiet_interrupted_trials() -> None:
+    """Install :class:`_NoInterruptTraceback` once, on the logger of Optuna's trial loop."""
+    trial_loop = logging.getLogger("optuna.study._optimize")
+    if not any(isinstance(f, _NoInterruptTraceback) for f in trial_loop.filters):
+        trial_loop.addFilter(_NoInterruptTraceback())
 
 
 def _load(args: argparse.Namespace) -> Any:

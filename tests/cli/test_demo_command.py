@@ -242,3 +242,24 @@ def test_a_missing_demo_extra_is_exit_6_naming_it_before_any_work(
         f'preflight demo: this command needs {missing!r}, which is not installed: pip install ".[demo]" in the clone\n'
     )
     assert "service at" not in captured.out
+
+
+def test_a_trial_ended_by_ctrl_c_is_logged_in_one_line_without_the_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Optuna logged the interrupted trial with every frame down to the socket read, then let the
+    KeyboardInterrupt through: the demo keeps its one line, and the interrupt still ends the search."""
+    import optuna
+
+    from service.cli.demo_commands import _quiet_interrupted_trials
+
+    def interrupted(trial: optuna.Trial) -> float:
+        raise KeyboardInterrupt
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    _quiet_interrupted_trials()
+    _quiet_interrupted_trials()  # installed once
+    with pytest.raises(KeyboardInterrupt):
+        optuna.create_study().optimize(interrupted, n_trials=1)
+    err = capsys.readouterr().err
+    assert "because of the following error: KeyboardInterrupt()" in err and "Traceback" not in err, err
