@@ -411,7 +411,8 @@ class _Core:
                 if attempt >= self.retry.attempts or past or not self.retry.retries_error(exc):
                     raise PreflightConnectionError(
                         f"{method} {request.url} failed after {attempt} tries: "
-                        f"{type(exc).__name__}: {exc}; is the service running at {self.url}?"
+                        f"{type(exc).__name__}: {exc}; is the service running at {self.url}?",
+                        url=self.url,
                     ) from exc
                 yield _Sleep(self.retry.delay(attempt, self.rng))
                 continue

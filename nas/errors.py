@@ -54,6 +54,10 @@ class PreflightConnectionError(PreflightError):
     """The service could not be reached (connection refused, reset, or timed out),
     even after retrying; is it running at PREFLIGHT_URL?"""
 
+    def __init__(self, message: str | None = None, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url  # the service URL the client tried, when its message names it
+
 
 class UnexpectedResponseError(PreflightError):
     """The answer is not the Preflight API's (a web page, a redirect, JSON of another shape): is

@@ -86,7 +86,7 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         return EXIT_AUTH, f"the service refused the token ({_one_line(error)}); {fix}"
     if isinstance(error, PreflightConnectionError):
         message = _one_line(error)
-        if "is the service running at" in message:  # the client's own question, with the URL it tried
+        if error.url is not None:  # the client's own error asks whether the service runs at the URL it tried
             return EXIT_SERVICE, message
         return EXIT_SERVICE, f"{message}; is `preflight serve` running at that URL (PREFLIGHT_URL)?"
     if isinstance(error, PreflightError):
