@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import itertools
 import random
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -430,13 +430,13 @@ def test_a_signed_zero_in_a_parallel_edge_changes_neither_the_hash_nor_which_edg
     def spec(zero: float) -> ArchitectureSpec:
         scaled = [{"type": "conv2d", "out": 4, "kernel": 1}, {"type": "scale", "factor": zero}]
         halved = [{"type": "conv2d", "out": 4, "kernel": 1}, {"type": "scale", "factor": -0.5}]
-        cell = {"from": 0, "to": 1, "op": scaled}, {"from": 0, "to": 1, "op": halved}
-        return parse_spec(_cell_spec(list(cell), nodes=2))
+        edges: list[dict[str, Any]] = [{"from": 0, "to": 1, "op": scaled}, {"from": 0, "to": 1, "op": halved}]
+        return parse_spec(_cell_spec(edges, nodes=2))
 
     plus, minus = spec(0.0), spec(-0.0)
     assert spec_hash(plus) == spec_hash(minus)
     factors = [
-        {name: float(edge[1].factor) for name, edge in build_model(s, seed=0).blocks[0][0].edges.items()}
+        {name: float(edge[1].factor) for name, edge in cast(Any, build_model(s, seed=0)).blocks[0][0].edges.items()}
         for s in (plus, minus)
     ]
     assert factors[0] == factors[1]
@@ -444,7 +444,7 @@ def test_a_signed_zero_in_a_parallel_edge_changes_neither_the_hash_nor_which_edg
 
 def test_a_two_node_cell_hashes_alike_with_either_output() -> None:
     """Its concat is node 1 alone, the last node: one network, so one hash and one job."""
-    edges = [{"from": 0, "to": 1, "op": [{"type": "conv2d", "out": 4, "kernel": 3}]}]
+    edges: list[dict[str, Any]] = [{"from": 0, "to": 1, "op": [{"type": "conv2d", "out": 4, "kernel": 3}]}]
     last, concat = (parse_spec(_cell_spec(edges, nodes=2, output=output)) for output in ("last", "concat"))
     assert spec_hash(last) == spec_hash(concat)
     assert trace_shapes(last).boundaries == trace_shapes(concat).boundaries
