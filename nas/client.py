@@ -25,6 +25,7 @@ import email.utils
 import math
 import os
 import random
+import re
 import time
 import warnings
 from collections.abc import Generator, Iterable, Mapping
@@ -63,6 +64,7 @@ __all__ = [
 DEFAULT_URL = "http://127.0.0.1:8000"
 TERMINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
 MAX_SERVER_POLL = 3600.0  # the longest long-poll the service takes (GET .../wait?timeout=)
+MAX_BATCH = 256  # specs in one request of submit_many: the service's default PREFLIGHT_MAX_BATCH
 SpecLike = ArchitectureSpec | Mapping[str, Any] | str | bytes
 Unfinished = Literal["raise", "return"]  # a candidate still unfinished at a wait's deadline: WaitTimeout, or as is
 
@@ -111,12 +113,21 @@ class RetryPolicy:
 
     def delay(self, attempt: int, rng: random.Random | None = None, retry_after: float | None = None) -> float:
         """Seconds to wait after failed try number ``attempt`` (1-based)."""
-        base = min(self.max_backoff, self.backoff * self.multiplier ** (attempt - 1))
+        base = self._exponential(attempt)
         if rng is not None and self.jitter:
             base *= 1.0 + self.jitter * (2.0 * rng.random() - 1.0)
         if retry_after is not None and retry_after > base:
             base = min(self.max_backoff, retry_after)
         return max(0.0, base)
+
+    def _exponential(self, attempt: int) -> float:
+        """``min(max_backoff, backoff * multiplier**(attempt - 1))``, compared in logs: the power
+        itself overflowed a float past a few hundred tries (a wait retries until its deadline)."""
+        if self.backoff == 0 or self.multiplier == 1:
+            return self.backoff
+        if (attempt - 1) * math.log(self.multiplier) >= math.log(self.max_backoff / self.backoff):
+            return self.max_backoff
+        return float(self.backoff * self.multiplier ** (attempt - 1))
 
 
 @dataclass(frozen=True)
@@ -295,11 +306,25 @@ def decode(response: httpx.Response) -> Any:
             f"{_requested(response)} answered HTTP {response.status_code}, a redirect to {location}; "
             "set PREFLIGHT_URL to where the service answers (https:// behind a TLS proxy?)"
         )
-    raise error_for_status(response.status_code, _problem(response))
+    problem = _problem(response)
+    if response.is_client_error and not _from_the_api(response, problem):
+        kind = response.headers.get("content-type", "no content type").split(";")[0]
+        raise UnexpectedResponseError(
+            f"{_requested(response)} answered HTTP {response.status_code} with {kind}, not the Preflight API's "
+            "problem document; is PREFLIGHT_URL the service's base URL (a proxy's own page answered)?"
+        )
+    raise error_for_status(response.status_code, problem)
+
+
+def _from_the_api(response: httpx.Response, problem: dict[str, Any]) -> bool:
+    """Whether an error answer is the service's own: JSON with the problem document's status (the
+    API answers every error so, RFC 9457); a web page or an empty body is a proxy's or another server's."""
+    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    return kind.endswith("json") and problem.get("status") == response.status_code
 
 
 def _requested(response: httpx.Response) -> str:
-    return f"{response.request.method} {response.request.url}"
+    return f"{response.request.method} {_shown(response.request.url)}"
 
 
 def _candidate(data: Any) -> Candidate:
@@ -309,6 +334,33 @@ def _candidate(data: Any) -> Candidate:
             f"the answer is not a Preflight candidate (got {_shape_of(data)}); is PREFLIGHT_URL the service's base URL?"
         )
     return Candidate.from_json(data)
+
+
+def _renumbered(refusal: SpecRejectedError, start: int) -> SpecRejectedError:
+    """A batch's refusal with its ``specs[i]`` paths counted from the whole list, not the batch."""
+    if not start:
+        return refusal
+
+    def shifted(text: Any) -> Any:
+        return _SPEC_INDEX.sub(lambda m: f"specs[{int(m.group(1)) + start}]", text) if isinstance(text, str) else text
+
+    problem = dict(refusal.problem or {})
+    problem["detail"] = shifted(problem.get("detail"))
+    if isinstance(problem.get("errors"), list):
+        problem["errors"] = [
+            {**issue, "path": shifted(issue.get("path"))} if isinstance(issue, Mapping) else issue
+            for issue in problem["errors"]
+        ]
+    return type(refusal)(refusal.status, problem)
+
+
+_SPEC_INDEX = re.compile(r"\bspecs\[(\d+)\]")
+
+
+def _shown(url: Any) -> str:
+    """A URL for a message, a password in it written ``***`` (error messages reach logs)."""
+    parsed = httpx.URL(str(url))
+    return str(parsed.copy_with(username=parsed.username, password="***")) if parsed.password else str(parsed)
 
 
 def _shape_of(data: Any) -> str:
@@ -375,6 +427,11 @@ class _Core:
             )
         self.headers = {"accept": "application/json, application/problem+json"}
         if token:
+            if httpx.URL(self.url).userinfo:  # httpx sends them as Basic auth, over the bearer token
+                raise ClientSettingError(
+                    f"the service URL {_shown(self.url)} holds a user name or password, which would be sent "
+                    f"as Basic auth in place of {source}'s bearer token: drop them from the URL"
+                )
             self.headers["authorization"] = f"Bearer {token}"
         self.timeout = timeout
         self.retry = retry
@@ -403,43 +460,73 @@ class _Core:
             headers=self.headers,
             extensions={"timeout": httpx.Timeout(timeout or self.timeout, connect=10.0).as_dict()},
         )
-        for attempt in range(1, self.retry.attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 response = yield request
+            except httpx.DecodingError as exc:  # a body its own headers misdescribe: a proxy's doing
+                raise UnexpectedResponseError(
+                    f"{method} {_shown(request.url)} answered a body that cannot be decoded ({exc}); "
+                    "is PREFLIGHT_URL the service's base URL, with no proxy rewriting its answers?"
+                ) from None
             except httpx.TransportError as exc:
-                past = deadline is not None and time.monotonic() >= deadline
-                if attempt >= self.retry.attempts or past or not self.retry.retries_error(exc):
+                if not (self.retry.retries_error(exc) and self._another_try(attempt, deadline)):
                     raise PreflightConnectionError(
-                        f"{method} {request.url} failed after {attempt} tries: "
-                        f"{type(exc).__name__}: {exc}; is the service running at {self.url}?",
+                        f"{method} {_shown(request.url)} failed after {attempt} tries: "
+                        f"{type(exc).__name__}: {exc}; is the service running at {_shown(self.url)}?",
                         url=self.url,
                     ) from exc
-                yield _Sleep(self.retry.delay(attempt, self.rng))
+                yield _Sleep(self._pause(attempt, deadline))
                 continue
             assert response is not None
-            if attempt < self.retry.attempts and self.retry.retries_status(response.status_code):
-                yield _Sleep(self.retry.delay(attempt, self.rng, _retry_after(response)))
+            if self.retry.retries_status(response.status_code) and self._another_try(attempt, deadline, answered=True):
+                yield _Sleep(self._pause(attempt, deadline, _retry_after(response)))
                 continue
             return decode(response)
-        raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def submit(self, spec: SpecLike, options: Mapping[str, Any] | None) -> _Operation[Candidate]:
+    def _another_try(self, attempt: int, deadline: float | None, *, answered: bool = False) -> bool:
+        """Whether a failed try is followed by another: within a wait (``deadline``) every retryable
+        failure is tried again until the deadline, so a wait rides out a restart of the service or
+        of its database (seconds, where the policy's tries span about 4); otherwise, and for an
+        answer the policy retries once the deadline has passed, ``retry.attempts`` tries in all."""
+        if deadline is not None and time.monotonic() < deadline:
+            return True
+        return attempt < self.retry.attempts and (answered or deadline is None)
+
+    def _pause(self, attempt: int, deadline: float | None, retry_after: float | None = None) -> float:
+        """The policy's pause, cut short at the deadline of a wait that is still running."""
+        pause = self.retry.delay(attempt, self.rng, retry_after)
+        left = None if deadline is None else deadline - time.monotonic()
+        return pause if left is None or left <= 0 else min(pause, left)
+
+    def submit(
+        self, spec: SpecLike, options: Mapping[str, Any] | None, deadline: float | None = None
+    ) -> _Operation[Candidate]:
         body = {"spec": spec_payload(spec), "options": options_payload(options)}
-        return _candidate((yield from self.request("POST", "/v1/candidates", body=body)))
+        return _candidate((yield from self.request("POST", "/v1/candidates", body=body, deadline=deadline)))
 
-    def submit_many(self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None) -> _Operation[list[Candidate]]:
+    def submit_many(
+        self, specs: Iterable[SpecLike], options: Mapping[str, Any] | None, deadline: float | None = None
+    ) -> _Operation[list[Candidate]]:
+        """Queue the specs, ``MAX_BATCH`` to a request (the service's default ``PREFLIGHT_MAX_BATCH``:
+        a larger batch was a 413). A refusal names the spec by its place in ``specs``; the batches
+        before it stay queued (submitting them again finds the same jobs)."""
         if isinstance(specs, Mapping | str | bytes | ArchitectureSpec):
             raise TypeError("submit_many takes a list of specs; one spec goes to submit / condition")
-        body = {
-            "specs": [spec_payload(s, f"specs[{i}]") for i, s in enumerate(specs)],
-            "options": options_payload(options),
-        }
-        if not body["specs"]:
-            return []
-        data = yield from self.request("POST", "/v1/candidates", body=body)
-        if not isinstance(data, Mapping) or not isinstance(data.get("candidates"), list):
-            raise UnexpectedResponseError(f"the answer is not a list of candidates (got {_shape_of(data)})")
-        return [_candidate(item) for item in data["candidates"]]
+        payloads = [spec_payload(s, f"specs[{i}]") for i, s in enumerate(specs)]
+        sent = options_payload(options)
+        out: list[Candidate] = []
+        for start in range(0, len(payloads), MAX_BATCH):
+            body = {"specs": payloads[start : start + MAX_BATCH], "options": sent}
+            try:
+                data = yield from self.request("POST", "/v1/candidates", body=body, deadline=deadline)
+            except SpecRejectedError as refusal:
+                raise _renumbered(refusal, start) from None
+            if not isinstance(data, Mapping) or not isinstance(data.get("candidates"), list):
+                raise UnexpectedResponseError(f"the answer is not a list of candidates (got {_shape_of(data)})")
+            out.extend(_candidate(item) for item in data["candidates"])
+        return out
 
     def get(self, candidate_id: str) -> _Operation[Candidate]:
         return _candidate((yield from self.request("GET", _candidate_path(candidate_id))))
@@ -489,10 +576,12 @@ class _Core:
     def condition(
         self, spec: SpecLike, options: Mapping[str, Any] | None, timeout: float | None
     ) -> _Operation[Candidate]:
-        candidate = yield from self.submit(spec, options)
+        timeout = _wait_seconds(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout  # a submission within it rides out a restart
+        candidate = yield from self.submit(spec, options, deadline)
         if candidate.finished:
             return candidate
-        return (yield from self.wait(candidate.id, timeout))
+        return (yield from self.wait(candidate.id, None if deadline is None else max(0.0, deadline - time.monotonic())))
 
     def condition_many(
         self,
@@ -501,9 +590,12 @@ class _Core:
         timeout: float | None,
         unfinished: Unfinished = "raise",
     ) -> _Operation[list[Candidate]]:
-        submitted = yield from self.submit_many(specs, options)
+        timeout = _wait_seconds(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        submitted = yield from self.submit_many(specs, options, deadline)
         pending = [c.id for c in submitted if not c.finished]
-        waited = iter((yield from self.wait_many(pending, timeout, unfinished)))
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        waited = iter((yield from self.wait_many(pending, left, unfinished)))
         return [c if c.finished else next(waited) for c in submitted]
 
     def study_summary(self, study: str) -> _Operation[dict[str, Any]]:
@@ -645,7 +737,7 @@ class PreflightClient:
                     continue
                 try:
                     response = self._http.send(step)
-                except httpx.TransportError as exc:
+                except (httpx.TransportError, httpx.DecodingError) as exc:
                     step = operation.throw(exc)
                 else:
                     step = operation.send(response)
@@ -741,24 +833,28 @@ class AsyncPreflightClient:
     ) -> None:
         self._core = _Core(url, token, timeout, retry or RetryPolicy(), max_poll, rng)
         self._transport = transport
-        self._http = httpx.AsyncClient(transport=transport)
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # one connection pool per event loop: httpx's connections belong to the loop that opened them
+        self._pools: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
 
     @property
     def url(self) -> str:
         return self._core.url
 
-    def _bind_to_running_loop(self) -> None:
-        """httpx's connections belong to the event loop that opened them: a client used again
-        after ``asyncio.run`` closed that loop failed with "Event loop is closed". A closed loop's
-        connections are dropped and the client starts afresh in the new one."""
+    def _pool(self) -> httpx.AsyncClient:
+        """This event loop's connection pool. A client used in another loop failed with "Event loop
+        is closed" after ``asyncio.run`` had closed the first, or with "bound to a different event
+        loop" while it was open. The pool of a loop that has closed is dropped: its connections
+        cannot be closed from another loop and are left to the garbage collector (use one client per
+        loop, or ``aclose()`` it in each loop before that loop ends)."""
         loop = asyncio.get_running_loop()
-        if self._loop is not None and self._loop is not loop and self._loop.is_closed():
-            self._http = httpx.AsyncClient(transport=self._transport)
-        self._loop = loop
+        for closed in [other for other in self._pools if other is not loop and other.is_closed()]:
+            del self._pools[closed]
+        if loop not in self._pools:
+            self._pools[loop] = httpx.AsyncClient(transport=self._transport)
+        return self._pools[loop]
 
     async def _run(self, operation: _Operation[T]) -> T:
-        self._bind_to_running_loop()
+        http = self._pool()
         try:
             step = next(operation)
             while True:
@@ -767,8 +863,8 @@ class AsyncPreflightClient:
                     step = operation.send(None)
                     continue
                 try:
-                    response = await self._http.send(step)
-                except httpx.TransportError as exc:
+                    response = await http.send(step)
+                except (httpx.TransportError, httpx.DecodingError) as exc:
                     step = operation.throw(exc)
                 else:
                     step = operation.send(response)
@@ -818,8 +914,11 @@ class AsyncPreflightClient:
         return await self._run(self._core.upload_batch(await asyncio.to_thread(_batch_body, x, y)))
 
     async def aclose(self) -> None:
-        self._bind_to_running_loop()  # closing the pool of a loop asyncio.run has closed would fail
-        await self._http.aclose()
+        """Close this event loop's connections (a pool another open loop holds is closed by
+        ``aclose()`` in that loop)."""
+        pool = self._pools.pop(asyncio.get_running_loop(), None)
+        if pool is not None:
+            await pool.aclose()
 
     async def __aenter__(self) -> AsyncPreflightClient:
         return self

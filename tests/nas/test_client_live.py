@@ -87,3 +87,23 @@ def test_a_service_that_is_not_there_is_a_connection_error_after_retries() -> No
     retry = RetryPolicy(attempts=2, backoff=0.01, max_backoff=0.01)
     with PreflightClient(f"http://127.0.0.1:{port}", retry=retry) as client, pytest.raises(PreflightConnectionError):
         client.get("1")
+
+
+def test_an_async_client_serves_a_second_loop_while_the_first_is_still_open(live_service: Any) -> None:
+    """A second loop raised "bound to a different event loop" from httpx's pool, whose connection
+    the first, still open, loop held."""
+    client = AsyncPreflightClient(live_service.url)
+
+    async def status_then_close() -> str:
+        submitted = await client.submit(WELL, TINY_OPTIONS)
+        status = (await client.get(submitted.id)).status
+        await client.aclose()  # this loop's connections
+        return status
+
+    first = asyncio.new_event_loop()
+    try:
+        first.run_until_complete(client.submit(WELL, TINY_OPTIONS))  # a pooled connection of the open loop
+        assert asyncio.run(status_then_close()) in ("queued", "running", "done")
+    finally:
+        first.run_until_complete(client.aclose())  # the first loop's, in that loop
+        first.close()

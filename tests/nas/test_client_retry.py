@@ -448,9 +448,9 @@ def test_an_async_client_serves_a_second_asyncio_run() -> None:
         return (await client.get("a")).status
 
     assert asyncio.run(status()) == "done"
-    first = client._http
+    (first,) = client._pools.values()
     assert asyncio.run(status()) == "done"
-    assert client._http is not first  # the first run's pool, bound to its closed loop, is left
+    assert list(client._pools.values()) != [first]  # the first run's pool, bound to its closed loop, is dropped
     asyncio.run(client.aclose())
 
 
@@ -470,3 +470,107 @@ def test_a_503_after_a_waits_deadline_is_still_retried_and_numpy_timeouts_are_nu
         lambda request: httpx.Response(200, json={"id": "a", "status": "done"}), lambda c: c.wait("a", np.int64(5))
     )
     assert done.status == "done"
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_a_wait_rides_out_a_restart_longer_than_the_retry_policys_tries(run: Any) -> None:
+    """A restart of the service (about 10 s) or of its database outlasts the policy's 5 tries
+    (about 4 s of pauses): wait(timeout=40) raised PreflightConnectionError 5 s in, and through
+    the gate that stopped the search. Within a wait's timeout every retryable failure is retried."""
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) <= 6:
+            raise httpx.ConnectError("refused", request=request)
+        if len(calls) <= 10:
+            return httpx.Response(503, json={"status": 503, "detail": "the database is unavailable"})
+        return httpx.Response(200, json={"id": "a", "status": "done"})
+
+    assert run(handler, lambda c: c.wait("a", timeout=60)).status == "done"  # FAST: 3 tries
+    assert len(calls) == 11
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_condition_submits_through_a_restart_within_its_timeout(run: Any) -> None:
+    posts = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            posts.append(request)
+            if len(posts) <= 5:
+                raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200 if request.method == "GET" else 202, json={"id": "a", "status": "done"})
+
+    assert run(handler, lambda c: c.condition({}, timeout=60)).status == "done"
+    assert len(posts) == 6  # the same submission again: the service finds the same job
+
+
+def test_a_batch_larger_than_the_services_is_sent_in_batches_and_a_refusal_names_its_place_in_the_whole_list() -> None:
+    """300 specs were one request, refused with 413 (the service takes 256 by default)."""
+    from nas.client import MAX_BATCH
+
+    sizes = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        specs = json.loads(request.content)["specs"]
+        sizes.append(len(specs))
+        if any(spec.get("name") == "bad" for spec in specs):
+            index = next(i for i, spec in enumerate(specs) if spec.get("name") == "bad")
+            path = f"specs[{index}].blocks"
+            return httpx.Response(422, json={"status": 422, "detail": f"{path}: bad", "errors": [{"path": path}]})
+        return httpx.Response(202, json={"candidates": [{"id": spec["name"], "status": "queued"} for spec in specs]})
+
+    spec = {"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": 2}]}]}
+    specs = [dict(spec, name=str(i)) for i in range(300)]
+    candidates = run_sync(handler, lambda c: c.submit_many(specs))
+    assert sizes == [MAX_BATCH, 300 - MAX_BATCH] and [c.id for c in candidates] == [str(i) for i in range(300)]
+    specs[259] = dict(spec, name="bad")
+    with pytest.raises(SpecRejectedError) as caught:
+        run_sync(handler, lambda c: c.submit_many(specs))
+    assert caught.value.detail == "specs[259].blocks: bad"
+    assert caught.value.problem["errors"] == [{"path": "specs[259].blocks"}]
+
+
+def test_a_url_with_a_password_is_refused_beside_a_token_and_never_shown() -> None:
+    """httpx sent the URL's user and password as Basic auth over the bearer token (a 401), and
+    every error message printed the password."""
+    from nas.errors import ClientSettingError
+
+    with pytest.raises(ClientSettingError, match="Basic auth") as caught:
+        PreflightClient("http://user:secretpw@preflight.test", token="t0ken")
+    assert "secretpw" not in str(caught.value)
+    client = PreflightClient("http://user:secretpw@127.0.0.1:1", retry=RetryPolicy(attempts=1))  # a proxy's login
+    with pytest.raises(PreflightConnectionError) as refused:
+        client.get("a")
+    assert "secretpw" not in str(refused.value) and "user:***@127.0.0.1:1" in str(refused.value)
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (
+            lambda: httpx.Response(404, text="<html>Not Found</html>", headers={"content-type": "text/html"}),
+            "text/html",
+        ),
+        (lambda: httpx.Response(401, text=""), "HTTP 401 with text/plain"),
+        (lambda: httpx.Response(200, content=b"junk", headers={"content-encoding": "gzip"}), "cannot be decoded"),
+    ],
+    ids=["a-web-page", "an-empty-401", "a-body-its-headers-misdescribe"],
+)
+def test_an_error_answer_that_is_not_the_apis_is_an_unexpected_response(
+    run: Any, answer: Callable[[], httpx.Response], words: str
+) -> None:
+    """A proxy's HTML 404 was "No such candidate or study", its 401 "set PREFLIGHT_API_TOKEN", and
+    a body with a false Content-Encoding httpx's raw DecodingError."""
+    from nas.errors import UnexpectedResponseError
+
+    with pytest.raises(UnexpectedResponseError, match=words):
+        run(lambda request: answer(), lambda c: c.get("a"))  # a body is decoded as the answer is read
+
+
+def test_the_backoff_of_a_very_late_try_is_its_cap_not_an_overflow() -> None:
+    assert RetryPolicy(attempts=10**6).delay(1100) == 8.0
+    assert RetryPolicy(attempts=10**6, multiplier=10, jitter=0).delay(400) == 8.0
+    assert RetryPolicy(backoff=0.0, max_backoff=0.0).delay(10**6) == 0.0
