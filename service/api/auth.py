@@ -2,14 +2,17 @@
 
 Tokens are created, revoked and stored (as SHA-256) by ``service.store.tokens``. They are
 required whenever the service listens beyond localhost (setting ``PREFLIGHT_REQUIRE_AUTH``
-turns them on for localhost too).
+turns them on for localhost too), and for any request that did not come from this machine
+(:func:`auth_required_for`).
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import threading
 import time
+from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
@@ -18,7 +21,29 @@ from service.api.problems import ProblemError
 from service.store.owners import Caller
 from service.store.tokens import TOKEN_PREFIX, active_token, hash_token
 
-__all__ = ["TokenCache", "authenticate", "bearer_token"]
+__all__ = ["TokenCache", "auth_required_for", "authenticate", "bearer_token"]
+
+# headers a reverse proxy adds to a request it relays: the request came from elsewhere
+_FORWARDED = (b"forwarded", b"x-forwarded-for", b"x-real-ip")
+
+
+def auth_required_for(settings: Any, scope: Any) -> bool:
+    """Whether this request needs a token: always when the settings say so (a listen address
+    beyond localhost, or ``PREFLIGHT_REQUIRE_AUTH``); else when it came in on a network address
+    other than loopback (``uvicorn service.main:app --host 0.0.0.0``, which the settings' default
+    host of 127.0.0.1 does not see) or through a proxy that says so (``Forwarded``,
+    ``X-Forwarded-For``, ``X-Real-IP``). Such a request was served with auth off, as the
+    anonymous caller, who sees every tenant's candidates."""
+    if settings.auth_required:
+        return True
+    server = scope.get("server")
+    if server:
+        try:
+            if not ipaddress.ip_address(str(server[0]).split("%")[0]).is_loopback:
+                return True
+        except ValueError:  # a Unix socket's path, or a test client's name: no network address
+            pass
+    return any(name in _FORWARDED for name, _ in scope.get("headers", ()))
 
 
 class TokenCache:

@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from nas import SpecLimits
-from service.api.auth import TokenCache, authenticate
+from service.api.auth import TokenCache, auth_required_for, authenticate
 from service.api.metrics import Metrics
 from service.settings import Settings
 from service.store.db import session_scope
@@ -91,7 +91,7 @@ async def require_token(
     request with a body had its token checked before the body was read
     (``service.api.middleware.TokenFirstMiddleware``), which left the caller in its state."""
     settings: Settings = request.app.state.settings
-    if not settings.auth_required:
+    if not auth_required_for(settings, request.scope):
         return ANONYMOUS
     checked: Caller | None = getattr(request.state, "caller", None)  # by TokenFirstMiddleware
     if checked is not None:

@@ -10,7 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.auth import authenticate, bearer_token
+from service.api.auth import auth_required_for, authenticate, bearer_token
 from service.api.problems import DATABASE_DOWN, ProblemError, ProblemIssue, on_database_down, problem_response
 from service.api.route_table import route_path
 
@@ -87,7 +87,7 @@ class TokenFirstMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in _WITH_BODY and route_path(scope).startswith("/v1/"):
             state = scope["app"].state
-            if state.settings.auth_required:
+            if auth_required_for(state.settings, scope):
                 header = next(iter(_values(scope, b"authorization")), b"").decode("latin-1")
                 try:  # the route's dependency reads the caller from the request's state: one check, not two
                     scope.setdefault("state", {})["caller"] = await authenticate(state.tokens, bearer_token(header))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import statistics
 import subprocess
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -241,7 +242,6 @@ def test_a_setting_or_argument_that_cannot_work_is_one_line_and_a_non_zero_statu
 
 def test_serve_on_a_port_in_use_is_one_line_and_a_usage_error(tmp_path: Path) -> None:
     """uvicorn's own failure was a multi-line log and exit 3, the status of an unreachable service."""
-    import socket
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -516,3 +516,46 @@ def test_output_to_a_full_disk_is_one_line_and_status_1_and_a_reader_gone_keeps_
     with reader_gone() as writer:  # db current's own answer, 1 ("empty"), not 0 for the pipe
         empty = buffered_preflight(writer, "db", "current", PREFLIGHT_DATABASE_URL=f"sqlite:///{tmp_path / 'p.db'}")
     assert empty.returncode == 1 and empty.stderr == "", empty.stderr
+
+
+def _own_network_address() -> str | None:
+    """This machine's address on its default route (no packet is sent), or None without one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") else address
+
+
+@pytest.mark.slow
+def test_the_app_served_by_uvicorn_on_every_interface_asks_a_token_of_requests_from_elsewhere(tmp_path: Path) -> None:
+    """`uvicorn service.main:app --host 0.0.0.0` (a documented way to run it) with PREFLIGHT_HOST
+    at its loopback default served every tenant's candidates to anyone, with auth off: the settings
+    decided, not the address the request came in on. A request from this machine still needs none;
+    one a proxy relayed (X-Forwarded-For) does."""
+    address = _own_network_address()
+    if address is None:
+        pytest.skip("this machine has no network address besides loopback")
+    db, port = tmp_path / "p.db", free_port()
+    preflight(db, "db", "upgrade")
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFLIGHT_HOST", "PREFLIGHT_REQUIRE_AUTH")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "service.main:app", "--host", "0.0.0.0", "--port", str(port)],
+        env={**env, "PREFLIGHT_DATABASE_URL": f"sqlite:///{db}"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until_ready(f"http://127.0.0.1:{port}", cast(Any, server))
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/candidates").status_code == 200  # this machine
+        remote = httpx.get(f"http://{address}:{port}/v1/candidates")
+        assert remote.status_code == 401 and remote.headers["www-authenticate"].startswith("Bearer"), remote.text
+        relayed = httpx.get(f"http://127.0.0.1:{port}/v1/candidates", headers={"x-forwarded-for": "203.0.113.9"})
+        assert relayed.status_code == 401
+        posted = httpx.post(f"http://{address}:{port}/v1/candidates", json={"spec": {}})
+        assert posted.status_code == 401  # refused before the body is read, as with auth on
+    finally:
+        server.terminate()
+        server.wait(60)

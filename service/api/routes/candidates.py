@@ -21,7 +21,7 @@ from nas.canonical import key_options
 from nas.report import Verdict
 from nas.spec import storable_text
 from nas.validate import conditioning_issue, count_layers, job_limit_issue, parse_and_trace, unlabelled_probe_issue
-from service.api.auth import authenticate, bearer_token
+from service.api.auth import auth_required_for, authenticate, bearer_token
 from service.api.deps import (
     AuthDep,
     CallerDep,
@@ -319,7 +319,7 @@ async def wait_for_candidate(
     interval = 0.05
     checked = time.monotonic()
     while True:
-        if settings.auth_required and time.monotonic() - checked >= _RECHECK_SECONDS:
+        if auth_required_for(settings, request.scope) and time.monotonic() - checked >= _RECHECK_SECONDS:
             # a token revoked while its wait runs is refused within token_cache_seconds, as documented
             await authenticate(tokens, bearer_token(request.headers.get("authorization")))
             checked = time.monotonic()
