@@ -59,3 +59,34 @@ def test_without_background_the_app_runs_no_worker(sqlite_url: str, make_setting
         lambda: started.update({t.name for t in threading.enumerate()} - before),
     )
     assert not [name for name in started if "runner" in name.lower()]
+
+
+def test_health_and_readiness_answer_while_every_thread_of_the_shared_pool_is_busy(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """One tenant's large batch validations filled the routes' thread pool (PREFLIGHT_API_THREADS)
+    and held /healthz and /readyz back 26 s: a container healthcheck failed a working service."""
+    import httpx
+    from anyio import to_thread
+
+    app = create_app(make_settings(sqlite_url, api_threads=1))
+    release = threading.Event()
+
+    async def run() -> dict[str, int]:
+        async with app.router.lifespan_context(app):
+            holder = asyncio.create_task(to_thread.run_sync(release.wait))  # the pool's one thread
+            try:
+                while to_thread.current_default_thread_limiter().borrowed_tokens < 1:
+                    await asyncio.sleep(0.01)
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+                    # a generous bound: each answers in milliseconds when it needs no pool thread
+                    return {
+                        path: (await asyncio.wait_for(client.get(path), 60)).status_code
+                        for path in ("/healthz", "/readyz")
+                    }
+            finally:
+                release.set()
+                await holder
+
+    assert asyncio.run(run()) == {"/healthz": 200, "/readyz": 200}
