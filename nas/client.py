@@ -35,6 +35,7 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import ValidationError
 
 from nas._numbers import is_real
 from nas.errors import (
@@ -49,7 +50,7 @@ from nas.errors import (
     error_for_status,
 )
 from nas.report import ConditioningReport
-from nas.spec import ArchitectureSpec, json_key, load_spec_json
+from nas.spec import ArchitectureSpec, json_key, json_path, load_spec_json
 
 __all__ = [
     "DEFAULT_URL",
@@ -333,7 +334,14 @@ def _candidate(data: Any) -> Candidate:
         raise UnexpectedResponseError(
             f"the answer is not a Preflight candidate (got {_shape_of(data)}); is PREFLIGHT_URL the service's base URL?"
         )
-    return Candidate.from_json(data)
+    try:
+        return Candidate.from_json(data)
+    except ValidationError as refused:  # a report this client cannot read: pydantic's error named no request
+        fault = refused.errors()[0]
+        raise UnexpectedResponseError(
+            f"candidate {data['id']}: its report cannot be read at {json_path(('report', *fault['loc']))}: "
+            f"{fault['msg']} (a service of another release?)"
+        ) from None
 
 
 def _renumbered(refusal: SpecRejectedError, start: int) -> SpecRejectedError:

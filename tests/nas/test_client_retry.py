@@ -574,3 +574,17 @@ def test_the_backoff_of_a_very_late_try_is_its_cap_not_an_overflow() -> None:
     assert RetryPolicy(attempts=10**6).delay(1100) == 8.0
     assert RetryPolicy(attempts=10**6, multiplier=10, jitter=0).delay(400) == 8.0
     assert RetryPolicy(backoff=0.0, max_backoff=0.0).delay(10**6) == 0.0
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_a_report_this_client_cannot_read_is_an_unexpected_response_naming_where(run: Any) -> None:
+    """A stored report holds null for a figure that was not finite; where the report model wants
+    a number, get() and wait() raised pydantic's ValidationError, no PreflightError."""
+    from nas.errors import UnexpectedResponseError
+
+    broken = json.loads(json.dumps(DONE))
+    broken["report"]["tuning"]["seconds"] = None
+    with pytest.raises(
+        UnexpectedResponseError, match=r"candidate 7: its report cannot be read at report\.tuning\.seconds"
+    ):
+        run(lambda request: httpx.Response(200, json=broken), lambda c: c.get("7"))
