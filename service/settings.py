@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     max_batch_body_bytes: int = Field(32 * 2**20, ge=1024)
     max_batch: int = Field(256, ge=1)
     max_wait_seconds: float = Field(60.0, gt=0, le=_HOUR, allow_inf_nan=False)
+    # Long-polls one owner may hold open in an API process: each polls the store through the
+    # shared thread pool, and 300 from one tenant slowed every other tenant's reads 100-fold.
+    max_waits_per_owner: int = Field(64, ge=1, le=100_000)
     page_size: int = Field(50, ge=1, le=1000)
     # Threads of an API process for blocking (database) work, and so its connection pool
     # size. Few is faster on a local database (the threads contend for the GIL: 4 threads

@@ -5,6 +5,7 @@ started and stopped by the lifespan, and whatever the caller runs beside it (``b
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
 from typing import Any
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None, *, background: Background | Non
         app.state.committer = GroupCommitter(sessions, max_attempts=settings.max_attempts)
         app.state.tokens = TokenCache(sessions, settings.token_cache_seconds)
         app.state.spec_limits = SpecLimits()  # PREFLIGHT_SPEC_*, read once
+        app.state.waits = Counter()  # open long-polls per owner (PREFLIGHT_MAX_WAITS_PER_OWNER)
         with ExitStack() as beside:
             # what runs beside the app (an embedded runner); readiness and /metrics ask it for its
             # liveness when it has one (``liveness() -> str | None``: None while it can take jobs)

@@ -51,6 +51,7 @@ PROBLEM_TYPES = {
     "not-found": _BASE + "not-found",
     "conflict": _BASE + "conflict",
     "too-large": _BASE + "too-large",
+    "too-many-requests": _BASE + "too-many-requests",
     "not-ready": _BASE + "not-ready",
     "unavailable": _BASE + "unavailable",
     "internal": _BASE + "internal",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
@@ -314,7 +315,29 @@ async def wait_for_candidate(
     ] = 30.0,
 ) -> Response:
     """Answer when the candidate is done, failed or cancelled, or when ``timeout`` seconds
-    have passed (then with its current status). Polls the store; costs no worker time."""
+    have passed (then with its current status). Polls the store; costs no worker time. An owner
+    holds at most ``PREFLIGHT_MAX_WAITS_PER_OWNER`` open in this process (429 beyond)."""
+    waits: Counter[int] = request.app.state.waits
+    if waits[caller.owner_id] >= settings.max_waits_per_owner:
+        raise ProblemError(
+            429,
+            f"{waits[caller.owner_id]} long-polls of this token are open, its most (setting "
+            "PREFLIGHT_MAX_WAITS_PER_OWNER): retry when one has answered",
+            kind="too-many-requests",
+            headers={"Retry-After": "1"},
+        )
+    waits[caller.owner_id] += 1
+    try:
+        return await _wait(request, candidate_id, settings, engine, caller, tokens, timeout)
+    finally:
+        waits[caller.owner_id] -= 1
+        if not waits[caller.owner_id]:
+            del waits[caller.owner_id]
+
+
+async def _wait(
+    request: Request, candidate_id: str, settings: Any, engine: Any, caller: Caller, tokens: Any, timeout: float
+) -> Response:
     deadline = time.monotonic() + min(timeout, settings.max_wait_seconds)
     interval = 0.05
     checked = time.monotonic()

@@ -5,7 +5,9 @@ own submission, id and cancel; an admin token sees everything; a token's priorit
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -304,3 +306,43 @@ def test_token_create_admin_makes_a_token_that_sees_everything(
     engine.dispose()
     assert found[admin] is not None and cast(ActiveToken, found[admin]).admin
     assert found[tenant] is not None and not cast(ActiveToken, found[tenant]).admin
+
+
+def test_a_tokens_open_waits_are_capped_and_another_tokens_are_not_held_back(
+    db_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    """300 long-polls of one tenant, each polling the store through the shared thread pool,
+    slowed every other tenant's reads 100-fold: a token holds at most max_waits_per_owner open."""
+    engine = make_engine(db_url)
+    try:
+        with session_scope(make_sessionmaker(engine), write=True) as session:
+            a, b = create_token(session, name="wait-a").token, create_token(session, name="wait-b").token
+    finally:
+        engine.dispose()
+    with live_server(make_settings(db_url, require_auth=True, max_waits_per_owner=1)) as url:
+        mine_client, theirs_client = (
+            httpx.Client(base_url=url, headers={"authorization": f"Bearer {t}"}, timeout=90) for t in (a, b)
+        )
+        try:
+            mine = mine_client.post("/v1/candidates", json={"spec": spec(3)}).json()["id"]
+            theirs = theirs_client.post("/v1/candidates", json={"spec": spec(5)}).json()["id"]
+            path = f"/v1/candidates/{mine}/wait"
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                held = pool.submit(mine_client.get, path, params={"timeout": 60})
+                deadline = time.monotonic() + 120
+                while (probe := mine_client.get(path, params={"timeout": 0})).status_code != 429:
+                    assert probe.status_code == 200 and time.monotonic() < deadline, probe.text
+                    if held.done():  # the probe was open first and the held wait was the one refused
+                        assert held.result().status_code == 429
+                        held = pool.submit(mine_client.get, path, params={"timeout": 60})
+                    time.sleep(0.05)
+                assert probe.headers["retry-after"] == "1" and probe.json()["type"].endswith("/too-many-requests")
+                assert "PREFLIGHT_MAX_WAITS_PER_OWNER" in probe.json()["detail"]
+                other = theirs_client.get(f"/v1/candidates/{theirs}/wait", params={"timeout": 0})
+                assert other.status_code == 200  # another token's waits are its own
+                assert mine_client.delete(f"/v1/candidates/{mine}").status_code == 200  # final: the wait answers
+                assert held.result().json()["status"] == "cancelled"
+            assert mine_client.get(path, params={"timeout": 0}).status_code == 200  # the slot is free again
+        finally:
+            mine_client.close()
+            theirs_client.close()
