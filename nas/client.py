@@ -26,9 +26,10 @@ import math
 import os
 import random
 import re
+import threading
 import time
 import warnings
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -66,6 +67,8 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 TERMINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
 MAX_SERVER_POLL = 3600.0  # the longest long-poll the service takes (GET .../wait?timeout=)
 MAX_BATCH = 256  # specs in one request of submit_many: the service's default PREFLIGHT_MAX_BATCH
+RIDE_OUT_PAUSE = 0.25  # the shortest pause between tries past the policy's attempts (never a busy loop)
+_OUTAGE_STATUSES = frozenset({429, 502, 503, 504})  # answers of a service that is restarting or busy
 SpecLike = ArchitectureSpec | Mapping[str, Any] | str | bytes
 Unfinished = Literal["raise", "return"]  # a candidate still unfinished at a wait's deadline: WaitTimeout, or as is
 
@@ -81,6 +84,13 @@ class RetryPolicy:
     ``min(max_backoff, backoff * multiplier**(n - 1))``, spread by up to ``jitter`` (a
     fraction) so that many controllers do not retry in step; a ``Retry-After`` header
     that asks for longer wins (capped at ``max_backoff``).
+
+    ``ride_out``: a wait (and ``condition``'s submission) keeps trying, past ``attempts``,
+    through an outage of a service that has answered this client before (no answer, or a 429,
+    502, 503 or 504: a restart of the service or of its database takes longer than the
+    tries span), until its timeout, or for as long as it waits when it has none; at least
+    ``RIDE_OUT_PAUSE`` seconds apart. A 500, or a service that never answered (a wrong URL),
+    gets ``attempts`` tries.
     """
 
     attempts: int = 5
@@ -88,6 +98,7 @@ class RetryPolicy:
     multiplier: float = 2.0
     max_backoff: float = 8.0
     jitter: float = 0.1
+    ride_out: bool = True
 
     def __post_init__(self) -> None:
         attempts, backoff, multiplier = self.attempts, self.backoff, self.multiplier
@@ -102,6 +113,8 @@ class RetryPolicy:
             raise ValueError(f"max_backoff must be finite and at least backoff={backoff}, but got {max_backoff=}.")
         if not 0 <= jitter <= 1:
             raise ValueError(f"jitter must be in [0, 1], but got {jitter=}.")
+        if not isinstance(self.ride_out, bool):
+            raise ValueError(f"ride_out must be True or False, but got {self.ride_out!r}.")
 
     def retries_status(self, status: int) -> bool:
         """Whether an answer with this HTTP status is worth another try."""
@@ -308,7 +321,8 @@ def decode(response: httpx.Response) -> Any:
             "set PREFLIGHT_URL to where the service answers (https:// behind a TLS proxy?)"
         )
     problem = _problem(response)
-    if response.is_client_error and not _from_the_api(response, problem):
+    # a proxy's own 413 or 429 still says what to do (a smaller body, slower); its other pages do not
+    if response.is_client_error and response.status_code not in (413, 429) and not _from_the_api(response, problem):
         kind = response.headers.get("content-type", "no content type").split(";")[0]
         raise UnexpectedResponseError(
             f"{_requested(response)} answered HTTP {response.status_code} with {kind}, not the Preflight API's "
@@ -363,6 +377,7 @@ def _renumbered(refusal: SpecRejectedError, start: int) -> SpecRejectedError:
 
 
 _SPEC_INDEX = re.compile(r"\bspecs\[(\d+)\]")
+_PASSWORD = re.compile(r"(//[^/@:]*:)[^/@]*@")  # the password of a URL's userinfo
 
 
 def _shown(url: Any) -> str:
@@ -382,12 +397,13 @@ def _base_url(url: str | None) -> str:
     since httpx's InvalidURL came at the first call (an env file's newline, ``http://[::1``)."""
     source = "url" if url else "PREFLIGHT_URL"
     text = (url or os.environ.get("PREFLIGHT_URL") or DEFAULT_URL).strip().rstrip("/")
+    shown = _PASSWORD.sub(r"\1***@", text)  # it may not parse: the password is cut out of the text
     try:
         parsed = httpx.URL(text)
     except httpx.InvalidURL as exc:
-        raise ClientSettingError(f"{source} {text!r:.200} is not a URL ({exc}); give e.g. {DEFAULT_URL}") from None
+        raise ClientSettingError(f"{source} {shown!r:.200} is not a URL ({exc}); give e.g. {DEFAULT_URL}") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ClientSettingError(f"{source} {text!r:.200} is not an http(s) URL with a host; give e.g. {DEFAULT_URL}")
+        raise ClientSettingError(f"{source} {shown!r:.200} is not an http(s) URL with a host; give e.g. {DEFAULT_URL}")
     return text
 
 
@@ -443,6 +459,7 @@ class _Core:
             self.headers["authorization"] = f"Bearer {token}"
         self.timeout = timeout
         self.retry = retry
+        self.answered = False  # the service has answered this client: an outage is then ridden out
         self.max_poll = max_poll
         self.rng = rng if rng is not None else random.Random()
 
@@ -455,22 +472,16 @@ class _Core:
         body: Any = None,
         timeout: float | None = None,
         deadline: float | None = None,
+        poll: Callable[[], float] | None = None,
     ) -> _Operation[Any]:
         """One API call with retries; returns the decoded JSON. ``deadline`` (``time.monotonic``):
-        a request that got no answer is not tried again after it, so a wait's timeout bounds a
-        service that stopped answering; an answer the policy retries (a 503 while the database is
-        busy) is still retried, since the service is there."""
-        request = httpx.Request(
-            method,
-            self.url + path,
-            params=params,
-            json=body,
-            headers=self.headers,
-            extensions={"timeout": httpx.Timeout(timeout or self.timeout, connect=10.0).as_dict()},
-        )
+        the end of the operation it serves (a wait, a ``condition``), until which an outage is
+        ridden out (``RetryPolicy.ride_out``). ``poll``: a long-poll's seconds, computed again for
+        each try, so that a retry does not ask the server for the first try's whole poll."""
         attempt = 0
         while True:
             attempt += 1
+            request = self._build(method, path, params, body, timeout, poll)
             try:
                 response = yield request
             except httpx.DecodingError as exc:  # a body its own headers misdescribe: a proxy's doing
@@ -479,32 +490,63 @@ class _Core:
                     "is PREFLIGHT_URL the service's base URL, with no proxy rewriting its answers?"
                 ) from None
             except httpx.TransportError as exc:
-                if not (self.retry.retries_error(exc) and self._another_try(attempt, deadline)):
+                if not (self.retry.retries_error(exc) and self._another_try(attempt, deadline, None, poll is not None)):
                     raise PreflightConnectionError(
                         f"{method} {_shown(request.url)} failed after {attempt} tries: "
                         f"{type(exc).__name__}: {exc}; is the service running at {_shown(self.url)}?",
-                        url=self.url,
+                        url=_shown(self.url),
                     ) from exc
                 yield _Sleep(self._pause(attempt, deadline))
                 continue
             assert response is not None
-            if self.retry.retries_status(response.status_code) and self._another_try(attempt, deadline, answered=True):
+            self.answered = True
+            status = response.status_code
+            if self.retry.retries_status(status) and self._another_try(attempt, deadline, status, poll is not None):
                 yield _Sleep(self._pause(attempt, deadline, _retry_after(response)))
                 continue
             return decode(response)
 
-    def _another_try(self, attempt: int, deadline: float | None, *, answered: bool = False) -> bool:
-        """Whether a failed try is followed by another: within a wait (``deadline``) every retryable
-        failure is tried again until the deadline, so a wait rides out a restart of the service or
-        of its database (seconds, where the policy's tries span about 4); otherwise, and for an
-        answer the policy retries once the deadline has passed, ``retry.attempts`` tries in all."""
-        if deadline is not None and time.monotonic() < deadline:
-            return True
-        return attempt < self.retry.attempts and (answered or deadline is None)
+    def _build(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        body: Any,
+        timeout: float | None,
+        poll: Callable[[], float] | None,
+    ) -> httpx.Request:
+        if poll is not None:  # the poll left now, and the request's time with it
+            seconds = poll()
+            params, timeout = {**(params or {}), "timeout": round(seconds, 3)}, seconds + self.timeout
+        return httpx.Request(
+            method,
+            self.url + path,
+            params=params,
+            json=body,
+            headers=self.headers,
+            extensions={"timeout": httpx.Timeout(timeout or self.timeout, connect=10.0).as_dict()},
+        )
+
+    def _another_try(self, attempt: int, deadline: float | None, status: int | None, long_poll: bool) -> bool:
+        """Whether a failed try (no answer: ``status`` None) is followed by another. An outage of
+        a service that has answered this client before is ridden out until ``deadline``, or, for
+        a long-poll without one, for as long as it waits. A long-poll past its deadline does not try
+        a service that gave no answer again. Otherwise ``retry.attempts`` tries in all."""
+        outage = status is None or status in _OUTAGE_STATUSES
+        now = time.monotonic()
+        if self.retry.ride_out and self.answered and outage:
+            if (deadline is not None and now < deadline) or (deadline is None and long_poll):
+                return True
+        if long_poll and status is None and deadline is not None and now >= deadline:
+            return False
+        return attempt < self.retry.attempts
 
     def _pause(self, attempt: int, deadline: float | None, retry_after: float | None = None) -> float:
-        """The policy's pause, cut short at the deadline of a wait that is still running."""
+        """The policy's pause (at least ``RIDE_OUT_PAUSE`` past its attempts), cut short at the
+        deadline of an operation that is still running."""
         pause = self.retry.delay(attempt, self.rng, retry_after)
+        if attempt >= self.retry.attempts:
+            pause = max(pause, RIDE_OUT_PAUSE)
         left = None if deadline is None else deadline - time.monotonic()
         return pause if left is None or left <= 0 else min(pause, left)
 
@@ -549,11 +591,7 @@ class _Core:
         path = _candidate_path(candidate_id) + "/wait"
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            left = self.max_poll if deadline is None else deadline - time.monotonic()
-            poll = max(0.0, min(self.max_poll, left, MAX_SERVER_POLL))
-            data = yield from self.request(
-                "GET", path, params={"timeout": round(poll, 3)}, timeout=poll + self.timeout, deadline=deadline
-            )
+            data = yield from self.request("GET", path, deadline=deadline, poll=lambda: self._poll_seconds(deadline))
             candidate = _candidate(data)
             if candidate.finished:
                 return candidate
@@ -562,6 +600,11 @@ class _Core:
                     f"candidate {candidate.id} is still {candidate.status!r} after {timeout} s",
                     candidate=candidate,
                 )
+
+    def _poll_seconds(self, deadline: float | None) -> float:
+        """One long-poll's seconds: ``max_poll``, the service's longest, or what is left of the wait."""
+        left = self.max_poll if deadline is None else deadline - time.monotonic()
+        return max(0.0, min(self.max_poll, left, MAX_SERVER_POLL))
 
     def wait_many(
         self, ids: Iterable[str], timeout: float | None, unfinished: Unfinished = "raise"
@@ -841,8 +884,10 @@ class AsyncPreflightClient:
     ) -> None:
         self._core = _Core(url, token, timeout, retry or RetryPolicy(), max_poll, rng)
         self._transport = transport
-        # one connection pool per event loop: httpx's connections belong to the loop that opened them
+        # one connection pool per event loop: httpx's connections belong to the loop that opened them;
+        # loops in several threads (Optuna's n_jobs, each with asyncio.run) share the dict
         self._pools: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._pools_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -855,11 +900,12 @@ class AsyncPreflightClient:
         cannot be closed from another loop and are left to the garbage collector (use one client per
         loop, or ``aclose()`` it in each loop before that loop ends)."""
         loop = asyncio.get_running_loop()
-        for closed in [other for other in self._pools if other is not loop and other.is_closed()]:
-            del self._pools[closed]
-        if loop not in self._pools:
-            self._pools[loop] = httpx.AsyncClient(transport=self._transport)
-        return self._pools[loop]
+        with self._pools_lock:
+            for closed in [other for other in self._pools if other is not loop and other.is_closed()]:
+                del self._pools[closed]
+            if loop not in self._pools:
+                self._pools[loop] = httpx.AsyncClient(transport=self._transport)
+            return self._pools[loop]
 
     async def _run(self, operation: _Operation[T]) -> T:
         http = self._pool()
@@ -924,7 +970,8 @@ class AsyncPreflightClient:
     async def aclose(self) -> None:
         """Close this event loop's connections (a pool another open loop holds is closed by
         ``aclose()`` in that loop)."""
-        pool = self._pools.pop(asyncio.get_running_loop(), None)
+        with self._pools_lock:
+            pool = self._pools.pop(asyncio.get_running_loop(), None)
         if pool is not None:
             await pool.aclose()
 

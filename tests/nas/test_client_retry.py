@@ -472,38 +472,96 @@ def test_a_503_after_a_waits_deadline_is_still_retried_and_numpy_timeouts_are_nu
     assert done.status == "done"
 
 
-@pytest.mark.parametrize("run", RUNNERS)
-def test_a_wait_rides_out_a_restart_longer_than_the_retry_policys_tries(run: Any) -> None:
-    """A restart of the service (about 10 s) or of its database outlasts the policy's 5 tries
-    (about 4 s of pauses): wait(timeout=40) raised PreflightConnectionError 5 s in, and through
-    the gate that stopped the search. Within a wait's timeout every retryable failure is retried."""
-    calls = []
+def _outage_then(answers: list[Any]) -> tuple[Handler, list[httpx.Request]]:
+    """A handler that answers the first request (the service is there: an outage is ridden out
+    only then), then raises or returns each of ``answers`` in turn, then answers "done"."""
+    calls: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request)
-        if len(calls) <= 6:
-            raise httpx.ConnectError("refused", request=request)
-        if len(calls) <= 10:
-            return httpx.Response(503, json={"status": 503, "detail": "the database is unavailable"})
+        n = len(calls) - 2
+        if n < 0:
+            return httpx.Response(200, json={"id": "a", "status": "queued"})
+        if n < len(answers):
+            if answers[n] == "refused":
+                raise httpx.ConnectError("refused", request=request)
+            return httpx.Response(answers[n], json={"status": answers[n], "detail": "busy"})
         return httpx.Response(200, json={"id": "a", "status": "done"})
 
-    assert run(handler, lambda c: c.wait("a", timeout=60)).status == "done"  # FAST: 3 tries
-    assert len(calls) == 11
+    return handler, calls
 
 
-@pytest.mark.parametrize("run", RUNNERS)
-def test_condition_submits_through_a_restart_within_its_timeout(run: Any) -> None:
-    posts = []
+def test_a_wait_rides_out_an_outage_of_a_service_that_answered_before() -> None:
+    """A restart of the service (about 10 s) or of its database outlasts the policy's 5 tries
+    (about 4 s of pauses): wait(timeout=40) raised PreflightConnectionError 5 s in, and through
+    the gate that stopped the search."""
+    handler, calls = _outage_then(["refused"] * 6 + [503, 502, 504, 429])
+    with PreflightClient("http://preflight.test", transport=httpx.MockTransport(handler), retry=FAST) as client:
+        assert client.get("a").status == "queued"
+        assert client.wait("a", timeout=60).status == "done"  # FAST: 3 tries, ridden past
+    assert len(calls) == 12
+
+
+def test_the_async_client_rides_out_an_outage_too() -> None:
+    handler, calls = _outage_then(["refused"] * 5)
+
+    async def main() -> str:
+        async with AsyncPreflightClient(
+            "http://preflight.test", transport=httpx.MockTransport(handler), retry=FAST
+        ) as client:
+            await client.get("a")
+            return (await client.wait("a", timeout=60)).status
+
+    assert asyncio.run(main()) == "done" and len(calls) == 7
+
+
+def test_a_service_that_never_answered_or_a_500_gets_the_policys_tries_even_within_a_wait() -> None:
+    """A wrong URL (a typo, a service never started) or a deterministic server error must fail in
+    seconds, not hold a gate's trial for its whole timeout."""
+    refused: list[httpx.Request] = []
+
+    def never(request: httpx.Request) -> httpx.Response:
+        refused.append(request)
+        raise httpx.ConnectError("Name or service not known", request=request)
+
+    with PreflightClient("http://preflihgt.test", transport=httpx.MockTransport(never), retry=FAST) as client:
+        with pytest.raises(PreflightConnectionError, match="after 3 tries"):
+            client.wait("a", timeout=600)
+    assert len(refused) == 3
+    handler, calls = _outage_then([500] * 10)
+    with PreflightClient("http://preflight.test", transport=httpx.MockTransport(handler), retry=FAST) as client:
+        client.get("a")
+        with pytest.raises(ServerError):
+            client.wait("a", timeout=600)
+    assert len(calls) == 1 + 3
+
+
+def test_riding_out_an_outage_is_never_a_busy_loop_and_a_retried_poll_asks_for_what_is_left() -> None:
+    """A policy without backoff made 11,752 tries in one second; each retry sent the first try's
+    whole poll (?timeout=), so the wait outlasted its timeout by a poll."""
+    from nas.client import RIDE_OUT_PAUSE
+
+    handler, calls = _outage_then(["refused"] * 1000)
+    with PreflightClient("http://preflight.test", transport=httpx.MockTransport(handler), retry=FAST) as client:
+        client.get("a")
+        with pytest.raises(PreflightConnectionError):
+            client.wait("a", timeout=1.5)
+    polls = [float(request.url.params["timeout"]) for request in calls[1:]]
+    assert len(polls) <= 3 + 1.5 / RIDE_OUT_PAUSE + 1  # the policy's tries, then one a pause
+    assert polls[0] == pytest.approx(1.5, abs=0.1) and polls[-1] < polls[0] - RIDE_OUT_PAUSE
+
+
+def test_a_submission_past_its_deadline_still_gets_the_policys_tries() -> None:
+    posts: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        if request.method == "POST":
-            posts.append(request)
-            if len(posts) <= 5:
-                raise httpx.ConnectError("refused", request=request)
-        return httpx.Response(200 if request.method == "GET" else 202, json={"id": "a", "status": "done"})
+        posts.append(request)
+        if len(posts) == 1:
+            raise httpx.ConnectError("reset", request=request)
+        return httpx.Response(202, json={"id": "a", "status": "done"})
 
-    assert run(handler, lambda c: c.condition({}, timeout=60)).status == "done"
-    assert len(posts) == 6  # the same submission again: the service finds the same job
+    assert run_sync(handler, lambda c: c.condition({}, timeout=0)).status == "done"
+    assert len(posts) == 2
 
 
 def test_a_batch_larger_than_the_services_is_sent_in_batches_and_a_refusal_names_its_place_in_the_whole_list() -> None:
@@ -544,6 +602,11 @@ def test_a_url_with_a_password_is_refused_beside_a_token_and_never_shown() -> No
     with pytest.raises(PreflightConnectionError) as refused:
         client.get("a")
     assert "secretpw" not in str(refused.value) and "user:***@127.0.0.1:1" in str(refused.value)
+    assert refused.value.url == "http://user:***@127.0.0.1:1"
+    for unparsable in ("ftp://user:secretpw@host", "http://user:secretpw@[::1"):
+        with pytest.raises(ClientSettingError) as bad:
+            PreflightClient(unparsable)
+        assert "secretpw" not in str(bad.value) and "user:***@" in str(bad.value)
 
 
 @pytest.mark.parametrize("run", RUNNERS)
@@ -570,6 +633,15 @@ def test_an_error_answer_that_is_not_the_apis_is_an_unexpected_response(
         run(lambda request: answer(), lambda c: c.get("a"))  # a body is decoded as the answer is read
 
 
+def test_a_proxys_own_413_or_429_page_keeps_its_typed_error() -> None:
+    """nginx's 1 MiB body limit answers an HTML 413: it still says to send less, not that the URL is wrong."""
+    from nas.errors import PayloadTooLargeError
+
+    page = httpx.Response(413, text="<html>413 Request Entity Too Large</html>", headers={"content-type": "text/html"})
+    with pytest.raises(PayloadTooLargeError):
+        run_sync(lambda request: page, lambda c: c.get("a"))
+
+
 def test_the_backoff_of_a_very_late_try_is_its_cap_not_an_overflow() -> None:
     assert RetryPolicy(attempts=10**6).delay(1100) == 8.0
     assert RetryPolicy(attempts=10**6, multiplier=10, jitter=0).delay(400) == 8.0
@@ -588,3 +660,19 @@ def test_a_report_this_client_cannot_read_is_an_unexpected_response_naming_where
         UnexpectedResponseError, match=r"candidate 7: its report cannot be read at report\.tuning\.seconds"
     ):
         run(lambda request: httpx.Response(200, json=broken), lambda c: c.get("7"))
+
+
+def test_condition_submits_through_an_outage_within_its_timeout() -> None:
+    posts: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            posts.append(request)
+            if len(posts) <= 5:
+                raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200 if request.method == "GET" else 202, json={"id": "a", "status": "done"})
+
+    with PreflightClient("http://preflight.test", transport=httpx.MockTransport(handler), retry=FAST) as client:
+        client.get("a")  # the service has answered this client
+        assert client.condition({}, timeout=60).status == "done"
+    assert len(posts) == 6  # the same submission again: the service finds the same job
