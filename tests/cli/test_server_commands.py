@@ -547,15 +547,17 @@ def test_the_app_served_by_uvicorn_on_every_interface_asks_a_token_of_requests_f
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    direct = httpx.Client(trust_env=False)  # straight to this machine, whatever HTTP(S)_PROXY says
     try:
         wait_until_ready(f"http://127.0.0.1:{port}", cast(Any, server))
-        assert httpx.get(f"http://127.0.0.1:{port}/v1/candidates").status_code == 200  # this machine
-        remote = httpx.get(f"http://{address}:{port}/v1/candidates")
+        assert direct.get(f"http://127.0.0.1:{port}/v1/candidates").status_code == 200  # this machine
+        remote = direct.get(f"http://{address}:{port}/v1/candidates")
         assert remote.status_code == 401 and remote.headers["www-authenticate"].startswith("Bearer"), remote.text
-        relayed = httpx.get(f"http://127.0.0.1:{port}/v1/candidates", headers={"x-forwarded-for": "203.0.113.9"})
+        relayed = direct.get(f"http://127.0.0.1:{port}/v1/candidates", headers={"x-forwarded-for": "203.0.113.9"})
         assert relayed.status_code == 401
-        posted = httpx.post(f"http://{address}:{port}/v1/candidates", json={"spec": {}})
+        posted = direct.post(f"http://{address}:{port}/v1/candidates", json={"spec": {}})
         assert posted.status_code == 401  # refused before the body is read, as with auth on
     finally:
+        direct.close()
         server.terminate()
         server.wait(60)

@@ -264,16 +264,16 @@ def test_an_alive_file_that_cannot_be_written_is_named_once_not_every_heartbeat(
 def test_an_idle_worker_polling_less_often_than_its_lease_stays_live_and_ready(
     sqlite_url: str, make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
-    """A poll of 6 s against a lease of 2 s: the idle loop marked progress once a poll, so
+    """A poll of 12 s against a lease of 5 s: the idle loop marked progress once a poll, so
     /readyz flapped to 503 ("no progress") and the alive file went stale while nothing was wrong."""
     alive = tmp_path / "alive"
     settings = make_settings(
-        sqlite_url, poll_seconds=6.0, lease_seconds=2.0, heartbeat_seconds=0.2, worker_alive_file=str(alive)
+        sqlite_url, poll_seconds=12.0, lease_seconds=5.0, heartbeat_seconds=0.2, worker_alive_file=str(alive)
     )
     runner = run_runner(settings)
     try:
         wait_until(lambda: runner.liveness() is None and runner.name.endswith(":cpu"), 120, "the runner to start")
-        seen, touched, until = set(), set(), time.monotonic() + 8.0  # beyond one poll
+        seen, touched, until = set(), set(), time.monotonic() + 14.0  # beyond one poll
         while time.monotonic() < until:
             seen.add(runner.liveness())
             touched.add(alive.stat().st_mtime_ns)

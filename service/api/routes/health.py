@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -21,8 +21,11 @@ router = APIRouter(tags=["health"])
 
 # The readiness probe's database check runs on a thread of its own: in the pool the routes share
 # (PREFLIGHT_API_THREADS), one tenant's large batch validations held /readyz back for 26 s, and
-# a container's healthcheck failed a service that was working.
-_PROBE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="preflight-readyz")
+# a container's healthcheck failed a service that was working. A daemon thread, one check at a
+# time (probes that arrive meanwhile share it), answered within _PROBE_SECONDS: a database that
+# hangs a connect makes /readyz a 503, and neither piles up threads nor holds the process at exit.
+_PROBE_SECONDS = 10.0
+_in_flight: dict[int, asyncio.Future[None]] = {}  # by id of the engine checked
 
 
 @router.get("/healthz", summary="The process is up")
@@ -38,7 +41,11 @@ async def healthz() -> dict[str, str]:
 )
 async def readyz(engine: EngineDep, worker_liveness: WorkerLivenessDep) -> dict[str, str]:
     try:
-        await asyncio.get_running_loop().run_in_executor(_PROBE, _database_ready, engine)
+        await asyncio.wait_for(asyncio.shield(_database_check(engine)), _PROBE_SECONDS)
+    except TimeoutError:
+        raise ProblemError(
+            503, f"the database did not answer within {_PROBE_SECONDS:g} s", kind="not-ready", headers=RETRY_SOON
+        ) from None
     except MigrationsPending as exc:
         raise ProblemError(503, str(exc), kind="not-ready", headers=RETRY_SOON) from None
     except Exception as exc:  # any driver error means: not ready
@@ -50,9 +57,34 @@ async def readyz(engine: EngineDep, worker_liveness: WorkerLivenessDep) -> dict[
     return {"status": "ready"}
 
 
-def _database_ready(engine: Any) -> None:
-    ping(engine)
-    check_current(engine)
+def _database_check(engine: Any) -> asyncio.Future[None]:
+    """The check in flight for this engine, or a new one on a daemon thread."""
+    running = _in_flight.get(id(engine))
+    if running is not None and not running.done():
+        return running
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+    future.add_done_callback(lambda done: done.cancelled() or done.exception())  # read, if a waiter timed out
+    _in_flight[id(engine)] = future
+
+    def settle(error: BaseException | None) -> None:
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(None)
+
+    def check() -> None:
+        error: BaseException | None = None
+        try:
+            ping(engine)
+            check_current(engine)
+        except BaseException as exc:  # noqa: BLE001 - any failure is the probe's answer
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, error)
+        except RuntimeError:  # the loop has closed meanwhile: nobody waits for the answer
+            pass
+
+    threading.Thread(target=check, name="preflight-readyz", daemon=True).start()
+    return future
 
 
 @router.get(
