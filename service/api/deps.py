@@ -8,6 +8,7 @@ read ``request.app.state`` themselves; the app's lifespan puts these objects the
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
@@ -100,6 +101,12 @@ async def require_token(
     return await authenticate(request.app.state.tokens, token)
 
 
+async def get_waits(request: Request) -> Counter[int]:
+    """Open long-polls per owner in this process (``PREFLIGHT_MAX_WAITS_PER_OWNER``)."""
+    waits: Counter[int] = request.app.state.waits
+    return waits
+
+
 async def get_worker_liveness(request: Request) -> Callable[[], str | None] | None:
     """What runs beside the app (an embedded worker) says whether it can take jobs: its
     ``liveness()`` (None: it can; else why not), or None when nothing runs beside the app."""
@@ -115,6 +122,7 @@ CommitterDep = Annotated[GroupCommitter, Depends(get_committer)]
 SpecLimitsDep = Annotated[SpecLimits, Depends(get_spec_limits)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 TokensDep = Annotated[TokenCache, Depends(get_tokens)]
+WaitsDep = Annotated[Counter[int], Depends(get_waits)]
 # scope="function": the transaction commits before the response is sent, so a client that
 # reads right after a write sees it.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]

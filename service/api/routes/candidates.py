@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
@@ -33,6 +32,7 @@ from service.api.deps import (
     SettingsDep,
     SpecLimitsDep,
     TokensDep,
+    WaitsDep,
 )
 from service.api.json_body import StrictJSONRoute
 from service.api.problems import MAX_ISSUES, NOT_JSON, Problem, ProblemError, ProblemIssue
@@ -310,6 +310,7 @@ async def wait_for_candidate(
     engine: EngineDep,
     caller: CallerDep,
     tokens: TokensDep,
+    waits: WaitsDep,
     timeout: Annotated[
         float, Query(ge=0, le=3600, allow_inf_nan=False, description="seconds; capped by the server")
     ] = 30.0,
@@ -317,7 +318,6 @@ async def wait_for_candidate(
     """Answer when the candidate is done, failed or cancelled, or when ``timeout`` seconds
     have passed (then with its current status). Polls the store; costs no worker time. An owner
     holds at most ``PREFLIGHT_MAX_WAITS_PER_OWNER`` open in this process (429 beyond)."""
-    waits: Counter[int] = request.app.state.waits
     if waits[caller.owner_id] >= settings.max_waits_per_owner:
         raise ProblemError(
             429,
