@@ -381,9 +381,9 @@ _PASSWORD = re.compile(r"(//[^/@:]*:)[^/@]*@")  # the password of a URL's userin
 
 
 def _shown(url: Any) -> str:
-    """A URL for a message, a password in it written ``***`` (error messages reach logs)."""
-    parsed = httpx.URL(str(url))
-    return str(parsed.copy_with(username=parsed.username, password="***")) if parsed.password else str(parsed)
+    """A URL for a message, a password in it written ``***`` (error messages reach logs); by text,
+    so that a URL that does not parse is shown the same way."""
+    return _PASSWORD.sub(r"\1***@", str(url))
 
 
 def _shape_of(data: Any) -> str:
@@ -397,7 +397,7 @@ def _base_url(url: str | None) -> str:
     since httpx's InvalidURL came at the first call (an env file's newline, ``http://[::1``)."""
     source = "url" if url else "PREFLIGHT_URL"
     text = (url or os.environ.get("PREFLIGHT_URL") or DEFAULT_URL).strip().rstrip("/")
-    shown = _PASSWORD.sub(r"\1***@", text)  # it may not parse: the password is cut out of the text
+    shown = _shown(text)  # it may not parse: the password is cut out of the text
     try:
         parsed = httpx.URL(text)
     except httpx.InvalidURL as exc:
