@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The CPU wheel of torch that a machine without a GPU gets (small, no CUDA download), from PyTorch's CPU
 # index (PyPI's torch for Linux is the CUDA build, GBs); where that index is out of reach, pip's own.
+# One retry there: where its host does not resolve, pip's default 5 retried every package (77 s, not 3).
 CPU_TORCH ?= torch==2.13.0
 
 .PHONY: demo test test-fast bench bench-v1 lint setup clean
@@ -19,7 +20,7 @@ $(STAMP): pyproject.toml
 		echo "GPU found: installing the default (CUDA) torch build"; \
 	else \
 		echo "no GPU: installing the CPU build $(CPU_TORCH)"; \
-		$(BIN)/python -m pip install -q "$(CPU_TORCH)" --index-url https://download.pytorch.org/whl/cpu || \
+		$(BIN)/python -m pip install -q --retries 1 "$(CPU_TORCH)" --index-url https://download.pytorch.org/whl/cpu || \
 		$(BIN)/python -m pip install -q "$(CPU_TORCH)"; \
 	fi
 	@echo "setup: installing Preflight and its extras (postgres, demo, bench, test)"
