@@ -98,6 +98,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     create.set_defaults(handler=_token_create)
     revoke = token_commands.add_parser("revoke", help="revoke a token by id or name")
     revoke.add_argument("token", help="token id (a number) or name")
+    revoke.add_argument(
+        "--keep-jobs",
+        action="store_true",
+        help="leave its queued and running candidates to run (by default they are cancelled: only an admin "
+        "token could read their reports)",
+    )
     revoke.set_defaults(handler=_token_revoke)
     token_commands.add_parser("list", help="list tokens").set_defaults(handler=_token_list)
 
@@ -425,16 +431,25 @@ def _token_create(args: argparse.Namespace) -> int:
 
 
 def _token_revoke(args: argparse.Namespace) -> int:
+    from service.store.reports import cancel_all_owned
     from service.store.tokens import revoke_token
 
     if not args.token.strip():  # `token revoke "$UNSET"` answered "revoked 0 token(s)"
         raise UsageError("the token argument is empty: give a token's id or name (preflight token list)")
-    if args.token.isdecimal():
-        token_id = int(args.token)  # beyond a 64-bit id it names no token (and SQLite cannot take it)
-        count = 0 if token_id >= 2**63 else _with_session(lambda session: revoke_token(session, token_id=token_id))
-    else:
-        count = _with_session(lambda session: revoke_token(session, name=args.token))
-    print(f"revoked {count} token(s)")
+
+    def revoke(session: Any) -> tuple[int, int]:
+        if args.token.isdecimal():
+            token_id = int(args.token)  # beyond a 64-bit id it names no token (and SQLite cannot take it)
+            revoked = [] if token_id >= 2**63 else revoke_token(session, token_id=token_id)
+        else:
+            revoked = revoke_token(session, name=args.token)
+        # in the revoke's transaction: a token is never revoked with its work left half cancelled
+        cancelled = 0 if args.keep_jobs else sum(cancel_all_owned(session, owner_id=id_) for id_ in revoked)
+        return len(revoked), cancelled
+
+    count, cancelled = _with_session(revoke)
+    cancelled_its = f"; cancelled {cancelled} of its queued or running candidate(s)" if cancelled else ""
+    print(f"revoked {count} token(s){cancelled_its}")
     return 0 if count else 1
 
 

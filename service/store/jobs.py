@@ -53,6 +53,7 @@ __all__ = [
     "NewCandidate",
     "cache_key",
     "cancel",
+    "cancel_many",
     "claim",
     "complete",
     "fail",
@@ -503,6 +504,17 @@ def cancel(session: Session, *, job_id: int) -> Status | None:
         return Status(row.status)
     status = session.scalar(select(Candidate.status).where(Candidate.id == job_id))
     return None if status is None else Status(status)
+
+
+def cancel_many(session: Session, *, job_ids: Sequence[int]) -> int:
+    """Cancel those of these jobs that are queued or running, in one statement; returns how many."""
+    result = session.execute(
+        update(Candidate)
+        .where(Candidate.id.in_(job_ids), Candidate.status.in_([Status.QUEUED, Status.RUNNING]))
+        .values(status=Status.CANCELLED, lease_token=None, leased_until=None, finished_at=db_now(session))
+        .execution_options(synchronize_session=False)
+    )
+    return _rowcount(result)
 
 
 def queue_depth(session: Session) -> dict[Status, int]:

@@ -13,9 +13,8 @@ import secrets
 import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
 
-from sqlalchemy import CursorResult, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -120,19 +119,22 @@ def _taken(name: str) -> str:
     return f"an active token is named {name!r} already; pick another name or revoke that one first"
 
 
-def revoke_token(session: Session, *, token_id: int | None = None, name: str | None = None) -> int:
-    """Revoke by id or by name (as given, or composed as a new name is stored); returns how many
-    tokens were revoked. A name that is not text (a non-UTF-8 argument) names none."""
+def revoke_token(session: Session, *, token_id: int | None = None, name: str | None = None) -> list[int]:
+    """Revoke by id or by name (as given, or composed as a new name is stored); returns the ids of
+    the tokens revoked. A name that is not text (a non-UTF-8 argument) names none."""
     if token_id is not None:
         condition = ApiToken.id == token_id
     else:
         if name is None or not _is_text(name):
-            return 0
+            return []
         condition = ApiToken.name.in_({name, unicodedata.normalize("NFC", name)})
-    result = session.execute(
-        update(ApiToken).where(condition, ApiToken.revoked_at.is_(None)).values(revoked_at=utcnow())
+    revoked = session.scalars(
+        update(ApiToken)
+        .where(condition, ApiToken.revoked_at.is_(None))
+        .values(revoked_at=utcnow())
+        .returning(ApiToken.id)
     )
-    return cast(CursorResult[Any], result).rowcount
+    return sorted(revoked)
 
 
 def list_tokens(session: Session) -> list[TokenInfo]:

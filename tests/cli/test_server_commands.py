@@ -253,6 +253,54 @@ def test_serve_on_a_port_in_use_is_one_line_and_a_usage_error(tmp_path: Path) ->
     assert lines[0] == f"preflight serve: cannot listen on 127.0.0.1:{port}: Address already in use"
 
 
+def _queue_for(db: Path, owner_ids: list[int]) -> list[int]:
+    """One queued candidate per owner id (a token's id), as the API's submission stores it."""
+    from nas import parse_spec, spec_hash
+    from service.store import jobs
+    from service.store.db import make_engine, make_sessionmaker, session_scope
+
+    engine = make_engine(f"sqlite:///{db}")
+    try:
+        with session_scope(make_sessionmaker(engine), write=True) as session:
+            new = []
+            for width, owner_id in enumerate(owner_ids, start=2):
+                parsed = parse_spec({"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}]}]})
+                new.append(
+                    jobs.NewCandidate(
+                        spec=parsed.model_dump(mode="json", exclude_none=True),
+                        spec_hash=spec_hash(parsed),
+                        options=TINY,
+                        owner_id=owner_id,
+                    )
+                )
+            return [entry.id for entry in jobs.submit(session, candidates=new, max_attempts=3)]
+    finally:
+        engine.dispose()
+
+
+def _statuses(db: Path, ids: list[int]) -> list[str]:
+    with sqlite3.connect(db) as connection:
+        found = dict(connection.execute("SELECT id, status FROM candidates").fetchall())
+    return [found[id_] for id_ in ids]
+
+
+@pytest.mark.slow
+def test_revoking_a_token_cancels_its_queued_work_unless_told_to_keep_it(tmp_path: Path) -> None:
+    """A revoked token's queued jobs went on to take the workers, for reports that only an admin
+    could read; another token's stay queued, and --keep-jobs leaves them."""
+    db = tmp_path / "p.db"
+    preflight(db, "db", "upgrade")
+    for name in ("leaked", "other", "rotated"):
+        assert preflight(db, "token", "create", name).returncode == 0
+    leaked_a, leaked_b, other, rotated = _queue_for(db, [1, 1, 2, 3])
+    result = preflight(db, "token", "revoke", "leaked")
+    assert result.returncode == 0, result
+    assert result.stdout == "revoked 1 token(s); cancelled 2 of its queued or running candidate(s)\n"
+    result = preflight(db, "token", "revoke", "3", "--keep-jobs")
+    assert result.returncode == 0 and result.stdout == "revoked 1 token(s)\n", result
+    assert _statuses(db, [leaked_a, leaked_b, other, rotated]) == ["cancelled", "cancelled", "queued", "queued"]
+
+
 def test_a_file_that_is_no_database_and_a_token_id_beyond_64_bits_are_one_line(tmp_path: Path) -> None:
     """Both were tracebacks: sqlite's "file is not a database", and SQLite's OverflowError for the id."""
     garbage = tmp_path / "garbage.db"

@@ -25,6 +25,7 @@ from service.store.models import (
     Status,
     Submission,
 )
+from service.store.owners import Caller
 
 
 def spec(width: int) -> dict[str, Any]:
@@ -313,6 +314,45 @@ def test_cancel_stops_queued_and_running_jobs(sessions: Any, claimed: bool) -> N
         with session_scope(sessions, write=True) as session:
             assert not jobs.heartbeat(session, job_id=job.id, token=job.lease_token, lease_seconds=30)
     assert claim(sessions) is None
+
+
+def test_cancelling_an_owners_work_stops_its_jobs_and_leaves_a_shared_one_to_the_other_owner(
+    sessions: Any, sample_report: ConditioningReport
+) -> None:
+    """A revoked token's work (``preflight token revoke``): its queued and running jobs stop, a
+    job another owner holds runs on at that owner's priority, and nothing finished changes."""
+    (finished,) = submit(sessions, new(1, owner_id=1))
+    job = claim(sessions)
+    assert job is not None and job.id == finished.id
+    with session_scope(sessions, write=True) as session:
+        assert jobs.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
+    running, queued, shared = submit(
+        sessions, new(2, owner_id=1, priority=9), new(3, owner_id=1), new(4, owner_id=1, priority=8)
+    )
+    lease = claim(sessions)
+    assert lease is not None and lease.id == running.id
+    submit(sessions, new(4, owner_id=2, priority=1))
+    (others,) = submit(sessions, new(5, owner_id=2))
+    with session_scope(sessions, write=True) as session:
+        assert reports.cancel_all_owned(session, owner_id=1) == 3
+    with session_scope(sessions, write=True) as session:
+        assert reports.cancel_all_owned(session, owner_id=1) == 0  # twice is no error
+        assert not jobs.heartbeat(session, job_id=lease.id, token=lease.lease_token, lease_seconds=30)
+    assert [status_of(sessions, entry.id) for entry in (finished, running, queued, shared, others)] == [
+        Status.DONE,
+        Status.CANCELLED,
+        Status.CANCELLED,
+        Status.QUEUED,
+        Status.QUEUED,
+    ]
+    assert job_priority(sessions, shared.id) == 1  # owner 2's, no longer owner 1's 8
+    owner = Caller(owner_id=1, admin=False)
+    with session_scope(sessions) as session:
+        seen = [
+            reports.owned_candidate(session.connection(), public_id=e.public_id, caller=owner)
+            for e in (finished, shared)
+        ]
+    assert [row.status if row else None for row in seen] == [Status.DONE.value, Status.CANCELLED.value]
 
 
 def test_a_cancelled_candidate_submitted_again_is_queued_again(sessions: Any) -> None:

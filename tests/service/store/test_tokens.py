@@ -36,7 +36,7 @@ def test_revoked_tokens_share_a_name_with_the_active_one(sessions: Any) -> None:
         with session_scope(sessions, write=True) as session:
             create_token(session, name="ci")
         with session_scope(sessions, write=True) as session:
-            assert revoke_token(session, name="ci") == 1
+            assert len(revoke_token(session, name="ci")) == 1
     with session_scope(sessions, write=True) as session:
         active = create_token(session, name="ci")
     with session_scope(sessions) as session:
