@@ -102,6 +102,8 @@ CandidateSubmission = Annotated[
 
 
 class Timings(BaseModel):
+    """A token that is not admin sees a shared job's times from its own submission on (docs/service.md)."""
+
     created_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -136,7 +138,7 @@ class CandidatePublic(BaseModel):
         "(null: queued before revisions were recorded)",
     )
     attempts: int
-    worker: str | None = None
+    worker: str | None = Field(None, description="the worker's host:pid, shown to an admin token (and with auth off)")
     error: str | None = None
     score: float | None = None
     verdict: str | None = None
@@ -145,11 +147,22 @@ class CandidatePublic(BaseModel):
     report: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, row: Row[Any], *, with_report: bool = True, cached: bool | None = None) -> CandidatePublic:
+    def of(
+        cls, row: Row[Any], *, with_report: bool = True, cached: bool | None = None, tenant: bool = False
+    ) -> CandidatePublic:
         """From a row of ``service.store.reports``' owner view (a candidate's attribute names).
         The result (score, verdict, report) is shown with ``done`` only: an owner that cancelled
-        its submission of a job that ran on for others sees it cancelled, as before tenancy."""
-        started, finished = row.started_at, row.finished_at
+        its submission of a job that ran on for others sees it cancelled, as before tenancy.
+
+        A ``tenant`` (a token that is not admin) sees a shared job as its own submission saw it,
+        not when another tenant queued, started or finished it: its timings start at its own
+        submission (a result that existed then started and finished at it, for this owner), and
+        no ``worker`` (the operator's host and pid). An admin and the anonymous owner see the job's."""
+        created, started, finished, worker = row.created_at, row.started_at, row.finished_at, row.worker
+        if tenant:
+            created, worker = row.owned_at, None
+            started = None if started is None else max(started, created)
+            finished = None if finished is None else max(finished, created)
         end = finished if finished is not None else None
         status = Status(row.status)
         done = status is Status.DONE
@@ -164,15 +177,15 @@ class CandidatePublic(BaseModel):
             options=row.options,
             engine=row.engine,
             attempts=row.attempts,
-            worker=row.worker,
+            worker=worker,
             error=row.error,
             score=row.score if done else None,
             verdict=row.verdict if done else None,
             timings=Timings(
-                created_at=_utc(row.created_at),
+                created_at=_utc(created),
                 started_at=_utc(started),
                 finished_at=_utc(finished),
-                queued_seconds=_seconds(row.created_at, started),
+                queued_seconds=_seconds(created, started),
                 run_seconds=_seconds(started, end),
                 tuning_seconds=row.tuning_seconds if done else None,
             ),

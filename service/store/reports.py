@@ -58,6 +58,7 @@ _VIEW = select(
     _OWNED.c.trial,
     _OWNED.c.priority,
     case((_OWNED.c.cancelled_at.is_not(None), _OWNED.c.cancelled_at), else_=_JOB.c.finished_at).label("finished_at"),
+    _OWNED.c.created_at.label("owned_at"),  # this owner's first submission (a tenant's timings start there)
     *(column for column in _JOB.c if column.name not in {"id", "status", "study", "trial", "priority", "finished_at"}),
 ).select_from(_OWNED.join(_JOB, _JOB.c.id == _OWNED.c.candidate_id))
 

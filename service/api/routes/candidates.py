@@ -270,7 +270,7 @@ async def submit_candidates(
     else:
         new = await run_in_threadpool(validate)
     submitted = await committer.submit(new)
-    public = [CandidatePublic.of(s.row, cached=not s.created) for s in submitted]
+    public = [CandidatePublic.of(s.row, cached=not s.created, tenant=not caller.admin) for s in submitted]
     return _json(CandidateBatchPublic(candidates=public) if batch else public[0], 202)
 
 
@@ -294,7 +294,7 @@ async def get_candidate(engine: EngineDep, caller: CallerDep, candidate_id: Cand
     row = await run_in_threadpool(_read_once, engine, candidate_id, caller)
     if row is None:
         raise ProblemError.not_found("candidate", candidate_id)
-    return _json(CandidatePublic.of(row))
+    return _json(CandidatePublic.of(row, tenant=not caller.admin))
 
 
 @router.get(
@@ -351,7 +351,7 @@ async def _wait(
             raise ProblemError.not_found("candidate", candidate_id)
         left = deadline - time.monotonic()
         if Status(row.status).is_final or left <= 0 or await request.is_disconnected():
-            return _json(CandidatePublic.of(row))
+            return _json(CandidatePublic.of(row, tenant=not caller.admin))
         await asyncio.sleep(min(interval, left))
         interval = min(interval * 1.5, 0.5)
 
@@ -393,7 +393,7 @@ def list_candidates(
     more = len(rows) > page
     rows = rows[:page]
     return CandidateList(
-        candidates=[CandidatePublic.of(row, with_report=include_report) for row in rows],
+        candidates=[CandidatePublic.of(row, with_report=include_report, tenant=not caller.admin) for row in rows],
         next_cursor=rows[-1].id if more and rows else None,
     )
 
@@ -425,7 +425,7 @@ async def cancel_candidate(sessions: SessionsDep, caller: CallerDep, candidate_i
             kind="conflict",
         )
     assert row is not None
-    return _json(CandidatePublic.of(row))
+    return _json(CandidatePublic.of(row, tenant=not caller.admin))
 
 
 def _cancel(

@@ -170,6 +170,37 @@ def test_the_same_spec_from_two_tokens_is_tuned_once_and_each_owner_gets_its_own
     assert_not_found(tenants.a.get("/v1/studies/b-s/summary"))
 
 
+def test_a_tenant_sees_a_shared_job_from_its_own_submission_on_and_not_the_worker_that_ran_it(
+    tenants: Tenants, sample_report: ConditioningReport
+) -> None:
+    """B's cache hit showed when A queued, started and finished the network (what A searched, and
+    when) and the worker's host and pid; now B's times start at its own submission, and only an
+    admin sees the job's own."""
+    first = submit(tenants.a, {"spec": spec()})
+    assert tenants.finish_one(sample_report) is not None
+    a_done = tenants.a.get(f"/v1/candidates/{first['id']}").json()
+    time.sleep(0.01)  # B submits strictly later than A's job finished, on any clock's resolution
+    second = submit(tenants.b, {"spec": spec()})
+    assert second["cached"] is True and second["status"] == "done"
+    views = [
+        second,
+        tenants.b.get(f"/v1/candidates/{second['id']}").json(),
+        tenants.b.get(f"/v1/candidates/{second['id']}/wait", params={"timeout": 0}).json(),
+        tenants.b.get("/v1/candidates").json()["candidates"][0],
+    ]
+    for b_view in views:
+        times = b_view["timings"]
+        assert b_view["worker"] is None and b_view["score"] == a_done["score"]
+        assert times["created_at"] > a_done["timings"]["finished_at"]
+        assert times["started_at"] == times["finished_at"] == times["created_at"]
+        assert times["queued_seconds"] == times["run_seconds"] == 0.0
+        assert times["tuning_seconds"] == a_done["timings"]["tuning_seconds"]  # the engine's measure: no when
+    assert a_done["worker"] is None  # a tenant's own job: the host and pid are the operator's still
+    ops = tenants.admin.get(f"/v1/candidates/{second['id']}").json()
+    assert ops["worker"] == "test" and ops["timings"] == a_done["timings"]  # an admin sees the job's own,
+    assert ops["timings"]["created_at"] < times["created_at"]  # which A, who queued it, saw too
+
+
 def test_each_owner_cancels_only_its_own_submission_and_the_job_stops_when_nobody_wants_it(
     tenants: Tenants, sample_report: ConditioningReport
 ) -> None:
