@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     # Long-polls one owner may hold open in an API process: each polls the store through the
     # shared thread pool, and 300 from one tenant slowed every other tenant's reads 100-fold.
     max_waits_per_owner: int = Field(64, ge=1, le=100_000)
+    # Submissions one token that is not admin may hold queued or running (0: no limit): a tenant
+    # that queued 100,000 jobs held the workers for days, and every claim slows as the queue grows.
+    max_queued_per_owner: int = Field(10_000, ge=0, le=10_000_000)
     page_size: int = Field(50, ge=1, le=1000)
     # Threads of an API process for blocking (database) work, and so its connection pool
     # size. Few is faster on a local database (the threads contend for the GIL: 4 threads

@@ -222,7 +222,8 @@ async def submit_candidates(
     """Queue candidates for conditioning. The same canonical spec with the same tuning
     options is never tuned twice: its existing job is shared (``cached: true``), with its
     report when it is done, under the caller's own id. A token that is not admin gets at
-    most priority ``PREFLIGHT_MAX_TOKEN_PRIORITY``."""
+    most priority ``PREFLIGHT_MAX_TOKEN_PRIORITY``, and holds at most
+    ``PREFLIGHT_MAX_QUEUED_PER_OWNER`` queued or running submissions (a 429 beyond, nothing stored)."""
     batch = isinstance(body, CandidateBatchCreate)
     specs = body.specs if isinstance(body, CandidateBatchCreate) else [body.spec]
     if len(specs) > settings.max_batch:
@@ -250,6 +251,17 @@ async def submit_candidates(
         except data_batches.InvalidBatch as exc:
             raise ProblemError.from_invalid_batch(exc) from None
     priority = capped_priority(body.options.priority, caller, settings.max_token_priority)
+    quota = 0 if caller.admin else settings.max_queued_per_owner
+    if quota:
+        held = await run_in_threadpool(_unfinished, engine, caller, quota)
+        if held + len(specs) > quota:
+            raise ProblemError(
+                429,
+                f"this token holds {held} queued or running candidates, and {len(specs)} more would pass its "
+                f"quota of {quota} (setting PREFLIGHT_MAX_QUEUED_PER_OWNER): submit again as they finish",
+                kind="too-many-requests",
+                headers={"Retry-After": "10"},
+            )
 
     def validate() -> list[jobs.NewCandidate]:
         return _new_candidates(
@@ -272,6 +284,11 @@ async def submit_candidates(
     submitted = await committer.submit(new)
     public = [CandidatePublic.of(s.row, cached=not s.created, tenant=not caller.admin) for s in submitted]
     return _json(CandidateBatchPublic(candidates=public) if batch else public[0], 202)
+
+
+def _unfinished(engine: Engine, caller: Caller, limit: int) -> int:
+    with read_connection(engine) as connection:
+        return reports.unfinished_count(connection, owner_id=caller.owner_id, limit=limit)
 
 
 def _read_once(engine: Engine, candidate_id: str, caller: Caller) -> Row[Any] | None:

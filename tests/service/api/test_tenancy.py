@@ -35,7 +35,8 @@ def spec(width: int = 8) -> dict[str, Any]:
 
 @dataclass
 class Tenants:
-    """One live server requiring tokens, and a client for each of tokens A, B and an admin."""
+    """One live server requiring tokens (a tenant holds at most 5 queued or running submissions),
+    and a client for each of tokens A, B and an admin."""
 
     url: str
     a: httpx.Client
@@ -68,7 +69,7 @@ def tenants(db_url: str, make_settings: Callable[..., Settings]) -> Iterator[Ten
             "b": create_token(session, name="b").token,
             "admin": create_token(session, name="ops", admin=True).token,
         }
-    settings = make_settings(db_url, require_auth=True, max_token_priority=5)
+    settings = make_settings(db_url, require_auth=True, max_token_priority=5, max_queued_per_owner=5)
     with live_server(settings) as url:
         clients = {
             who: httpx.Client(base_url=url, timeout=30, headers={"authorization": f"Bearer {token}"})
@@ -199,6 +200,29 @@ def test_a_tenant_sees_a_shared_job_from_its_own_submission_on_and_not_the_worke
     ops = tenants.admin.get(f"/v1/candidates/{second['id']}").json()
     assert ops["worker"] == "test" and ops["timings"] == a_done["timings"]  # an admin sees the job's own,
     assert ops["timings"]["created_at"] < times["created_at"]  # which A, who queued it, saw too
+
+
+def test_a_tenant_holds_at_most_its_quota_of_unfinished_submissions_and_is_told_when_to_come_back(
+    tenants: Tenants, sample_report: ConditioningReport
+) -> None:
+    """A token queued without bound: 100,000 jobs held every worker for days. Past
+    PREFLIGHT_MAX_QUEUED_PER_OWNER (5 here) a submission is a 429 that stores nothing; what it
+    cancels or what finishes frees its place; another token and an admin are not held back."""
+    held = submit(tenants.a, {"specs": [spec(w) for w in range(1, 5)]})["candidates"]
+    over = tenants.a.post("/v1/candidates", json={"specs": [spec(w) for w in range(5, 7)]})
+    assert over.status_code == 429 and over.headers["retry-after"] == "10", over.text
+    assert (
+        over.headers["content-type"].startswith(PROBLEM) and "PREFLIGHT_MAX_QUEUED_PER_OWNER" in over.json()["detail"]
+    )
+    assert len(tenants.jobs()) == 4  # nothing of the refused batch was stored
+    submit(tenants.a, {"spec": spec(5)})  # the fifth fits
+    assert tenants.a.post("/v1/candidates", json={"spec": spec(6)}).status_code == 429
+    assert tenants.a.delete(f"/v1/candidates/{held[0]['id']}").status_code == 200
+    submit(tenants.a, {"spec": spec(6)})  # a cancelled submission holds no place
+    assert tenants.finish_one(sample_report) is not None  # one of A's finishes
+    submit(tenants.a, {"spec": spec(7)})
+    submit(tenants.b, {"specs": [spec(w) for w in range(11, 16)]})  # B has a quota of its own
+    submit(tenants.admin, {"specs": [spec(w) for w in range(21, 28)]})  # an admin has none
 
 
 def test_each_owner_cancels_only_its_own_submission_and_the_job_stops_when_nobody_wants_it(
