@@ -225,6 +225,34 @@ def test_a_tenant_holds_at_most_its_quota_of_unfinished_submissions_and_is_told_
     submit(tenants.admin, {"specs": [spec(w) for w in range(21, 28)]})  # an admin has none
 
 
+def test_a_gates_condition_waits_out_a_full_quota_and_goes_through_once_a_place_frees(
+    tenants: Tenants, sample_report: ConditioningReport
+) -> None:
+    """What docs/service.md promises of the quota's 429: ``condition`` rides it out until its timeout,
+    so a search waits for its own work to drain instead of failing its trial."""
+    from nas.client import PreflightClient, RetryPolicy
+
+    held = submit(tenants.a, {"specs": [spec(w) for w in range(1, 6)]})["candidates"]
+    assert tenants.a.post("/v1/candidates", json={"spec": spec(99)}).status_code == 429
+
+    def drain() -> None:
+        time.sleep(0.5)  # the client has met the 429 by now (and it would only wait longer otherwise)
+        assert tenants.a.delete(f"/v1/candidates/{held[0]['id']}").status_code == 200
+        while tenants.finish_one(sample_report) is not None or len(tenants.jobs()) < 6:
+            time.sleep(0.05)
+
+    token = tenants.a.headers["authorization"].removeprefix("Bearer ")
+    quick = RetryPolicy(attempts=2, backoff=0.05, max_backoff=0.2)  # Retry-After (10 s) capped at 0.2 s
+    with (
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+        PreflightClient(tenants.url, token=token, retry=quick, timeout=30) as client,
+    ):
+        drained = pool.submit(drain)
+        candidate = client.condition(spec(99), timeout=120)
+        drained.result(timeout=120)
+    assert candidate.status == "done" and len(tenants.jobs()) == 6
+
+
 def test_each_owner_cancels_only_its_own_submission_and_the_job_stops_when_nobody_wants_it(
     tenants: Tenants, sample_report: ConditioningReport
 ) -> None:
