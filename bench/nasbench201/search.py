@@ -213,7 +213,9 @@ def report_lines(results: Sequence[dict[str, Any]], repeats: int = REPEATS) -> l
         "measures per proposal (the conditioning's counted steps, a forward pass for MeCo or the expressivity "
         "terms). Medians and 2.5 / 97.5 percentiles over the orders; the difference at equal compute is a mean "
         "with a bootstrap interval over the orders. The orders share one pool "
-        "of cells, so the spread is that of the search's order, not of the space.",
+        "of cells, so the spread is that of the search's order, not of the space: an interval narrows as orders "
+        'are added, and "above" or "below" below says a difference is no accident of the order, not that it '
+        "would hold on other cells of the space.",
         "",
         "| search | compute to the ungated best | never reached | best at equal compute, minus no gate "
         "| trained of the first 100 |",

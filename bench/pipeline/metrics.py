@@ -96,13 +96,21 @@ def flags_figures(flags: Flags, untrainable: Flags) -> PruneFigures:
 
 
 def precision_recall_curve(scores: Values, untrainable: Flags) -> tuple[np.ndarray, np.ndarray]:
-    """Precision and recall when pruning the worst k candidates, k = 1..n."""
+    """Precision and recall when pruning the worst k candidates, k = 1..n; nan at a k that splits
+    candidates of one score, which no threshold on the score can prune apart (the split followed
+    the input's order: the NAS-Bench-201 cells came lowest accuracy first, so a proxy with ties
+    flagged the bad ones of a tie first)."""
     s = _scores(scores)
-    bad = np.asarray(untrainable, dtype=bool)[np.argsort(s, kind="stable")]
+    order = np.argsort(s, kind="stable")
+    bad = np.asarray(untrainable, dtype=bool)[order]
     hits = np.cumsum(bad)
     k = np.arange(1, len(s) + 1)
     recall = hits / bad.sum() if bad.sum() else np.full(len(s), np.nan)
-    return hits / k, recall
+    precision = hits / k
+    inside_a_tie = np.append(s[order][1:] == s[order][:-1], False)
+    precision[inside_a_tie] = np.nan
+    recall = np.where(inside_a_tie, np.nan, recall)
+    return precision, recall
 
 
 def precision_at_recall(scores: Values, untrainable: Flags, recall: float = 0.8) -> float:

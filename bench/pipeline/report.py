@@ -396,6 +396,7 @@ def plots(rows: list[dict[str, Any]], directory: Path, heldout: set[str] | None 
         s = np.asarray(scores[m], dtype=float)
         keep = ~np.isnan(s) if m.startswith("preflight") else np.ones(len(s), dtype=bool)
         p, r = metrics.precision_recall_curve(s[keep], bad[keep])
+        p, r = p[~np.isnan(p)], r[~np.isnan(p)]  # the thresholds a score can cut at
         style = "-" if m.startswith("preflight") else ":"
         label = m + (" (held-out)" if m.startswith("preflight") and heldout else "")
         ax.plot(r, p, style, label=label, linewidth=2 if m.startswith("preflight") else 1)

@@ -169,9 +169,9 @@ def _finite(value: float) -> float:
 
 def _tuning_table(tuning: dict[str, Any]) -> list[str]:
     lines = [
-        "| protocol | tuned vs | n | tuned ends lower (share) | test accuracy, tuned - peer | untrainable: tuned / "
-        "peer (share, peer - tuned) | families where tuned loses (share < 0.5) |",
-        "|---|---|---|---|---|---|---|",
+        "| protocol | tuned vs | n | tuned ends lower (share) | where either trains: n, share | test accuracy, "
+        "tuned - peer | untrainable: tuned / peer (share, peer - tuned) | families where tuned loses (share < 0.5) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for protocol, peers in tuning.items():
         for peer, t in peers.items():
@@ -179,10 +179,17 @@ def _tuning_table(tuning: dict[str, Any]) -> list[str]:
             wins = t["wins"]
             verdict = {1: " (**better**)", -1: " (**worse**)", 0: ""}[_side(wins, 0.5)]
             lines.append(
-                f"| {protocol} | {peer} | {t['n']} | {_iv(wins)}{verdict} | {_signed(t['accuracy_gain'])} | "
+                f"| {protocol} | {peer} | {t['n']} | {_iv(wins)}{verdict} | {_either_trains(t)} | "
+                f"{_signed(t['accuracy_gain'])} | "
                 f"{_untrainable(t.get('untrainable'))} | {losing or '-'} |"
             )
     return lines
+
+
+def _either_trains(figure: dict[str, Any]) -> str:
+    """The share without the pairs where neither init trains (an older cached analysis: ``-``)."""
+    share = figure.get("wins_either_trains")
+    return "-" if share is None else f"{share['n']}, {_iv(share)}"
 
 
 def _untrainable(figure: dict[str, Any] | None) -> str:
@@ -277,7 +284,13 @@ def _section(title: str, entry: dict[str, Any], replay: dict[str, Any], plots: d
                 "",
             ]
             lines += _methods_table(rank) + [""]
-    lines += ["**Tuned init against each init peer**", ""] + _tuning_table(entry["tuning"]) + [""]
+    lines += [
+        "**Tuned init against each init peer** (a share counts every pair but those where both diverged, so "
+        "also the pairs where neither init trains, whose order hangs on two losses near chance; the next "
+        "column leaves those out)",
+        "",
+    ]
+    lines += _tuning_table(entry["tuning"]) + [""]
     lines += ["**Optuna's pruners replayed, and Preflight at equal compute**", ""] + _pruner_table(replay) + [""]
     lines += ["**The verdict** (the cut fitted on the development set) against ground truth B", ""]
     lines += _verdict_table(entry) + [""]
@@ -324,7 +337,8 @@ def _plots(rows: list[analysis.Row], entry: dict[str, Any], folder: Path, stem: 
             for name in ("preflight", "probe_full", "first_epoch"):
                 if name in p:
                     precision, recall = precision_recall_curve(p[name], p["untrainable"])
-                    ax.plot(recall, precision, label=name)
+                    cut = ~np.isnan(precision)  # the thresholds a score can cut at
+                    ax.plot(recall[cut], precision[cut], label=name)
             ax.set_xlabel("recall of untrainable")
             ax.set_ylabel("precision")
             ax.legend()

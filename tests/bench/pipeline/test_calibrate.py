@@ -78,6 +78,13 @@ def test_the_logistic_cut_is_where_untrainable_becomes_more_likely_than_not():
         calibrate.prune_cut(s, bad, "median")
 
 
+def test_the_recall_rule_cuts_above_a_tie_it_means_to_prune_not_at_it():
+    """The cut was the tied score itself, and the engine prunes below it: neither was flagged."""
+    cut = calibrate.prune_cut(np.array([0.0, 0.0, 1.0, 2.0]), [True, True, False, False], "recall", 0.5)
+    assert cut == pytest.approx(0.5)
+    assert [s < cut for s in (0.0, 0.0, 1.0, 2.0)] == [True, True, False, False]
+
+
 def test_the_recall_rule_cuts_at_the_best_precision_reaching_the_target_recall():
     scores = np.array([-3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0])
     bad = [True, True, False, True, True, False, False, True, False, False]

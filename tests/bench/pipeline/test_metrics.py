@@ -55,6 +55,19 @@ def test_precision_at_recall_takes_the_best_threshold_reaching_the_recall():
     assert metrics.precision_at_recall([1, 2, 3, 4], [1, 0, 1, 0], 0.5) == pytest.approx(1.0)
 
 
+def test_precision_at_recall_never_splits_candidates_of_one_score_whatever_their_order():
+    """No threshold prunes half of a tie: the curve followed the input's order, so a proxy whose
+    tied scores happened to come bad first (NAS-Bench-201's cells, listed lowest accuracy first)
+    was credited with a precision no cut reaches."""
+    scores, bad = [0, 0, 0, 0, 1, 2], [1, 1, 0, 0, 0, 1]
+    for order in ([0, 1, 2, 3, 4, 5], [2, 3, 0, 1, 4, 5]):
+        got = metrics.precision_at_recall([scores[i] for i in order], [bad[i] for i in order], 0.6)
+        assert got == pytest.approx(2 / 4)  # the whole tie, or nothing of it; 2 / 2 was credited
+    precision, recall = metrics.precision_recall_curve(scores, bad)
+    assert np.isnan(precision[:3]).all() and np.isnan(recall[:3]).all()
+    assert precision[3:] == pytest.approx([2 / 4, 2 / 5, 3 / 6])
+
+
 def test_verdict_flags_figures():
     got = metrics.flags_figures([True, True, False, False], [True, False, True, False])
     assert (got.flagged, got.precision, got.recall) == (2, 0.5, 0.5)
