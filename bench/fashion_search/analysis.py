@@ -210,7 +210,7 @@ def seed_figures(searches: dict[str, Trials]) -> dict[str, Any]:
             "total_ratio": total / total_ungated,
             "best": _final(trials),
             "equal_compute_difference": _found(trials, budget) - _found(ungated, budget),
-            "realised": (1.0 - ratio) / saving if saving > 0 and math.isfinite(ratio) else math.nan,
+            "realised": _realised(ratio, saving),
             "condition_share": sum(float(t.get("condition_seconds") or 0.0) for t in trials) / total if total else 0.0,
             "complete": sum(t["state"] == "complete" for t in trials),
             "failed": sum(_failed(t) for t in trials),
@@ -222,6 +222,16 @@ def seed_figures(searches: dict[str, Trials]) -> dict[str, Any]:
     return out
 
 
+def _realised(ratio: float, saving: float) -> float:
+    """The share of a perfect gate's saving a search realised: ``(1 - ratio) / saving``. A search
+    that never reached the target realised none of it, and less than any that did at whatever
+    cost: ``-NEVER``, the worst a median can take, not a seed left out (nan only where a perfect
+    gate saves nothing, so that no share is defined)."""
+    if saving <= 0:
+        return math.nan
+    return (1.0 - ratio) / saving if math.isfinite(ratio) else -NEVER
+
+
 def _over_seeds(values: list[float], statistic: str) -> Interval:
     """A median or mean over seeds with its bootstrap interval. A seed that never reached a target (inf)
     stays in as ``NEVER``, a finite stand-in above any ratio, so that a resample whose median is
@@ -230,8 +240,8 @@ def _over_seeds(values: list[float], statistic: str) -> Interval:
     infinities in place, so that the median of an even count whose upper middle seed never reached
     it is "never" too (averaging the stand-in with a ratio would give a meaningless finite number)."""
     array = np.asarray(values, dtype=np.float64)
-    if statistic == "median":
-        return bootstrap(lambda i: _median_or_never(array[i]), len(array))
+    if statistic == "median":  # each end a resample's median, never one interpolated with the stand-in
+        return bootstrap(lambda i: _median_or_never(array[i]), len(array), method="inverted_cdf")
     return bootstrap(lambda i: float(np.nanmean(array[i])), len(array))
 
 

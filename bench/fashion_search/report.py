@@ -43,10 +43,11 @@ def _flagged_networks(count: int) -> str:
 
 
 def _interval(interval: Any, digits: int = 2) -> str:
-    """A compute ratio's interval, with ``NEVER`` (a target never reached) written as such."""
+    """A compute ratio's interval, with ``NEVER`` (a target never reached) written as such, and a
+    realised share's ``-NEVER`` as "none" (the target never reached)."""
 
     def value(v: float) -> str:
-        return "never" if v >= NEVER else f"{v:.{digits}f}"
+        return "never" if v >= NEVER else "none" if v <= -NEVER else f"{v:.{digits}f}"
 
     if math.isnan(interval.point):
         return "n/a"

@@ -72,12 +72,12 @@ def _indices(n: int, resamples: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, n, size=(resamples, n))
 
 
-def _interval(point: float, values: list[float], n: int) -> Interval:
+def _interval(point: float, values: list[float], n: int, method: str = "linear") -> Interval:
     array = np.asarray(values, dtype=np.float64)
     ok = array[np.isfinite(array)]
     if len(ok) < 0.5 * len(array) or not len(ok):  # undefined on most resamples: no interval
         return Interval(point, math.nan, math.nan, n, int(len(array) - len(ok)))
-    low, high = np.percentile(ok, [2.5, 97.5])
+    low, high = np.percentile(ok, [2.5, 97.5], method=method)  # type: ignore[call-overload]
     return Interval(point, float(low), float(high), n, int(len(array) - len(ok)))
 
 
@@ -88,10 +88,18 @@ def _values(statistic: Statistic | RowStatistic, index: np.ndarray, rows: bool) 
 
 
 def bootstrap(
-    statistic: Statistic | RowStatistic, n: int, resamples: int = RESAMPLES, seed: int = SEED, *, rows: bool = False
+    statistic: Statistic | RowStatistic,
+    n: int,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    *,
+    rows: bool = False,
+    method: str = "linear",
 ) -> Interval:
     """``statistic`` on all ``n`` candidates, with its 95 % percentile interval (``rows=True``:
-    ``statistic`` takes the whole [resamples, n] index matrix, e.g. ``spearman_rows``).
+    ``statistic`` takes the whole [resamples, n] index matrix, e.g. ``spearman_rows``). ``method``
+    is numpy's percentile method: ``"inverted_cdf"`` keeps each end a resample's own value, where a
+    finite stand-in for "never" must not be interpolated with a real one.
 
     >>> bootstrap(lambda i: float(np.mean(np.arange(10.0)[i])), 10).point
     4.5
@@ -100,7 +108,7 @@ def bootstrap(
     point = float(_values(statistic, every[None], rows)[0]) if n else math.nan
     if n < 2 or resamples < 1:
         return Interval(point, math.nan, math.nan, n)
-    return _interval(point, list(_values(statistic, _indices(n, resamples, seed), rows)), n)
+    return _interval(point, list(_values(statistic, _indices(n, resamples, seed), rows)), n, method)
 
 
 def paired_difference(

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from bench.fashion_search.analysis import (
+    NEVER,
     best_at,
     compute_to_reach,
     figures,
@@ -96,6 +97,37 @@ def test_figures_over_seeds_give_the_median_ratio_with_an_interval():
     assert gate["ratio"].low <= gate["ratio"].point <= gate["ratio"].high
     # at 1.5 s the ungated search had finished its failing trial (1 s) once, nothing on the other seeds
     assert gate["equal_compute_difference"].point == pytest.approx(0.8)
+
+
+def test_a_seed_whose_gated_search_never_reached_the_target_realised_none_of_the_saving_not_nothing_known():
+    """Such seeds were left out of the realised share's median (nan), which then stood on the seeds
+    where the gate did reach the target: three never-reaching seeds of ten lifted it from 0.65 to 1.74."""
+    per_seed = {}
+    for seed in range(5):
+        ungated = [_trial(0.1, 0.1, 4.0), _trial(0.9, 0.9, 1.0)]  # a perfect gate's ratio: 1 / 5
+        if seed < 2:  # skipped the failing network, reached the best: realised (1 - 2/5) / (4/5) = 0.75
+            gated = [_trial(None, None, 0.0, condition=1.0, state="pruned-before"), _trial(0.9, 0.9, 1.0)]
+        else:  # skipped the best network too: never reached it
+            gated = [_trial(0.1, 0.1, 4.0), _trial(None, None, 0.0, condition=1.0, state="pruned-before")]
+        per_seed[seed] = seed_figures({"no gate": ungated, "preflight gate": gated})
+    assert per_seed[0]["searches"]["preflight gate"]["realised"] == pytest.approx(0.75)
+    assert per_seed[4]["searches"]["preflight gate"]["realised"] == -NEVER
+    realised = figures(per_seed)["searches"]["preflight gate"]["realised"]
+    assert realised.point == -NEVER and realised.low == -NEVER
+    assert realised.high in (pytest.approx(0.75), -NEVER)  # each end a resample's median, none interpolated with -NEVER
+
+
+def test_an_interval_end_of_a_median_over_seeds_is_never_interpolated_with_the_never_stand_in():
+    """A linear percentile between a resample's median ratio and ``NEVER`` gave ends like 975,000,000."""
+    per_seed = {}
+    for seed in range(8):
+        ungated = [_trial(0.1, 0.1, 4.0), _trial(0.9, 0.9, 1.0)]
+        reached = [_trial(None, None, 0.0, condition=1.0, state="pruned-before"), _trial(0.9, 0.9, 1.0)]
+        never = [_trial(0.1, 0.1, 4.0), _trial(0.8, 0.8, 1.0)]
+        per_seed[seed] = seed_figures({"no gate": ungated, "preflight gate": never if seed < 6 else reached})
+    ratio = figures(per_seed)["searches"]["preflight gate"]["ratio"]
+    assert ratio.point == NEVER
+    assert ratio.low in (pytest.approx(2.0 / 5.0), NEVER)
 
 
 def test_a_search_that_has_finished_nothing_yet_counts_as_chance_at_equal_compute():
