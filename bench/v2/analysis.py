@@ -279,13 +279,14 @@ def untrainable_pairs(tuned: list[bool], peer: list[bool], resamples: int) -> di
 
 def tuning(rows: list[Row], protocol: str, resamples: int) -> dict[str, Any]:
     """Tuned init vs each init peer: the share of candidates where the tuned init ends at a lower
-    training loss (pairs where both diverged left out), its interval, the mean test-accuracy
-    difference, the share per family, and the untrainable candidates of each
-    (``untrainable_pairs``)."""
+    training loss (pairs where both diverged left out), its interval, the same share where at least
+    one of the two trains (``wins_either_trains``), the mean test-accuracy difference, the share per
+    family, and the untrainable candidates of each (``untrainable_pairs``)."""
     peers = ("spec", *INIT_PEERS)
     result: dict[str, Any] = {}
     for peer in peers:
         pairs = []
+        either_trains: list[bool] = []
         bad: list[tuple[bool, bool]] = []
         for r in rows:
             tuned, other = truth(r, protocol, "tuned"), truth(r, protocol, peer)
@@ -295,6 +296,7 @@ def tuning(rows: list[Row], protocol: str, resamples: int) -> dict[str, Any]:
             if math.isinf(tuned["loss"]) and math.isinf(other["loss"]):
                 continue
             pairs.append((r.family, tuned["loss"], other["loss"], tuned["accuracy"] - other["accuracy"]))
+            either_trains.append(not (tuned["untrainable"] and other["untrainable"]))
         if not pairs:
             continue
         wins = np.array([t < o for _, t, o, _ in pairs], dtype=float)
@@ -312,11 +314,24 @@ def tuning(rows: list[Row], protocol: str, resamples: int) -> dict[str, Any]:
         families: dict[str, list[float]] = {}
         for (family, *_), w in zip(pairs, wins, strict=True):
             families.setdefault(family, []).append(float(w))
+        trains = np.array(either_trains)
+        trained_wins = wins[trains]
+        m = len(trained_wins)
+
+        def trained_share(i: np.ndarray, wins: np.ndarray = trained_wins) -> float:
+            return float(wins[i].mean())
+
         result[peer] = {
             "n": n,
             "ties": int(ties.sum()),
             "wins": (
                 bootstrap(share, n, reps) if reps else Interval(share(np.arange(n)), math.nan, math.nan, n)
+            ).to_json(),
+            # a pair where neither init trains is decided by the last digits of two losses near chance
+            "wins_either_trains": (
+                bootstrap(trained_share, m, resamples if m >= MIN_FOR_INTERVALS else 0)
+                if m
+                else Interval(math.nan, math.nan, math.nan, 0)
             ).to_json(),
             "accuracy_gain": (
                 bootstrap(accuracy, n, reps) if reps else Interval(accuracy(np.arange(n)), math.nan, math.nan, n)

@@ -49,3 +49,16 @@ def test_equal_untrainable_counts_give_an_interval_around_zero() -> None:
     bad = tuning(rows, "sgd", resamples=500)["lsuv"]["untrainable"]
     assert (bad["tuned"], bad["peer"], bad["fewer"]["point"]) == (1, 1, 0.0)
     assert bad["fewer"]["low"] < 0 < bad["fewer"]["high"]
+
+
+def test_the_share_where_either_init_trains_leaves_out_pairs_that_neither_trains() -> None:
+    """12 pairs where both end untrainable but finite (a loss near chance decides them: tuned
+    "wins" 10) and 10 where one or both train (tuned wins 5): the share counts all 22, the
+    second one the 10 alone."""
+    rows = [_row(i, 2.0, 2.1) for i in range(10)] + [_row(i, 2.2, 2.1) for i in range(10, 12)]
+    rows += [_row(i, 0.3, 0.4) for i in range(12, 17)] + [_row(i, 0.4, 0.3) for i in range(17, 22)]
+    got = tuning(rows, "sgd", resamples=500)["lsuv"]
+    assert got["wins"]["point"] == pytest.approx(15 / 22)
+    either = got["wins_either_trains"]
+    assert either["n"] == 10 and either["point"] == pytest.approx(0.5)
+    assert either["low"] < 0.5 < either["high"]
