@@ -225,11 +225,11 @@ def seed_figures(searches: dict[str, Trials]) -> dict[str, Any]:
 def _realised(ratio: float, saving: float) -> float:
     """The share of a perfect gate's saving a search realised: ``(1 - ratio) / saving``. A search
     that never reached the target realised none of it, and less than any that did at whatever
-    cost: ``-NEVER``, the worst a median can take, not a seed left out (nan only where a perfect
-    gate saves nothing, so that no share is defined)."""
+    cost: ``-inf`` (``-NEVER`` once a median is taken), not a seed left out (nan only where a
+    perfect gate saves nothing, so that no share is defined)."""
     if saving <= 0:
         return math.nan
-    return (1.0 - ratio) / saving if math.isfinite(ratio) else -NEVER
+    return (1.0 - ratio) / saving if math.isfinite(ratio) else -math.inf
 
 
 def _over_seeds(values: list[float], statistic: str) -> Interval:
@@ -248,8 +248,10 @@ def _over_seeds(values: list[float], statistic: str) -> Interval:
 def _median_or_never(values: np.ndarray) -> float:
     if np.isnan(values).all():
         return math.nan
-    median = float(np.nanmedian(values))
-    return NEVER if math.isinf(median) else median
+    median = float(np.nanmedian(values))  # an even count's middle pair with an infinity is that infinity
+    if math.isinf(median):
+        return NEVER if median > 0 else -NEVER
+    return median
 
 
 def _unskipped(name: str, present: Any) -> str:

@@ -111,10 +111,14 @@ def test_a_seed_whose_gated_search_never_reached_the_target_realised_none_of_the
             gated = [_trial(0.1, 0.1, 4.0), _trial(None, None, 0.0, condition=1.0, state="pruned-before")]
         per_seed[seed] = seed_figures({"no gate": ungated, "preflight gate": gated})
     assert per_seed[0]["searches"]["preflight gate"]["realised"] == pytest.approx(0.75)
-    assert per_seed[4]["searches"]["preflight gate"]["realised"] == -NEVER
+    assert per_seed[4]["searches"]["preflight gate"]["realised"] == -math.inf
     realised = figures(per_seed)["searches"]["preflight gate"]["realised"]
     assert realised.point == -NEVER and realised.low == -NEVER
     assert realised.high in (pytest.approx(0.75), -NEVER)  # each end a resample's median, none interpolated with -NEVER
+    # an even count: the middle pair of 0.75 and "none" is "none", not their average (-499,999,999.6)
+    del per_seed[4]  # two reached, two never
+    even = figures(per_seed)["searches"]["preflight gate"]["realised"]
+    assert even.point == -NEVER and even.high in (pytest.approx(0.75), -NEVER)
 
 
 def test_an_interval_end_of_a_median_over_seeds_is_never_interpolated_with_the_never_stand_in():
