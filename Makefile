@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The CPU wheel of torch that a machine without a GPU gets (small, no CUDA download), from PyTorch's CPU
 # index (PyPI's torch for Linux is the CUDA build, GBs); where that index is out of reach, pip's own.
-# One retry there: where its host does not resolve, pip's default 5 retried every package (77 s, not 3).
+# One retry there: where its host does not resolve, pip's default 5 retried every package (77 s, not 3);
+# the price is that a longer outage of that index falls back sooner to pip's (CUDA) torch.
 CPU_TORCH ?= torch==2.13.0
 
 .PHONY: demo test test-fast bench bench-v1 lint setup clean

@@ -3,7 +3,7 @@ history (``service.store.reports.unfinished_count``, asked before every submissi
 not admin).
 
 A fresh SQLite store gets ``--history`` finished submissions of one owner and ``--queued`` queued
-jobs, half of them that owner's; the count is timed as the API asks it (up to the default quota,
+jobs, ``--held`` of them that owner's (half by default); the count is timed as the API asks it (up to the default quota,
 10,000), against the same count walked from the owner's history instead of from the unfinished jobs
 (the first form, which took 125 ms at 200,000 finished submissions). docs/service.md quotes it.
 """
@@ -30,7 +30,7 @@ __all__ = ["main"]
 _QUOTA = 10_000
 
 
-def _store(path: Path, history: int, queued: int) -> Engine:
+def _store(path: Path, history: int, queued: int, held: int) -> Engine:
     subprocess.run(
         [sys.executable, "-m", "service.cli", "db", "upgrade"],
         env={**os.environ, "PREFLIGHT_DATABASE_URL": f"sqlite:///{path}"},
@@ -65,7 +65,7 @@ def _store(path: Path, history: int, queued: int) -> Engine:
                 {
                     "public_id": f"{i:032x}",
                     "candidate_id": i + 1,
-                    "owner_id": 1 + (i % 2 if i < queued else 0),
+                    "owner_id": 2 if held <= i < queued else 1,
                     "priority": 0,
                     "created_at": when,
                 }
@@ -106,10 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.perf.quota_count", description=__doc__.split("\n\n")[0])
     parser.add_argument("--history", type=int, default=200_000, help="finished submissions of the owner")
     parser.add_argument("--queued", type=int, default=2_000, help="queued jobs, half of them the owner's")
+    parser.add_argument("--held", type=int, default=None, help="of the queued jobs, the owner's (default: half)")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
-        engine = _store(Path(folder) / "quota.db", args.history, args.queued)
+        held = args.queued // 2 if args.held is None else min(args.held, args.queued)
+        engine = _store(Path(folder) / "quota.db", args.history, args.queued, held)
         try:
             shipped = _best_of(args.repeats, lambda c: reports.unfinished_count(c, owner_id=1, limit=_QUOTA), engine)
             walked = _best_of(args.repeats, lambda c: _from_history(c, 1, _QUOTA), engine)

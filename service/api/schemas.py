@@ -138,7 +138,9 @@ class CandidatePublic(BaseModel):
         "(null: queued before revisions were recorded)",
     )
     attempts: int
-    worker: str | None = Field(None, description="the worker's host:pid, shown to an admin token (and with auth off)")
+    worker: str | None = Field(
+        None, description="the worker's host:pid:device, shown to an admin token (and with auth off)"
+    )
     error: str | None = None
     score: float | None = None
     verdict: str | None = None
@@ -163,6 +165,8 @@ class CandidatePublic(BaseModel):
             created, worker = row.owned_at, None
             started = None if started is None else max(started, created)
             finished = None if finished is None else max(finished, created)
+            if started is not None and finished is not None and started > finished:
+                started = None  # it cancelled before the job started (for the owners that still wanted it)
         end = finished if finished is not None else None
         status = Status(row.status)
         done = status is Status.DONE

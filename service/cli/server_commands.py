@@ -432,23 +432,31 @@ def _token_create(args: argparse.Namespace) -> int:
 
 def _token_revoke(args: argparse.Namespace) -> int:
     from service.store.reports import cancel_all_owned
-    from service.store.tokens import revoke_token
+    from service.store.tokens import revoke_token, was_revoked
 
     if not args.token.strip():  # `token revoke "$UNSET"` answered "revoked 0 token(s)"
         raise UsageError("the token argument is empty: give a token's id or name (preflight token list)")
+    # beyond a 64-bit id it names no token (and SQLite cannot take it)
+    token_id = int(args.token) if args.token.isdecimal() and int(args.token) < 2**63 else None
 
-    def revoke(session: Any) -> tuple[int, int]:
+    def revoke(session: Any) -> tuple[int, bool, int]:
         if args.token.isdecimal():
-            token_id = int(args.token)  # beyond a 64-bit id it names no token (and SQLite cannot take it)
-            revoked = [] if token_id >= 2**63 else revoke_token(session, token_id=token_id)
+            revoked = [] if token_id is None else revoke_token(session, token_id=token_id)
         else:
             revoked = revoke_token(session, name=args.token)
+        # by id, a token revoked before: its work queued since (within an API process's token cache
+        # window) is cancelled now; by name that could be another, active token's
+        again = not revoked and token_id is not None and was_revoked(session, token_id=token_id)
+        owners = revoked or ([token_id] if again and token_id is not None else [])
         # in the revoke's transaction: a token is never revoked with its work left half cancelled
-        cancelled = 0 if args.keep_jobs else sum(cancel_all_owned(session, owner_id=id_) for id_ in revoked)
-        return len(revoked), cancelled
+        cancelled = 0 if args.keep_jobs else cancel_all_owned(session, owner_ids=owners)
+        return len(revoked), again, cancelled
 
-    count, cancelled = _with_session(revoke)
+    count, again, cancelled = _with_session(revoke)
     cancelled_its = f"; cancelled {cancelled} of its queued or running candidate(s)" if cancelled else ""
+    if again:
+        print(f"token {token_id} was revoked already{cancelled_its}")
+        return 0
     print(f"revoked {count} token(s){cancelled_its}")
     return 0 if count else 1
 

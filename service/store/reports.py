@@ -5,7 +5,7 @@ connection first and the rest by keyword; what the API reads is scoped to its ca
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from service.store.owners import Caller
 
 __all__ = [
     "StudyFigures",
+    "adding_nothing",
     "cancel_all_owned",
     "cancel_owned",
     "list_candidates",
@@ -100,6 +101,20 @@ def unfinished_count(connection: Connection, *, owner_id: int, limit: int) -> in
         .subquery()
     )
     return int(connection.scalar(select(func.count()).select_from(held)) or 0)
+
+
+def adding_nothing(connection: Connection, *, owner_id: int, cache_keys: Collection[str]) -> int:
+    """How many of these cache keys a submission by this owner would add no unfinished work for: a
+    finished job (done or failed: returned as it is), or one the owner holds queued or running."""
+    if not cache_keys:
+        return 0
+    held = exists().where(
+        _OWNED.c.candidate_id == _JOB.c.id, _OWNED.c.owner_id == owner_id, _OWNED.c.cancelled_at.is_(None)
+    )
+    unfinished = _JOB.c.status.in_((Status.QUEUED.value, Status.RUNNING.value))
+    finished = _JOB.c.status.in_((Status.DONE.value, Status.FAILED.value))
+    found = select(func.count()).where(_JOB.c.cache_key.in_(list(cache_keys)), or_(finished, and_(unfinished, held)))
+    return int(connection.scalar(found) or 0)
 
 
 def owned_views(session: Session, *, owned_ids: Sequence[int]) -> dict[int, Row[Any]]:
@@ -195,15 +210,18 @@ def cancel_owned(session: Session, *, public_id: str, caller: Caller) -> tuple[S
     return before, session.execute(_VIEW.where(_OWNED.c.id == found.id)).one()
 
 
-def cancel_all_owned(session: Session, *, owner_id: int) -> int:
-    """Cancel every queued or running submission of one owner (a revoked token's: nobody but an
-    admin could read its results); returns how many. As :func:`cancel_owned` does one by one: a
-    job another owner still wants runs on for them, at their priority."""
+def cancel_all_owned(session: Session, *, owner_ids: Sequence[int]) -> int:
+    """Cancel every queued or running submission of these owners (revoked tokens': nobody but an
+    admin could read their results); returns how many. As :func:`cancel_owned` does one by one: a
+    job another owner still wants runs on for them, at their priority. One statement locks every
+    job, in id order, so that two owners' cancels in one transaction cannot deadlock a submission."""
+    if not owner_ids:
+        return 0
     pending = (
         select(_OWNED.c.id, _OWNED.c.candidate_id)
         .select_from(_OWNED.join(_JOB, _JOB.c.id == _OWNED.c.candidate_id))
         .where(
-            _OWNED.c.owner_id == owner_id,
+            _OWNED.c.owner_id.in_(sorted(set(owner_ids))),
             _OWNED.c.cancelled_at.is_(None),
             _JOB.c.status.in_((Status.QUEUED.value, Status.RUNNING.value)),
         )
@@ -215,7 +233,7 @@ def cancel_all_owned(session: Session, *, owner_id: int) -> int:
     now = db_now(session)
     for chunk in _chunks([row.id for row in rows]):
         session.execute(update(OwnedCandidate).where(OwnedCandidate.id.in_(chunk)).values(cancelled_at=now))
-    job_ids = [row.candidate_id for row in rows]
+    job_ids = sorted({row.candidate_id for row in rows})
     wanted: set[int] = set()
     for chunk in _chunks(job_ids):
         wanted.update(

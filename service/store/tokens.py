@@ -32,6 +32,7 @@ __all__ = [
     "hash_token",
     "list_tokens",
     "revoke_token",
+    "was_revoked",
 ]
 
 TOKEN_PREFIX = "pf_"
@@ -135,6 +136,13 @@ def revoke_token(session: Session, *, token_id: int | None = None, name: str | N
         .returning(ApiToken.id)
     )
     return sorted(revoked)
+
+
+def was_revoked(session: Session, *, token_id: int) -> bool:
+    """Whether a token with this id exists and is revoked (``token revoke ID`` again cancels what it
+    queued in the API's token cache window)."""
+    found = select(ApiToken.id).where(ApiToken.id == token_id, ApiToken.revoked_at.is_not(None))
+    return session.scalar(found) is not None
 
 
 def list_tokens(session: Session) -> list[TokenInfo]:

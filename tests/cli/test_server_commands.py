@@ -253,8 +253,9 @@ def test_serve_on_a_port_in_use_is_one_line_and_a_usage_error(tmp_path: Path) ->
     assert lines[0] == f"preflight serve: cannot listen on 127.0.0.1:{port}: Address already in use"
 
 
-def _queue_for(db: Path, owner_ids: list[int]) -> list[int]:
-    """One queued candidate per owner id (a token's id), as the API's submission stores it."""
+def _queue_for(db: Path, owner_ids: list[int], first_width: int = 2) -> list[int]:
+    """One queued candidate per owner id (a token's id), as the API's submission stores it: linear
+    layers of widths from ``first_width`` on."""
     from nas import parse_spec, spec_hash
     from service.store import jobs
     from service.store.db import make_engine, make_sessionmaker, session_scope
@@ -263,7 +264,7 @@ def _queue_for(db: Path, owner_ids: list[int]) -> list[int]:
     try:
         with session_scope(make_sessionmaker(engine), write=True) as session:
             new = []
-            for width, owner_id in enumerate(owner_ids, start=2):
+            for width, owner_id in enumerate(owner_ids, start=first_width):
                 parsed = parse_spec({"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}]}]})
                 new.append(
                     jobs.NewCandidate(
@@ -299,6 +300,13 @@ def test_revoking_a_token_cancels_its_queued_work_unless_told_to_keep_it(tmp_pat
     result = preflight(db, "token", "revoke", "3", "--keep-jobs")
     assert result.returncode == 0 and result.stdout == "revoked 1 token(s)\n", result
     assert _statuses(db, [leaked_a, leaked_b, other, rotated]) == ["cancelled", "cancelled", "queued", "queued"]
+    # an API process that checked the token just before the revoke takes its submissions for
+    # PREFLIGHT_TOKEN_CACHE_SECONDS more: revoking it again by id cancels those (it cancelled nothing)
+    (late,) = _queue_for(db, [1], first_width=10)
+    result = preflight(db, "token", "revoke", "1")
+    assert result.returncode == 0, result
+    assert result.stdout == "token 1 was revoked already; cancelled 1 of its queued or running candidate(s)\n"
+    assert _statuses(db, [late, other]) == ["cancelled", "queued"]
 
 
 def test_a_file_that_is_no_database_and_a_token_id_beyond_64_bits_are_one_line(tmp_path: Path) -> None:

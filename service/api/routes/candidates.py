@@ -251,17 +251,6 @@ async def submit_candidates(
         except data_batches.InvalidBatch as exc:
             raise ProblemError.from_invalid_batch(exc) from None
     priority = capped_priority(body.options.priority, caller, settings.max_token_priority)
-    quota = 0 if caller.admin else settings.max_queued_per_owner
-    if quota:
-        held = await run_in_threadpool(_unfinished, engine, caller, quota)
-        if held + len(specs) > quota:
-            raise ProblemError(
-                429,
-                f"this token holds {held} queued or running candidates, and {len(specs)} more would pass its "
-                f"quota of {quota} (setting PREFLIGHT_MAX_QUEUED_PER_OWNER): submit again as they finish",
-                kind="too-many-requests",
-                headers={"Retry-After": "10"},
-            )
 
     def validate() -> list[jobs.NewCandidate]:
         return _new_candidates(
@@ -281,14 +270,41 @@ async def submit_candidates(
         new = validate()
     else:
         new = await run_in_threadpool(validate)
+    quota = 0 if caller.admin else settings.max_queued_per_owner
+    if quota:
+        _check_quota(*await run_in_threadpool(_work_held_and_added, engine, caller, new, quota), quota)
     submitted = await committer.submit(new)
     public = [CandidatePublic.of(s.row, cached=not s.created, tenant=not caller.admin) for s in submitted]
     return _json(CandidateBatchPublic(candidates=public) if batch else public[0], 202)
 
 
-def _unfinished(engine: Engine, caller: Caller, limit: int) -> int:
+def _work_held_and_added(engine: Engine, caller: Caller, new: list[jobs.NewCandidate], quota: int) -> tuple[int, int]:
+    """The caller's queued or running submissions (counted up to ``quota``), and how many of them
+    ``new`` would add: a spec it already holds unfinished, or a finished result, adds none."""
     with read_connection(engine) as connection:
-        return reports.unfinished_count(connection, owner_id=caller.owner_id, limit=limit)
+        held = reports.unfinished_count(connection, owner_id=caller.owner_id, limit=quota)
+        keys = {candidate.cache_key for candidate in new}
+        return held, len(keys) - reports.adding_nothing(connection, owner_id=caller.owner_id, cache_keys=keys)
+
+
+def _check_quota(held: int, added: int, quota: int) -> None:
+    """A 413 for a submission that could never fit the token's quota, a 429 for one that fits once
+    its queued work drains (``condition`` and the gate ride that out)."""
+    if added > quota:
+        raise ProblemError(
+            413,
+            f"{added} new candidates in one submission exceed this token's quota of {quota} queued or running "
+            "(setting PREFLIGHT_MAX_QUEUED_PER_OWNER): submit fewer at a time",
+            kind="too-large",
+        )
+    if held + added > quota:
+        raise ProblemError(
+            429,
+            f"this token holds {held} queued or running candidates, and {added} more would pass its "
+            f"quota of {quota} (setting PREFLIGHT_MAX_QUEUED_PER_OWNER): submit again as they finish",
+            kind="too-many-requests",
+            headers={"Retry-After": "10"},
+        )
 
 
 def _read_once(engine: Engine, candidate_id: str, caller: Caller) -> Row[Any] | None:

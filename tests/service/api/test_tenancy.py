@@ -202,6 +202,20 @@ def test_a_tenant_sees_a_shared_job_from_its_own_submission_on_and_not_the_worke
     assert ops["timings"]["created_at"] < times["created_at"]  # which A, who queued it, saw too
 
 
+def test_a_tenant_that_cancelled_before_the_shared_job_started_does_not_see_when_it_started(
+    tenants: Tenants, sample_report: ConditioningReport
+) -> None:
+    """B's cancelled view showed the start A's job had after B's cancel: a time of A's, and a start
+    after its own end."""
+    submit(tenants.a, {"spec": spec()})
+    b = submit(tenants.b, {"spec": spec()})
+    assert tenants.b.delete(f"/v1/candidates/{b['id']}").status_code == 200
+    time.sleep(0.01)  # the job starts strictly after B's cancel, on any clock's resolution
+    assert tenants.finish_one(sample_report) is not None  # it ran for A
+    times = tenants.b.get(f"/v1/candidates/{b['id']}").json()["timings"]
+    assert times["started_at"] is None and times["finished_at"] >= times["created_at"]
+
+
 def test_a_tenant_holds_at_most_its_quota_of_unfinished_submissions_and_is_told_when_to_come_back(
     tenants: Tenants, sample_report: ConditioningReport
 ) -> None:
@@ -219,9 +233,16 @@ def test_a_tenant_holds_at_most_its_quota_of_unfinished_submissions_and_is_told_
     assert tenants.a.post("/v1/candidates", json={"spec": spec(6)}).status_code == 429
     assert tenants.a.delete(f"/v1/candidates/{held[0]['id']}").status_code == 200
     submit(tenants.a, {"spec": spec(6)})  # a cancelled submission holds no place
-    assert tenants.finish_one(sample_report) is not None  # one of A's finishes
+    finished = tenants.finish_one(sample_report)  # one of A's finishes
+    assert finished is not None
     submit(tenants.a, {"spec": spec(7)})
+    assert tenants.a.post("/v1/candidates", json={"spec": spec(8)}).status_code == 429  # full again
+    # at its quota a token still reads what adds no work: a spec it holds, a finished result
+    assert submit(tenants.a, {"spec": spec(7)})["status"] == "queued"
+    assert submit(tenants.a, {"spec": spec(2)})["status"] == "done"  # spec(2) finished above
     submit(tenants.b, {"specs": [spec(w) for w in range(11, 16)]})  # B has a quota of its own
+    never = tenants.b.post("/v1/candidates", json={"specs": [spec(w) for w in range(31, 37)]})
+    assert never.status_code == 413 and "submit fewer at a time" in never.json()["detail"]  # 6 > 5 at any time
     submit(tenants.admin, {"specs": [spec(w) for w in range(21, 28)]})  # an admin has none
 
 

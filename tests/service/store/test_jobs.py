@@ -334,9 +334,9 @@ def test_cancelling_an_owners_work_stops_its_jobs_and_leaves_a_shared_one_to_the
     submit(sessions, new(4, owner_id=2, priority=1))
     (others,) = submit(sessions, new(5, owner_id=2))
     with session_scope(sessions, write=True) as session:
-        assert reports.cancel_all_owned(session, owner_id=1) == 3
+        assert reports.cancel_all_owned(session, owner_ids=[1]) == 3
     with session_scope(sessions, write=True) as session:
-        assert reports.cancel_all_owned(session, owner_id=1) == 0  # twice is no error
+        assert reports.cancel_all_owned(session, owner_ids=[1]) == 0  # twice is no error
         assert not jobs.heartbeat(session, job_id=lease.id, token=lease.lease_token, lease_seconds=30)
     assert [status_of(sessions, entry.id) for entry in (finished, running, queued, shared, others)] == [
         Status.DONE,
@@ -353,6 +353,22 @@ def test_cancelling_an_owners_work_stops_its_jobs_and_leaves_a_shared_one_to_the
             for e in (finished, shared)
         ]
     assert [row.status if row else None for row in seen] == [Status.DONE.value, Status.CANCELLED.value]
+
+
+def test_two_owners_work_is_cancelled_in_one_statement_and_a_job_both_hold_stops(sessions: Any) -> None:
+    """A name typed two ways can revoke two tokens at once: one call takes both owners' locks in one
+    ordered statement (a call per owner, in one transaction, deadlocked with submissions on PostgreSQL)."""
+    shared, _, own, others = submit(
+        sessions, new(1, owner_id=1), new(1, owner_id=2), new(2, owner_id=2), new(3, owner_id=3)
+    )
+    with session_scope(sessions, write=True) as session:
+        assert reports.cancel_all_owned(session, owner_ids=[2, 1]) == 3
+        assert reports.cancel_all_owned(session, owner_ids=[]) == 0
+    assert [status_of(sessions, e.id) for e in (shared, own, others)] == [
+        Status.CANCELLED,
+        Status.CANCELLED,
+        Status.QUEUED,
+    ]
 
 
 def test_a_cancelled_candidate_submitted_again_is_queued_again(sessions: Any) -> None:
