@@ -6,8 +6,9 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any, cast
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -17,7 +18,7 @@ from sqlalchemy.pool import NullPool
 from service.embedded import EmbeddedService
 from service.settings import Settings
 
-__all__ = ["free_port", "live_server", "scratch_database"]
+__all__ = ["free_port", "live_server", "queue_candidates", "scratch_database"]
 
 
 def free_port() -> int:
@@ -70,3 +71,40 @@ def scratch_database(server_url: str, prefix: str = "preflight_scratch", drop_ti
                     time.sleep(0.2)
     finally:
         admin.dispose()
+
+
+def queue_candidates(
+    database_url: str,
+    specs: Sequence[dict[str, Any]],
+    options: dict[str, Any],
+    *,
+    owner_id: int = 0,
+    max_attempts: int = 3,
+    engine: str | None = None,
+    device: str = "any",
+) -> list[int]:
+    """Queue ``specs`` straight into the store, as the API's submission does (``owner_id``: a
+    token's id, 0 the anonymous owner; ``engine`` None: this checkout's revision); their job ids."""
+    from nas import parse_spec, spec_hash
+    from service.store import jobs
+    from service.store.db import make_engine, make_sessionmaker, session_scope
+
+    new = []
+    for raw in specs:
+        parsed = parse_spec(raw)
+        new.append(
+            jobs.NewCandidate(
+                spec=parsed.model_dump(mode="json", exclude_none=True),
+                spec_hash=spec_hash(parsed),
+                options=options,
+                owner_id=owner_id,
+                device=device,
+                **cast(dict[str, Any], {"engine": engine} if engine else {}),
+            )
+        )
+    store = make_engine(database_url)
+    try:
+        with session_scope(make_sessionmaker(store), write=True) as session:
+            return [entry.id for entry in jobs.submit(session, candidates=new, max_attempts=max_attempts)]
+    finally:
+        store.dispose()

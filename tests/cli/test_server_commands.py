@@ -23,7 +23,7 @@ import pytest
 
 import service.cli as cli
 from service.revision import engine_revision
-from service.testing import free_port
+from service.testing import free_port, queue_candidates
 
 TINY = {"steps": 1, "n_vectors": 1, "batch_size": 8, "diagnostics": False, "hessian_iterations": 0}
 
@@ -256,27 +256,15 @@ def test_serve_on_a_port_in_use_is_one_line_and_a_usage_error(tmp_path: Path) ->
 def _queue_for(db: Path, owner_ids: list[int], first_width: int = 2) -> list[int]:
     """One queued candidate per owner id (a token's id), as the API's submission stores it: linear
     layers of widths from ``first_width`` on."""
-    from nas import parse_spec, spec_hash
-    from service.store import jobs
-    from service.store.db import make_engine, make_sessionmaker, session_scope
-
-    engine = make_engine(f"sqlite:///{db}")
-    try:
-        with session_scope(make_sessionmaker(engine), write=True) as session:
-            new = []
-            for width, owner_id in enumerate(owner_ids, start=first_width):
-                parsed = parse_spec({"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}]}]})
-                new.append(
-                    jobs.NewCandidate(
-                        spec=parsed.model_dump(mode="json", exclude_none=True),
-                        spec_hash=spec_hash(parsed),
-                        options=TINY,
-                        owner_id=owner_id,
-                    )
-                )
-            return [entry.id for entry in jobs.submit(session, candidates=new, max_attempts=3)]
-    finally:
-        engine.dispose()
+    return [
+        queue_candidates(
+            f"sqlite:///{db}",
+            [{"input_shape": [4], "blocks": [{"layers": [{"type": "linear", "out": width}]}]}],
+            TINY,
+            owner_id=owner_id,
+        )[0]
+        for width, owner_id in enumerate(owner_ids, start=first_width)
+    ]
 
 
 def _statuses(db: Path, ids: list[int]) -> list[str]:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -24,7 +24,7 @@ from service.settings import Settings
 from service.store import jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
 from service.store.models import Candidate, ScaleFactor, Status
-from service.testing import live_server
+from service.testing import live_server, queue_candidates
 from worker.jobs.runner import Runner
 
 # Conditioning in a few milliseconds: one tuning step, no diagnostics.
@@ -73,26 +73,10 @@ def submit_many(
     engine: str | None = None,
     device: str = "any",
 ) -> list[int]:
-    from nas import parse_spec, spec_hash
-
-    new = []
-    for width in range(1, count + 1):
-        parsed = parse_spec(make(width))
-        new.append(
-            jobs.NewCandidate(
-                spec=parsed.model_dump(mode="json", exclude_none=True),
-                spec_hash=spec_hash(parsed),
-                options=options,
-                owner_id=owner_id,
-                device=device,
-                **cast(dict[str, Any], {"engine": engine} if engine else {}),  # None: this checkout's revision
-            )
-        )
-    db_engine = make_engine(url)
-    with session_scope(make_sessionmaker(db_engine), write=True) as session:
-        ids = [e.id for e in jobs.submit(session, candidates=new, max_attempts=max_attempts)]
-    db_engine.dispose()
-    return ids
+    specs = [make(width) for width in range(1, count + 1)]
+    return queue_candidates(
+        url, specs, options, owner_id=owner_id, max_attempts=max_attempts, engine=engine, device=device
+    )
 
 
 def tuning(**options: Any) -> dict[str, Any]:
