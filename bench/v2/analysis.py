@@ -328,11 +328,8 @@ def tuning(rows: list[Row], protocol: str, resamples: int) -> dict[str, Any]:
                 bootstrap(share, n, reps) if reps else Interval(share(np.arange(n)), math.nan, math.nan, n)
             ).to_json(),
             # a pair where neither init trains is decided by the last digits of two losses near chance
-            "wins_either_trains": (
-                bootstrap(trained_share, m, resamples if m >= MIN_FOR_INTERVALS else 0)
-                if m
-                else Interval(math.nan, math.nan, math.nan, 0)
-            ).to_json(),
+            # (bootstrap gives no interval below MIN_FOR_INTERVALS pairs, and nan for none)
+            "wins_either_trains": bootstrap(trained_share, m, resamples if m >= MIN_FOR_INTERVALS else 0).to_json(),
             "accuracy_gain": (
                 bootstrap(accuracy, n, reps) if reps else Interval(accuracy(np.arange(n)), math.nan, math.nan, n)
             ).to_json(),

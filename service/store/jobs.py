@@ -492,14 +492,18 @@ def reap(session: Session) -> int:
     return _rowcount(result)
 
 
+def _cancelling(session: Session, *where: ColumnElement[bool]) -> Any:
+    """The UPDATE that cancels the queued or running jobs ``where`` picks, dropping their leases."""
+    return (
+        update(Candidate)
+        .where(*where, Candidate.status.in_([Status.QUEUED, Status.RUNNING]))
+        .values(status=Status.CANCELLED, lease_token=None, leased_until=None, finished_at=db_now(session))
+    )
+
+
 def cancel(session: Session, *, job_id: int) -> Status | None:
     """Cancel a queued or running job; returns the status it has afterwards (None: no such id)."""
-    row = session.execute(
-        update(Candidate)
-        .where(Candidate.id == job_id, Candidate.status.in_([Status.QUEUED, Status.RUNNING]))
-        .values(status=Status.CANCELLED, lease_token=None, leased_until=None, finished_at=db_now(session))
-        .returning(Candidate.status)
-    ).one_or_none()
+    row = session.execute(_cancelling(session, Candidate.id == job_id).returning(Candidate.status)).one_or_none()
     if row is not None:
         return Status(row.status)
     status = session.scalar(select(Candidate.status).where(Candidate.id == job_id))
@@ -509,10 +513,7 @@ def cancel(session: Session, *, job_id: int) -> Status | None:
 def cancel_many(session: Session, *, job_ids: Sequence[int]) -> int:
     """Cancel those of these jobs that are queued or running, in one statement; returns how many."""
     result = session.execute(
-        update(Candidate)
-        .where(Candidate.id.in_(job_ids), Candidate.status.in_([Status.QUEUED, Status.RUNNING]))
-        .values(status=Status.CANCELLED, lease_token=None, leased_until=None, finished_at=db_now(session))
-        .execution_options(synchronize_session=False)
+        _cancelling(session, Candidate.id.in_(job_ids)).execution_options(synchronize_session=False)
     )
     return _rowcount(result)
 

@@ -70,6 +70,17 @@ _BY_PUBLIC_ID = _VIEW.where(_OWNED.c.public_id == bindparam("id"))
 _OWN_BY_PUBLIC_ID = _BY_PUBLIC_ID.where(_OWNED.c.owner_id == bindparam("owner"))
 
 
+# a job still to run or running: what an owner's quota counts and a revoke cancels
+_UNFINISHED = _JOB.c.status.in_((Status.QUEUED.value, Status.RUNNING.value))
+
+
+def _held_by(owner_id: int) -> ColumnElement[bool]:
+    """The job (``_JOB``, from the enclosing query) is held by this owner, not cancelled by it."""
+    return exists().where(
+        _OWNED.c.candidate_id == _JOB.c.id, _OWNED.c.owner_id == owner_id, _OWNED.c.cancelled_at.is_(None)
+    )
+
+
 def _visible(caller: Caller) -> ColumnElement[bool]:
     """The owned rows a caller sees: its own, or every owner's for an admin."""
     return true() if caller.admin else _OWNED.c.owner_id == caller.owner_id
@@ -87,19 +98,7 @@ def unfinished_count(connection: Connection, *, owner_id: int, limit: int) -> in
     """How many of this owner's submissions are queued or running (its cancelled ones not), counted
     up to ``limit``: what a token's quota compares. It walks the unfinished jobs (``ix_candidates_claim``),
     not the owner's history, which grows without bound (200,000 finished submissions took 125 ms)."""
-    held = (
-        select(_JOB.c.id)
-        .where(
-            _JOB.c.status.in_((Status.QUEUED.value, Status.RUNNING.value)),
-            exists().where(
-                _OWNED.c.candidate_id == _JOB.c.id,
-                _OWNED.c.owner_id == owner_id,
-                _OWNED.c.cancelled_at.is_(None),
-            ),
-        )
-        .limit(limit)
-        .subquery()
-    )
+    held = select(_JOB.c.id).where(_UNFINISHED, _held_by(owner_id)).limit(limit).subquery()
     return int(connection.scalar(select(func.count()).select_from(held)) or 0)
 
 
@@ -108,12 +107,10 @@ def adding_nothing(connection: Connection, *, owner_id: int, cache_keys: Collect
     finished job (done or failed: returned as it is), or one the owner holds queued or running."""
     if not cache_keys:
         return 0
-    held = exists().where(
-        _OWNED.c.candidate_id == _JOB.c.id, _OWNED.c.owner_id == owner_id, _OWNED.c.cancelled_at.is_(None)
-    )
-    unfinished = _JOB.c.status.in_((Status.QUEUED.value, Status.RUNNING.value))
     finished = _JOB.c.status.in_((Status.DONE.value, Status.FAILED.value))
-    found = select(func.count()).where(_JOB.c.cache_key.in_(list(cache_keys)), or_(finished, and_(unfinished, held)))
+    found = select(func.count()).where(
+        _JOB.c.cache_key.in_(list(cache_keys)), or_(finished, and_(_UNFINISHED, _held_by(owner_id)))
+    )
     return int(connection.scalar(found) or 0)
 
 
@@ -223,7 +220,7 @@ def cancel_all_owned(session: Session, *, owner_ids: Sequence[int]) -> int:
         .where(
             _OWNED.c.owner_id.in_(sorted(set(owner_ids))),
             _OWNED.c.cancelled_at.is_(None),
-            _JOB.c.status.in_((Status.QUEUED.value, Status.RUNNING.value)),
+            _UNFINISHED,
         )
         .order_by(_OWNED.c.candidate_id)
     )
