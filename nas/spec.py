@@ -28,7 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from nas._numbers import is_integral, is_real
-from nas.strict_json import StrictJSONError, loads_strict
+from nas.strict_json import StrictJSONError, is_unicode_text, loads_strict
 
 
 def _integer(value: Any) -> Any:
@@ -65,10 +65,8 @@ def storable_text(value: str) -> str:
     text refuses it) and no lone surrogate (not encodable as UTF-8)."""
     if "\x00" in value:
         raise ValueError("must not contain the NUL character (\\u0000)")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode text (it holds a lone surrogate such as \\ud800)") from None
+    if not is_unicode_text(value):
+        raise ValueError("must be valid Unicode text (it holds a lone surrogate such as \\ud800)")
     return value
 
 

@@ -10,7 +10,14 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["DuplicateKeyError", "StrictJSONError", "UnencodableKeyError", "loads_strict", "refuse_unencodable_keys"]
+__all__ = [
+    "DuplicateKeyError",
+    "StrictJSONError",
+    "UnencodableKeyError",
+    "is_unicode_text",
+    "loads_strict",
+    "refuse_unencodable_keys",
+]
 
 
 class StrictJSONError(ValueError):
@@ -45,21 +52,23 @@ class _Refused(dict[str, Any]):
     unencodable: bool
 
 
-def _unencodable(key: str) -> bool:
-    if key.isascii():
-        return False
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
+def is_unicode_text(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8: a lone surrogate (``"\\ud800"``, which JSON can escape)
+    does not, and neither a database nor a client can store or print it."""
+    if text.isascii():
         return True
-    return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _refused_key(pairs: list[tuple[str, Any]], distinct: int) -> tuple[str, bool] | None:
     """An object's key to refuse and whether it is unencodable (else repeated); None for none.
     ``distinct``: how many keys the object kept (fewer than its pairs when one repeats)."""
     for key, _ in pairs:
-        if _unencodable(key):
+        if not is_unicode_text(key):
             return key, True
     if distinct == len(pairs):
         return None
@@ -110,7 +119,7 @@ def refuse_unencodable_keys(value: Any) -> None:
         node, here = stack.pop()
         if isinstance(node, dict):
             for key in node:
-                if isinstance(key, str) and _unencodable(key):
+                if isinstance(key, str) and not is_unicode_text(key):
                     raise UnencodableKeyError(_path((*here, key)), key)
             stack.extend((child, (*here, key)) for key, child in reversed(node.items()))
         elif isinstance(node, list | tuple):

@@ -18,6 +18,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from nas.strict_json import is_unicode_text
 from service.store.db import utcnow
 from service.store.models import ApiToken
 
@@ -107,15 +108,6 @@ def _check_name(session: Session, name: str) -> None:
         raise ValueError(_taken(name))
 
 
-def _is_text(name: str) -> bool:
-    """Whether ``name`` encodes as UTF-8 (an argument's undecodable bytes arrive as lone surrogates)."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _taken(name: str) -> str:
     return f"an active token is named {name!r} already; pick another name or revoke that one first"
 
@@ -126,7 +118,7 @@ def revoke_token(session: Session, *, token_id: int | None = None, name: str | N
     if token_id is not None:
         condition = ApiToken.id == token_id
     else:
-        if name is None or not _is_text(name):
+        if name is None or not is_unicode_text(name):  # a non-UTF-8 argument's bytes arrive as lone surrogates
             return []
         condition = ApiToken.name.in_({name, unicodedata.normalize("NFC", name)})
     revoked = session.scalars(

@@ -61,3 +61,13 @@ def test_the_index_refuses_a_second_active_name_even_past_the_check(
     with session_scope(sessions) as session:
         names = session.scalars(select(ApiToken.name).order_by(ApiToken.id)).all()
     assert names == ["ci", "ops"] and other.name == "ops"
+
+
+def test_a_name_that_is_not_text_revokes_nothing(sessions: Any) -> None:
+    """A CLI argument's undecodable bytes arrive as lone surrogates, which no database can be
+    asked for: such a name names no token (an empty list, no encoding error), a text one still does."""
+    with session_scope(sessions, write=True) as session:
+        create_token(session, name="ci")
+    with session_scope(sessions, write=True) as session:
+        assert revoke_token(session, name="ci\udcff") == []
+        assert len(revoke_token(session, name="ci")) == 1
