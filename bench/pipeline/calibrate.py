@@ -56,7 +56,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from bench.pipeline import metrics
-from bench.pipeline.metrics import precision_recall_curve
+from bench.pipeline.metrics import nan_as_worst, precision_recall_curve
 from worker.engine._calibration import COMPONENTS as ENGINE_COMPONENTS
 
 __all__ = [
@@ -161,14 +161,14 @@ def prune_cut(
         return _logistic_cut(scores, untrainable)
     if rule != "recall":
         raise ValueError(f"cut_rule must be one of {CUT_RULES}, but got {rule!r}")
-    order = np.sort(scores)
+    order = np.sort(nan_as_worst(scores))  # the curve's order: a NaN first
     precision, recall = precision_recall_curve(scores, untrainable)
     ok = np.nonzero(recall >= recall_target)[0]
     if len(ok) == 0:
         return float(order[-1]) + 1.0
     k = int(ok[np.argmax(precision[ok])])  # prune the k + 1 lowest scores
     upper = order[k + 1] if k + 1 < len(order) else order[k] + 1.0
-    return float((order[k] + upper) / 2.0)
+    return float(upper if np.isneginf(order[k]) else (order[k] + upper) / 2.0)  # no midpoint with -inf
 
 
 def _logistic_cut(scores: np.ndarray, untrainable: Sequence[bool]) -> float:

@@ -20,6 +20,7 @@ from scipy import stats
 __all__ = [
     "PruneFigures",
     "kendall",
+    "nan_as_worst",
     "precision_at_recall",
     "precision_recall_curve",
     "prune_fraction",
@@ -35,7 +36,8 @@ Values = Sequence[float] | np.ndarray
 Flags = Sequence[bool] | np.ndarray
 
 
-def _scores(values: Values) -> np.ndarray:
+def nan_as_worst(values: Values) -> np.ndarray:
+    """Scores as float64 with a NaN at -inf: a score that could not be computed ranks worst."""
     array = np.asarray(values, dtype=np.float64)
     return np.where(np.isnan(array), -np.inf, array)
 
@@ -51,7 +53,7 @@ def spearman(scores: Values, targets: Values) -> float:
     >>> spearman([1, 2, 3], [10, 20, 30])
     1.0
     """
-    a, b = _finite_ranks(_scores(scores)), _finite_ranks(_scores(targets))
+    a, b = _finite_ranks(nan_as_worst(scores)), _finite_ranks(nan_as_worst(targets))
     if np.ptp(a) == 0 or np.ptp(b) == 0:
         return math.nan
     return float(np.corrcoef(a, b)[0, 1])
@@ -59,7 +61,7 @@ def spearman(scores: Values, targets: Values) -> float:
 
 def kendall(scores: Values, targets: Values) -> float:
     """Kendall's tau-b between scores and targets (nan policy above); nan if constant."""
-    a, b = _finite_ranks(_scores(scores)), _finite_ranks(_scores(targets))
+    a, b = _finite_ranks(nan_as_worst(scores)), _finite_ranks(nan_as_worst(targets))
     if np.ptp(a) == 0 or np.ptp(b) == 0:
         return math.nan
     return float(stats.kendalltau(a, b).statistic)
@@ -83,7 +85,7 @@ def prune_fraction(scores: Values, untrainable: Flags, fraction: float = 0.25) -
     """Flag the worst ``fraction`` of candidates by score (ties broken by position)."""
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], but got {fraction=}.")
-    s = _scores(scores)
+    s = nan_as_worst(scores)
     k = int(round(fraction * len(s)))
     flag = np.zeros(len(s), dtype=bool)
     flag[np.argsort(s, kind="stable")[:k]] = True
@@ -100,7 +102,7 @@ def precision_recall_curve(scores: Values, untrainable: Flags) -> tuple[np.ndarr
     candidates of one score, which no threshold on the score can prune apart (the split followed
     the input's order: the NAS-Bench-201 cells came lowest accuracy first, so a proxy with ties
     flagged the bad ones of a tie first)."""
-    s = _scores(scores)
+    s = nan_as_worst(scores)
     order = np.argsort(s, kind="stable")
     bad = np.asarray(untrainable, dtype=bool)[order]
     hits = np.cumsum(bad)

@@ -85,6 +85,15 @@ def test_the_recall_rule_cuts_above_a_tie_it_means_to_prune_not_at_it():
     assert [s < cut for s in (0.0, 0.0, 1.0, 2.0)] == [True, True, False, False]
 
 
+def test_the_recall_rule_orders_a_nan_score_as_the_curve_does_worst_first():
+    """The curve ranks a NaN score worst; the cut sorted it last, so pruning "the lowest one"
+    cut between 0.5 and 0.6 and pruned a candidate that trains, not the NaN one."""
+    scores = np.array([0.5, np.nan, 0.6, 0.7])
+    cut = calibrate.prune_cut(scores, [False, True, False, False], "recall", 0.8)
+    assert cut == pytest.approx(0.5)
+    assert [s < cut for s in (0.5, 0.6, 0.7)] == [False, False, False]
+
+
 def test_the_recall_rule_cuts_at_the_best_precision_reaching_the_target_recall():
     scores = np.array([-3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0])
     bad = [True, True, False, True, True, False, False, True, False, False]
