@@ -852,7 +852,8 @@ class PreflightClient:
         ``{"data": id}`` are conditioned, and their trainability probed, on this batch.
 
         Float32 and narrower floats are sent in float32's shortest form. Raises
-        :class:`~nas.errors.BatchRejectedError` naming the JSON path the service refused, and
+        :class:`~nas.errors.BatchRejectedError` naming the JSON path the service refused,
+        :class:`~nas.errors.ConflictError` when the token holds its quota of batches, and
         warns :class:`~nas.errors.BatchWarning` for labels that make reports read wrong."""
         return self._run(self._core.upload_batch(_batch_body(x, y)))
 

@@ -113,7 +113,7 @@ class NotFoundError(ClientError):
 
 class ConflictError(ClientError):
     """The request conflicts with the resource's state (HTTP 409), e.g. cancelling a
-    finished candidate."""
+    finished candidate, or uploading a data batch past the token's quota of them."""
 
 
 class PayloadTooLargeError(ClientError):

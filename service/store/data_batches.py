@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -37,13 +37,14 @@ from nas.targets import (
     whole_floats_warning,
 )
 from service.store.db import insert_ignoring_duplicates
-from service.store.errors import InvalidBatch
+from service.store.errors import BatchQuotaReached, InvalidBatch
 from service.store.models import DataBatch, DataBatchOwner
 from service.store.owners import ANONYMOUS, ANONYMOUS_OWNER, Caller
 
 __all__ = [
     "MAX_ROWS",
     "MAX_VALUES",
+    "BatchQuotaReached",
     "BatchShape",
     "InvalidBatch",
     "check_batch_size",
@@ -269,12 +270,18 @@ def store(
     shape: BatchShape,
     *,
     owner_id: int = ANONYMOUS_OWNER,
+    quota: int = 0,
 ) -> tuple[DataBatch, bool]:
     """Insert the batch unless its id exists, and make it the owner's; returns (row, created:
     new to this owner). Two clients uploading the same content at once both get the one row:
     the loser of the insert race reads the winner's (on PostgreSQL the existence check does
-    not lock)."""
-    row = _stored(session, x, y, shape)
+    not lock). ``quota`` (0: none): raise BatchQuotaReached, storing nothing, when the owner holds
+    that many batches and this content is new to it, whether or not another owner stored it (the
+    answer must not tell). Concurrent uploads of one owner can pass it by what they carry."""
+    key = batch_id(x, y, shape["labels"])
+    if quota and _holds_at_least(session, owner_id, quota, unless=key):
+        raise BatchQuotaReached(quota)
+    row = _stored(session, key, x, y, shape)
     now = datetime.now(UTC).replace(tzinfo=None)
     link = insert_ignoring_duplicates(session, DataBatchOwner, ["batch_id", "owner_id"])
     result = session.execute(
@@ -283,8 +290,15 @@ def store(
     return row, result.first() is not None
 
 
-def _stored(session: Session, x: dict[str, Any], y: dict[str, Any] | None, shape: BatchShape) -> DataBatch:
-    key = batch_id(x, y, shape["labels"])
+def _holds_at_least(session: Session, owner_id: int, count: int, *, unless: str) -> bool:
+    """Whether the owner holds ``count`` batches or more, and not the batch ``unless``."""
+    mine = select(DataBatchOwner.batch_id).where(DataBatchOwner.owner_id == owner_id)
+    if session.scalar(mine.where(DataBatchOwner.batch_id == unless)) is not None:
+        return False
+    return session.scalar(select(func.count()).select_from(mine.limit(count).subquery())) >= count
+
+
+def _stored(session: Session, key: str, x: dict[str, Any], y: dict[str, Any] | None, shape: BatchShape) -> DataBatch:
     existing = session.get(DataBatch, key)
     if existing is not None:
         if existing.shape != shape:  # stored before the shape kept the labels' "y" and "classes"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["InvalidBatch"]
+__all__ = ["BatchQuotaReached", "InvalidBatch"]
 
 
 class InvalidBatch(ValueError):
@@ -13,3 +13,12 @@ class InvalidBatch(ValueError):
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
+
+
+class BatchQuotaReached(Exception):
+    """The owner holds ``quota`` data batches already and the upload is new to it; the API
+    answers 409 naming the setting."""
+
+    def __init__(self, quota: int) -> None:
+        super().__init__(f"quota of {quota} data batches reached")
+        self.quota = quota

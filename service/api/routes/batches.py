@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.api.deps import AuthDep, CallerDep, EngineDep, SessionsDep
+from service.api.deps import AuthDep, CallerDep, EngineDep, SessionsDep, SettingsDep
 from service.api.json_body import StrictJSONRoute
 from service.api.problems import NOT_JSON, Problem, ProblemError
 from service.api.strict_query import StrictQueryDep
@@ -46,24 +46,46 @@ def _public(shape: data_batches.BatchShape, key: str) -> DataBatchPublic:
     )
 
 
-def _store(sessions: sessionmaker[Session], body: Any, caller: Caller) -> tuple[DataBatchPublic, bool]:
+def _store(sessions: sessionmaker[Session], body: Any, caller: Caller, quota: int) -> tuple[DataBatchPublic, bool]:
     try:
         x, y, shape = data_batches.parse(body)
     except data_batches.InvalidBatch as exc:
         raise ProblemError.from_invalid_batch(exc) from None
-    with session_scope(sessions, write=True) as session:
-        row, created = data_batches.store(session, x, y, shape, owner_id=caller.owner_id)
-        return _public(row.shape, row.id), created
+    try:
+        with session_scope(sessions, write=True) as session:
+            row, created = data_batches.store(session, x, y, shape, owner_id=caller.owner_id, quota=quota)
+            return _public(row.shape, row.id), created
+    except data_batches.BatchQuotaReached:
+        raise ProblemError(
+            409,
+            f"this token holds {quota} data batches, its quota (setting PREFLIGHT_MAX_BATCHES_PER_OWNER), and "
+            "this content is not one of them: name one it holds in the option data (uploading one of them "
+            "again is free), or ask an admin for more",
+            kind="conflict",
+        ) from None
 
 
-@router.post("", status_code=201, response_model=DataBatchPublic, summary="Upload a data batch", responses=NOT_JSON)
-async def upload_batch(sessions: SessionsDep, caller: CallerDep, body: Annotated[Any, Body()]) -> Response:
+@router.post(
+    "",
+    status_code=201,
+    response_model=DataBatchPublic,
+    summary="Upload a data batch",
+    responses={
+        **NOT_JSON,
+        409: {"model": Problem, "description": "the token holds PREFLIGHT_MAX_BATCHES_PER_OWNER batches already"},
+    },
+)
+async def upload_batch(
+    sessions: SessionsDep, settings: SettingsDep, caller: CallerDep, body: Annotated[Any, Body()]
+) -> Response:
     """Store ``{"x": [N, *input_shape], "y": [N]?}`` under the SHA-256 of its content as the
     engine reads it, in float32 (201; 200 when the caller had already uploaded that content:
     whether another token did is never told).
     Submissions name it with the option ``data``: the worker then conditions on these inputs
-    and probes trainability on these labels, not on a Gaussian batch with random labels."""
-    public, created = await run_in_threadpool(_store, sessions, body, caller)
+    and probes trainability on these labels, not on a Gaussian batch with random labels.
+    A token that is not admin stores at most ``PREFLIGHT_MAX_BATCHES_PER_OWNER`` batches (409)."""
+    quota = 0 if caller.admin else settings.max_batches_per_owner
+    public, created = await run_in_threadpool(_store, sessions, body, caller, quota)
     return Response(public.model_dump_json(), status_code=201 if created else 200, media_type="application/json")
 
 

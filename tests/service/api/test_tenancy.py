@@ -20,7 +20,7 @@ from nas.report import ConditioningReport
 from service.settings import Settings
 from service.store import jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
-from service.store.models import Candidate
+from service.store.models import Candidate, DataBatch
 from service.store.tokens import create_token
 from service.testing import live_server
 
@@ -35,8 +35,8 @@ def spec(width: int = 8) -> dict[str, Any]:
 
 @dataclass
 class Tenants:
-    """One live server requiring tokens (a tenant holds at most 5 queued or running submissions),
-    and a client for each of tokens A, B and an admin."""
+    """One live server requiring tokens (a tenant holds at most 5 queued or running submissions
+    and 2 data batches), and a client for each of tokens A, B and an admin."""
 
     url: str
     a: httpx.Client
@@ -69,7 +69,9 @@ def tenants(db_url: str, make_settings: Callable[..., Settings]) -> Iterator[Ten
             "b": create_token(session, name="b").token,
             "admin": create_token(session, name="ops", admin=True).token,
         }
-    settings = make_settings(db_url, require_auth=True, max_token_priority=5, max_queued_per_owner=5)
+    settings = make_settings(
+        db_url, require_auth=True, max_token_priority=5, max_queued_per_owner=5, max_batches_per_owner=2
+    )
     with live_server(settings) as url:
         clients = {
             who: httpx.Client(base_url=url, timeout=30, headers={"authorization": f"Bearer {token}"})
@@ -321,6 +323,34 @@ def test_the_same_batch_uploaded_by_two_tokens_is_stored_once_and_each_owns_it(t
     assert tenants.b.post("/v1/batches", json={"x": X, "y": Y}).status_code == 200
     assert tenants.b.get(f"/v1/batches/{first.json()['id']}").json() == first.json()
     assert submit(tenants.b, {"spec": spec(3), "options": {"data": first.json()["id"]}})["status"] == "queued"
+
+
+def test_a_token_stores_at_most_its_quota_of_data_batches_and_is_not_told_what_others_stored(
+    tenants: Tenants,
+) -> None:
+    """PREFLIGHT_MAX_BATCHES_PER_OWNER (2 here): a third batch new to the token is a 409 naming
+    the setting, and stores nothing; content another token stored is as new to it as content
+    nobody did (the same answer); a batch it holds uploads again (200); an admin is not held."""
+
+    def upload(client: httpx.Client, shift: float) -> httpx.Response:
+        return client.post("/v1/batches", json={"x": [[v + shift for v in row] for row in X], "y": Y})
+
+    kept = [upload(tenants.a, shift) for shift in (0.0, 1.0)]
+    assert [r.status_code for r in kept] == [201, 201]
+    theirs = upload(tenants.b, 2.0)
+    assert theirs.status_code == 201
+    over, nobodys = upload(tenants.a, 2.0), upload(tenants.a, 3.0)
+    assert over.status_code == nobodys.status_code == 409, over.text
+    assert (
+        over.headers["content-type"].startswith(PROBLEM) and "PREFLIGHT_MAX_BATCHES_PER_OWNER" in over.json()["detail"]
+    )
+    assert over.json() == {**nobodys.json(), "instance": over.json().get("instance")}
+    assert_not_found(tenants.a.get(f"/v1/batches/{theirs.json()['id']}"))  # B's batch did not become A's
+    assert upload(tenants.a, 0.0).status_code == 200
+    assert [upload(tenants.admin, shift).status_code for shift in (4.0, 5.0, 6.0)] == [201, 201, 201]
+    with session_scope(tenants.store) as session:
+        stored = session.scalar(select(func.count()).select_from(DataBatch))
+    assert stored == 6  # A's two, B's, the admin's three: nothing of the refused uploads
 
 
 def test_an_admin_token_sees_reads_and_cancels_every_owners_items(tenants: Tenants) -> None:
