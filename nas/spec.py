@@ -138,6 +138,7 @@ __all__ = [
     "V11_LAYER_TYPES",
     "WEIGHTED_LAYER_TYPES",
     "ZeroLayer",
+    "error_path",
     "json_key",
     "json_path",
     "quote_short",
@@ -535,7 +536,7 @@ def issues_from_validation_error(exc: ValidationError) -> list[SpecIssue]:
     alternatives of a union at one path become one issue ("... or ...")."""
     by_path: dict[str, list[str]] = {}
     for error in exc.errors(include_url=False):
-        messages = by_path.setdefault(_error_path(error), [])
+        messages = by_path.setdefault(error_path(tuple(error["loc"]), error["type"]), [])
         if (message := _message(error)) not in messages:
             messages.append(message)
     return [SpecIssue(path=path, message=" or ".join(messages)) for path, messages in by_path.items()]
@@ -557,11 +558,11 @@ def json_key(parent: str, key: str) -> str:
     return f"{parent}.{shown}" if parent else shown
 
 
-def _error_path(error: Any) -> str:
-    """Where a pydantic error is; an unknown key that is not a name (``"x-y"``, ``"out "``) is
-    quoted, since ``json_path`` drops such parts (they are how pydantic labels union members)."""
-    loc = tuple(error["loc"])
-    if error["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str) and not loc[-1].isidentifier():
+def error_path(loc: tuple[int | str, ...], kind: str) -> str:
+    """Where a pydantic error of type ``kind`` at ``loc`` is; an unknown key that is not a name
+    (``"x-y"``, ``"out "``, ``""``) is quoted, since ``json_path`` drops such parts (they are how
+    pydantic labels union members)."""
+    if kind == "extra_forbidden" and loc and isinstance(loc[-1], str) and not loc[-1].isidentifier():
         parent = json_path(loc[:-1])
         return json_key("" if parent == "$" else parent, loc[-1])
     return json_path(loc)

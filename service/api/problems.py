@@ -21,7 +21,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nas import SpecError
-from nas.spec import json_path
+from nas.spec import error_path
 from nas.strict_json import StrictJSONError
 from service.api.route_table import documented_route, route_path, with_head
 from service.api.schemas import SUBMISSION_TAGS
@@ -180,14 +180,16 @@ def _encodable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _location(loc: tuple[Any, ...]) -> str:
+def _location(loc: tuple[Any, ...], kind: str) -> str:
     source, *rest = loc if loc else ("body",)
     if source == "body" and rest and rest[0] in SUBMISSION_TAGS:
         rest = rest[1:]  # the union member pydantic tried, not a place in the body
-    path = json_path(tuple(rest))
+    path = error_path(tuple(rest), kind)
     if source == "body":
         return path
-    return f"{source}.{path}" if rest else str(source)
+    if not rest:
+        return str(source)
+    return f"{source}{path}" if path.startswith("[") else f"{source}.{path}"
 
 
 async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
@@ -256,7 +258,10 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     issues = [
         _json_syntax(error, exc.body)
         if error.get("type") == "json_invalid"
-        else ProblemIssue(path=_location(tuple(error.get("loc", ()))), message=str(error.get("msg", "invalid")))
+        else ProblemIssue(
+            path=_location(tuple(error.get("loc", ())), str(error.get("type", ""))),
+            message=str(error.get("msg", "invalid")),
+        )
         for error in errors
     ]
     if hint := _bare_spec_hint(errors, exc.body):

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from nas.canonical import DATA_OPTION as DATA
 from nas.canonical import NOT_IN_KEY as _NOT_IN_KEY
 from nas.options import ConditionOptions
-from nas.spec import json_key, json_path, quote_short
+from nas.spec import error_path, json_key, quote_short
 from service.api.problems import DETAIL_ISSUES, ProblemError, ProblemIssue, bounded
 
 __all__ = ["DATA", "canonical_tuning_options"]
@@ -44,7 +44,7 @@ def canonical_tuning_options(options: dict[str, Any], *, field: str = "options")
     except ValidationError as exc:
         detail, issues = bounded(
             [
-                ProblemIssue(path=f"{field}.{json_path(tuple(error['loc']))}", message=error["msg"])
+                ProblemIssue(path=_within(field, error_path(tuple(error["loc"]), error["type"])), message=error["msg"])
                 for error in exc.errors(include_url=False)
             ],
             "invalid options",
@@ -56,3 +56,8 @@ def canonical_tuning_options(options: dict[str, Any], *, field: str = "options")
 
 def _is_batch_id(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def _within(field: str, path: str) -> str:
+    """``path`` (a quoted key's ``["a b"]`` too) inside the option ``field``."""
+    return f"{field}{path}" if path.startswith("[") else f"{field}.{path}"

@@ -315,6 +315,25 @@ def test_a_spec_error_is_located_under_the_field_that_holds_the_spec(sqlite_api:
         assert [issue["path"] for issue in problem["errors"]] == [path], problem
 
 
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        ({"spec": spec(), "a b": 1}, '["a b"]'),
+        ({"spec": spec(), "": 1}, '[""]'),
+        ({"spec": spec(), "1": 1}, '["1"]'),
+        ({"spec": spec(), "options": {"thresholds": {"a.b": 1}}}, 'options.thresholds["a.b"]'),
+        ({"spec": spec(), "options": {"thresholds": {"foo": 1}}}, "options.thresholds.foo"),
+    ],
+)
+def test_an_unknown_key_that_is_not_a_name_is_named_quoted_not_left_out(
+    sqlite_api: httpx.Client, body: dict, path: str
+) -> None:
+    """The top level of the body and the thresholds dropped such a key from the path ("$: Extra
+    inputs are not permitted"), as if it were pydantic's label of a union member."""
+    problem = assert_problem(sqlite_api.post("/v1/candidates", json=body), 422)
+    assert [issue["path"] for issue in problem["errors"]] == [path], problem
+
+
 def test_a_body_of_another_media_type_than_json_is_a_415_naming_the_header(sqlite_api: httpx.Client) -> None:
     body = json.dumps({"spec": spec()}).encode()
     for media_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
