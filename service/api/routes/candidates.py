@@ -300,11 +300,16 @@ def _check_quota(held: int, added: int, quota: int) -> None:
     if held + added > quota:
         raise ProblemError(
             429,
-            f"this token holds {held} queued or running candidates, and {added} more would pass its "
+            f"this token holds {_at_least(held, quota)} queued or running candidates, and {added} more would pass its "
             f"quota of {quota} (setting PREFLIGHT_MAX_QUEUED_PER_OWNER): submit again as they finish",
             kind="too-many-requests",
             headers={"Retry-After": "10"},
         )
+
+
+def _at_least(held: int, quota: int) -> str:
+    """The count stops at the quota; concurrent submissions can pass it, so that is a lower bound."""
+    return f"at least {held}" if held >= quota else str(held)
 
 
 def _read_once(engine: Engine, candidate_id: str, caller: Caller) -> Row[Any] | None:

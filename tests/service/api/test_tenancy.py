@@ -20,9 +20,9 @@ from nas.report import ConditioningReport
 from service.settings import Settings
 from service.store import jobs
 from service.store.db import make_engine, make_sessionmaker, session_scope
-from service.store.models import Candidate, DataBatch
+from service.store.models import ApiToken, Candidate, DataBatch
 from service.store.tokens import create_token
-from service.testing import live_server
+from service.testing import live_server, queue_candidates
 
 PROBLEM = "application/problem+json"
 X = [[float(i + j) / 10 for j in range(4)] for i in range(8)]
@@ -313,6 +313,18 @@ def test_a_running_job_runs_on_for_the_owner_that_still_wants_it(
         assert jobs.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
     assert tenants.b.get(f"/v1/candidates/{b['id']}").json()["status"] == "done"
     assert tenants.a.get(f"/v1/candidates/{a['id']}").json()["status"] == "cancelled"
+
+
+def test_a_token_past_its_quota_is_told_it_holds_at_least_the_quota_not_exactly_it(
+    tenants: Tenants, db_url: str
+) -> None:
+    """Concurrent submissions of one token can pass the quota (docs/service.md), and the count stops
+    at the quota: the 429 said "holds 5" of a token that held 7."""
+    with session_scope(tenants.store) as session:
+        owner = session.scalar(select(ApiToken.id).where(ApiToken.name == "a"))
+    queue_candidates(db_url, [spec(w) for w in range(40, 47)], {}, owner_id=owner)
+    over = tenants.a.post("/v1/candidates", json={"spec": spec(1)})
+    assert over.status_code == 429 and "holds at least 5 queued or running" in over.json()["detail"], over.text
 
 
 def test_the_same_batch_uploaded_by_two_tokens_is_stored_once_and_each_owns_it(tenants: Tenants) -> None:
