@@ -211,19 +211,21 @@ def _pruner_table(result: dict[str, Any]) -> list[str]:
         f"{result['pool_best']:.3f}.",
         "",
         "| search | compute (x training all) | regret | Preflight-ranked regret at that compute | "
-        "probe-ranked regret at that compute | orders too short for a ranked search |",
-        "|---|---|---|---|---|---|",
+        "the same, trained from the spec's init | probe-ranked regret at that compute (from the spec's init) | "
+        "orders too short for a ranked search |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name in pruners.PRUNERS:
         f = m[name]
         lines.append(
             f"| Optuna {name} | {f['compute_ratio']:.2f} | {f['regret']:.3f} | "
-            f"{_regret(f['preflight_ranked_regret'])} | {_regret(f['probe_ranked_regret'])} | "
+            f"{_regret(f['preflight_ranked_regret'])} | {_regret(f.get('preflight_ranked_spec_init_regret'))} | "
+            f"{_regret(f['probe_ranked_regret'])} | "
             f"{f['ranked_undefined_orders']} of {result['orders']} |"
         )
     g = m["preflight_gate"]
     lines.append(
-        f"| Preflight gate ({g['skipped']} skipped) | {g['compute_ratio']:.2f} | {g['regret']:.3f} | - | - | - |"
+        f"| Preflight gate ({g['skipped']} skipped) | {g['compute_ratio']:.2f} | {g['regret']:.3f} | - | - | - | - |"
     )
     return lines
 
@@ -487,8 +489,9 @@ def _answers(test: dict[str, Any], replays: dict[str, Any]) -> list[str]:
                 f"- **{name}, search**: Preflight's gate spends {gate['compute_ratio']:.2f} of training every "
                 f"candidate, regret {gate['regret']:.3f}; Optuna's MedianPruner {median['compute_ratio']:.2f}, regret "
                 f"{median['regret']:.3f}; at the MedianPruner's compute, ranking by Preflight's score has regret "
-                f"{_regret(median['preflight_ranked_regret'])}, by the equal-cost probe "
-                f"{_regret(median['probe_ranked_regret'])}."
+                f"{_regret(median['preflight_ranked_regret'])} ("
+                f"{_regret(median.get('preflight_ranked_spec_init_regret'))} trained from the spec's init, as the "
+                f"probe's are), by the equal-cost probe {_regret(median['probe_ranked_regret'])}."
             )
         if line := _verdict_answer(name, entry):
             lines.append(line)

@@ -72,3 +72,17 @@ def test_too_few_candidates_give_no_replay():
 def test_the_replay_repeats_exactly():
     rows = [_row(i, good=i % 3 != 0, score=-float(i)) for i in range(24)]
     assert replay(rows, orders=3) == replay(rows, orders=3)
+
+
+def test_the_score_ranked_search_is_also_given_from_the_spec_init_as_the_probe_ranked_one_is():
+    """The tuned init trains each candidate 0.05 better here: the score-ranked search from it has
+    no regret, the same ranking from the spec's init loses exactly that (the ranking alone, beside
+    the probe's, which also trains from the spec's init)."""
+    rows = [_row(i, good=i % 2 == 0, score=-float(i)) for i in range(20)]
+    for row in rows:
+        tuned = row.runs[("sgd", "tuned")][0]["run"]
+        tuned["test_accuracy"] = [a + 0.05 for a in tuned["test_accuracy"]]
+    for name, figures in replay(rows, orders=4)["methods"].items():
+        if name != "preflight_gate":
+            assert figures["preflight_ranked_regret"] == pytest.approx(0.0), name
+            assert figures["preflight_ranked_spec_init_regret"] == pytest.approx(0.05), name
