@@ -1,6 +1,7 @@
 """The query string, read strictly, as the body is (``json_body``): a parameter the route does not
 take, one given twice that the route takes once, and a number written as Python reads it but a
-person would not (``5_0``, ``+5``, `` 5``) are refused at ``query.<name>``.
+person would not (``5_0``, ``+5``, `` 5``), and a switch other than ``true`` or ``false`` (pydantic
+also reads ``yes``, ``on`` and ``1``) are refused at ``query.<name>``.
 
 FastAPI keeps the last of a repeated parameter and ignores an unknown one, so
 ``?study=s1&study=s2`` listed ``s2``'s candidates and ``?studdy=s1`` listed every study's; pydantic
@@ -62,6 +63,8 @@ async def _strict_query(request: Request) -> None:
                 raise ProblemError.at(where, f"{value[:32]!r} is not a decimal integer")
             if float in item_types and not _NUMBER.fullmatch(value):
                 raise ProblemError.at(where, f"{value[:32]!r} is not a decimal number")
+            if bool in item_types and value not in ("true", "false"):
+                raise ProblemError.at(where, f"{value[:32]!r} is not true or false")
 
 
 StrictQueryDep = Depends(_strict_query)

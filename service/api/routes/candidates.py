@@ -409,7 +409,7 @@ def list_candidates(
     session: SessionDep,
     settings: SettingsDep,
     caller: CallerDep,
-    study: Annotated[str | None, Query(max_length=STUDY_NAME_LENGTH)] = None,
+    study: Annotated[str | None, Query(min_length=1, max_length=STUDY_NAME_LENGTH)] = None,
     status: Status | None = None,
     verdict: Verdict | None = None,
     limit: Annotated[int | None, Query(ge=1, le=1000)] = None,

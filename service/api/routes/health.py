@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from nas import spec_json_schema
 from service.api.deps import AuthDep, EngineDep, MetricsDep, WorkerLivenessDep
 from service.api.problems import RETRY_SOON, Problem, ProblemError
+from service.api.strict_query import StrictQueryDep
 from service.store.db import ping
 from service.store.migrations import MigrationsPending, check_current
 
@@ -88,7 +89,10 @@ def _database_check(engine: Any) -> asyncio.Future[None]:
 
 
 @router.get(
-    "/v1/schema", summary="JSON Schema of the architecture spec (format 1.1)", tags=["spec"], dependencies=[AuthDep]
+    "/v1/schema",
+    summary="JSON Schema of the architecture spec (format 1.1)",
+    tags=["spec"],
+    dependencies=[AuthDep, StrictQueryDep],
 )
 def schema() -> dict[str, Any]:
     """Behind the token like every ``/v1`` route (docs/service.md, Security)."""

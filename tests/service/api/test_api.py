@@ -648,6 +648,10 @@ def test_a_study_named_with_a_line_break_is_summarised_under_one_metrics_label(a
         ("/v1/studies/s1/summary?q=0.5&q=1_0e-1", "query.q[1]", "'1_0e-1' is not a decimal number"),
         ("/v1/studies/s1/summary?quantile=0.5", "query.quantile", "unknown parameter (this route takes: q)"),
         ("/v1/batches/ab?x=1", "query.x", "unknown parameter (this route takes: none)"),
+        ("/v1/schema?x=1", "query.x", "unknown parameter (this route takes: none)"),
+        ("/v1/candidates?include_report=yes", "query.include_report", "'yes' is not true or false"),
+        ("/v1/candidates?include_report=1", "query.include_report", "'1' is not true or false"),
+        ("/v1/candidates?study=", "query.study", "String should have at least 1 character"),
     ],
 )
 def test_a_query_parameter_given_twice_unknown_or_loosely_written_is_refused_where_it_is(
@@ -665,6 +669,7 @@ def test_query_parameters_as_the_routes_take_them_are_read(api: httpx.Client) ->
     assert len(listed["candidates"]) == 1
     assert api.get("/v1/studies/s1/summary?q=.5&q=1e-1&q=0.25").status_code == 200
     assert api.get("/v1/candidates?limit=2&status=queued&include_report=true").status_code == 200
+    assert api.get("/v1/candidates?include_report=false").status_code == 200
 
 
 def test_schema_health_readiness_and_metrics(api: httpx.Client) -> None:
@@ -716,6 +721,8 @@ def test_tokens_are_required_beyond_localhost_or_when_asked(
         good = {"authorization": f"Bearer {token}"}
         assert client.get("/v1/schema", headers=good).json()["$id"].endswith("architecture-spec-v1.1.json")
         assert client.post("/v1/candidates", json={"spec": spec()}, headers=good).status_code == 202
+        tab = {"authorization": f"Bearer\t{token}"}  # any whitespace after the scheme: read as no token before
+        assert client.get("/v1/candidates", headers=tab).status_code == 200
         assert client.get("/healthz").status_code == 200
         with session_scope(sessions, write=True) as session:
             assert len(revoke_token(session, name="ci")) == 1
