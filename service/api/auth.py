@@ -83,8 +83,8 @@ def bearer_token(authorization: str | None) -> str:
     """The token of an ``Authorization: Bearer <token>`` header (the scheme in any case, then any
     whitespace: a tab there read as no token at all); empty when there is none or the scheme is
     another."""
-    scheme, *token = (authorization or "").split(None, 1)
-    return token[0].strip() if token and scheme.lower() == "bearer" else ""
+    parts = (authorization or "").split(None, 1)
+    return parts[1].strip() if len(parts) == 2 and parts[0].lower() == "bearer" else ""
 
 
 async def authenticate(tokens: TokenCache, token: str) -> Caller:

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from nas import SpecLimits
-from service.api.auth import TokenCache, auth_required_for, authenticate
+from service.api.auth import TokenCache, auth_required_for, authenticate, bearer_token
 from service.api.metrics import Metrics
 from service.settings import Settings
 from service.store.db import session_scope
@@ -97,8 +97,8 @@ async def require_token(
     checked: Caller | None = getattr(request.state, "caller", None)  # by TokenFirstMiddleware
     if checked is not None:
         return checked
-    token = credentials.credentials.strip() if credentials is not None else ""
-    return await authenticate(request.app.state.tokens, token)
+    del credentials  # HTTPBearer's reading splits at a space only: the header is read as the middleware reads it
+    return await authenticate(request.app.state.tokens, bearer_token(request.headers.get("authorization")))
 
 
 async def get_waits(request: Request) -> Counter[int]:

@@ -10,9 +10,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from fastapi import FastAPI
 
 from service.api.app import create_app
+from service.api.auth import bearer_token
 from service.settings import Settings
 
 
@@ -90,3 +92,23 @@ def test_health_and_readiness_answer_while_every_thread_of_the_shared_pool_is_bu
                 await holder
 
     assert asyncio.run(run()) == {"/healthz": 200, "/readyz": 200}
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        (None, ""),
+        ("", ""),
+        ("   ", ""),
+        ("Bearer", ""),
+        ("Bearer ", ""),
+        ("Basic abc", ""),
+        ("Bearer abc", "abc"),
+        ("bearer  abc ", "abc"),
+        ("Bearer\tabc", "abc"),
+    ],
+)
+def test_the_bearer_token_is_read_after_any_whitespace_and_an_empty_header_is_no_token(
+    header: str | None, token: str
+) -> None:
+    assert bearer_token(header) == token
