@@ -60,13 +60,16 @@ def _boolean(value: Any) -> Any:
     raise PydanticCustomError("bool_type", "Input should be a boolean, true or false")
 
 
+NOT_UNICODE_TEXT = "must be valid Unicode text (it holds a lone surrogate such as \\ud800)"
+
+
 def storable_text(value: str) -> str:
     """A name a database can store and every client can print: no NUL character (PostgreSQL's
     text refuses it) and no lone surrogate (not encodable as UTF-8)."""
     if "\x00" in value:
         raise ValueError("must not contain the NUL character (\\u0000)")
     if not is_unicode_text(value):
-        raise ValueError("must be valid Unicode text (it holds a lone surrogate such as \\ud800)")
+        raise ValueError(NOT_UNICODE_TEXT)
     return value
 
 
@@ -139,6 +142,7 @@ __all__ = [
     "WEIGHTED_LAYER_TYPES",
     "ZeroLayer",
     "error_path",
+    "readable_message",
     "json_key",
     "json_path",
     "quote_short",
@@ -512,10 +516,19 @@ def _message(error: Mapping[str, Any]) -> str:
     if kind == "int_type":
         got = quote_short(error["input"])
         return f"expected an integer, got {got} (write it as a JSON number without quotes or decimals)"
-    message = str(error["msg"])
-    if message.startswith("Value error, "):
-        message = message[len("Value error, ") :]
+    message = readable_message(error)
+    if kind == "string_unicode":
+        return message  # the input is the text no client can print
     return f"{message} (got {quote_short(error['input'])})" if kind != "value_error" else message
+
+
+def readable_message(error: Mapping[str, Any]) -> str:
+    """pydantic's message of ``error`` in the words every refusal uses: a validator's ValueError
+    without pydantic's "Value error, ", a string holding a lone surrogate as ``storable_text`` says
+    it (pydantic: "unable to parse raw data as a unicode string")."""
+    if error["type"] == "string_unicode":
+        return NOT_UNICODE_TEXT
+    return str(error["msg"]).removeprefix("Value error, ")
 
 
 def quote_short(value: Any, limit: int = 80) -> str:

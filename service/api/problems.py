@@ -21,7 +21,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nas import SpecError
-from nas.spec import error_path
+from nas.spec import error_path, readable_message
 from nas.strict_json import StrictJSONError
 from service.api.route_table import documented_route, route_path, with_head
 from service.api.schemas import SUBMISSION_TAGS
@@ -260,7 +260,7 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
         if error.get("type") == "json_invalid"
         else ProblemIssue(
             path=_location(tuple(error.get("loc", ())), str(error.get("type", ""))),
-            message=str(error.get("msg", "invalid")),
+            message=readable_message(error) if "type" in error else str(error.get("msg", "invalid")),
         )
         for error in errors
     ]

@@ -378,6 +378,31 @@ def test_a_key_holding_a_lone_surrogate_is_refused_at_that_key(sqlite_api: httpx
     assert "lone surrogate" in problem["errors"][0]["message"]
 
 
+@pytest.mark.parametrize(
+    ("options", "spec_fields", "path", "message"),
+    [
+        ({"study": "a\\ud800"}, {}, "options.study", "must be valid Unicode text (it holds a lone surrogate"),
+        ({"loss": "\\ud800"}, {}, "options.loss", "must be valid Unicode text (it holds a lone surrogate"),
+        ({"device": "\\udc00"}, {}, "options.device", "must be valid Unicode text (it holds a lone surrogate"),
+        ({}, {"format": "\\ud800"}, "spec.format", "must be valid Unicode text (it holds a lone surrogate"),
+        ({"study": "a\\u0000"}, {}, "options.study", "must not contain the NUL character"),
+    ],
+    ids=["study", "loss", "device", "spec-format", "study-nul"],
+)
+def test_a_value_holding_a_lone_surrogate_or_nul_is_refused_in_the_same_words_everywhere(
+    sqlite_api: httpx.Client, options: dict, spec_fields: dict, path: str, message: str
+) -> None:
+    """Some fields said pydantic's "unable to parse raw data as a unicode string", and a
+    validator's refusal began "Value error, "; a spec's name already read as these do."""
+    body = json.dumps({"spec": {**spec(), **spec_fields}, "options": options}).replace(
+        "\\\\", "\\"
+    )  # "\\ud800" -> the escape itself
+    response = sqlite_api.post("/v1/candidates", content=body, headers={"content-type": "application/json"})
+    problem = assert_problem(response, 422)
+    assert problem["errors"][0]["path"] == path, problem
+    assert problem["errors"][0]["message"].startswith(message), problem
+
+
 def test_a_body_naming_a_key_twice_is_refused_at_the_object_that_does(sqlite_api: httpx.Client) -> None:
     """Python's json keeps the last value: {"out": 8, "out": 16} was a width of 16, stored with no word."""
     layer = '{"type": "linear", "out": 8, "out": 16}'
