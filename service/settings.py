@@ -31,7 +31,8 @@ class Settings(BaseSettings):
     # answers at its own paths, and problem ``instance`` fields and the docs page carry it.
     root_path: str = ""
     # None: bearer tokens are required exactly when ``host`` is not a loopback address.
-    # True forces them on localhost too; False is refused unless ``host`` is loopback.
+    # True forces them on localhost too; False has no effect unless ``host`` is loopback (beyond it
+    # tokens are always required).
     require_auth: bool | None = None
     # Revocation takes effect within this many seconds (tokens are cached in memory).
     token_cache_seconds: float = Field(5.0, ge=0, le=_HOUR, allow_inf_nan=False)

@@ -33,10 +33,11 @@ class Outcome(StrEnum):
     #: was lost meanwhile, when the store drops the result).
     DONE = "done"
     #: The engine raised an error that a retry may fix (anything but the deterministic
-    #: errors below, e.g. a CUDA out-of-memory); the job fails, and is retried.
+    #: errors below); the job fails, and is retried.
     ERROR = "error"
     #: The engine raised an error that no retry can fix (``ValueError``, ``TypeError``,
-    #: ``KeyError``: a spec or options the engine rejects), or the data batch the job names
+    #: ``KeyError``: a spec or options the engine rejects; running out of memory, CUDA's too,
+    #: which comes back the same on the same device), or the data batch the job names
     #: is not in the database; the job fails at once, whatever attempts remain.
     DETERMINISTIC_ERROR = "deterministic_error"
     #: The engine ran past the job timeout (setting ``PREFLIGHT_JOB_TIMEOUT_SECONDS``) and
