@@ -295,7 +295,7 @@ def _holds_at_least(session: Session, owner_id: int, count: int, *, unless: str)
     mine = select(DataBatchOwner.batch_id).where(DataBatchOwner.owner_id == owner_id)
     if session.scalar(mine.where(DataBatchOwner.batch_id == unless)) is not None:
         return False
-    return session.scalar(select(func.count()).select_from(mine.limit(count).subquery())) >= count
+    return (session.scalar(select(func.count()).select_from(mine.limit(count).subquery())) or 0) >= count
 
 
 def _stored(session: Session, key: str, x: dict[str, Any], y: dict[str, Any] | None, shape: BatchShape) -> DataBatch:

@@ -321,7 +321,7 @@ def test_a_token_past_its_quota_is_told_it_holds_at_least_the_quota_not_exactly_
     """Concurrent submissions of one token can pass the quota (docs/service.md), and the count stops
     at the quota: the 429 said "holds 5" of a token that held 7."""
     with session_scope(tenants.store) as session:
-        owner = session.scalar(select(ApiToken.id).where(ApiToken.name == "a"))
+        owner = session.scalars(select(ApiToken.id).where(ApiToken.name == "a")).one()
     queue_candidates(db_url, [spec(w) for w in range(40, 47)], {}, owner_id=owner)
     over = tenants.a.post("/v1/candidates", json={"spec": spec(1)})
     assert over.status_code == 429 and "holds at least 5 queued or running" in over.json()["detail"], over.text
