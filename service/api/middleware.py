@@ -132,7 +132,7 @@ class RequestFormatMiddleware:
 
 def _refusal(scope: Scope) -> tuple[int, str, str] | None:
     """(status, where, why) for a request to refuse, else None."""
-    for where, raw in (("path", scope.get("raw_path") or b""), ("query", scope.get("query_string") or b"")):
+    for where, raw in _query_parts(scope.get("query_string") or b"", scope.get("raw_path") or b""):
         try:
             unquote_to_bytes(raw).decode("utf-8")
         except UnicodeDecodeError as error:
@@ -146,6 +146,21 @@ def _refusal(scope: Scope) -> tuple[int, str, str] | None:
             shown = media_type.decode("latin-1")[:100]
             return 415, "header.content-type", f"the body must be JSON (application/json), not {shown}"
     return None
+
+
+def _query_parts(query: bytes, path: bytes) -> list[tuple[str, bytes]]:
+    """The raw path, then each query parameter's name and value, with where a fault in each is:
+    ``query.<name>`` when the name itself is text (``?study=%ff`` is at ``query.study``)."""
+    parts = [("path", path)]
+    for pair in query.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        try:
+            shown = unquote_to_bytes(name.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError:
+            parts.append(("query", name))
+            continue
+        parts.append((f"query.{shown[:64]}", value))
+    return parts
 
 
 def _values(scope: Scope, name: bytes) -> list[bytes]:

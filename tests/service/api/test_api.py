@@ -294,7 +294,9 @@ def test_a_body_that_cannot_be_parsed_is_a_422_at_the_root_saying_why(
         ("/v1/studies/s/summary?q=0.5&q=2", "query.q[1]"),
         ("/v1/studies/%00/summary", "path.study"),
         ("/v1/studies/%ff%fe/summary", "path"),
-        ("/v1/candidates?study=%ff", "query"),
+        ("/v1/candidates?study=%ff", "query.study"),
+        ("/v1/candidates?limit=5&cursor=%ED%A0%80", "query.cursor"),  # a lone surrogate's UTF-8 bytes
+        ("/v1/candidates?%ff=1", "query"),
     ],
 )
 def test_a_bad_parameter_is_a_422_naming_where_it_is(sqlite_api: httpx.Client, url: str, path: str) -> None:
