@@ -17,7 +17,7 @@ from typing import Any
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.api.problems import ProblemError
+from service.api.problems import ProblemError, ProblemIssue
 from service.store.owners import Caller
 from service.store.tokens import TOKEN_PREFIX, active_token, hash_token
 
@@ -79,10 +79,21 @@ class TokenCache:
         return caller
 
 
-def bearer_token(authorization: str | None) -> str:
+def bearer_token(authorization: str | list[str] | None) -> str:
     """The token of an ``Authorization: Bearer <token>`` header (the scheme in any case, then any
     whitespace: a tab there read as no token at all); empty when there is none or the scheme is
-    another."""
+    another. The header's every value, as a list: more than one is a 400 (RFC 9110 allows one;
+    the first was taken in silence, so which of two tokens acted depended on their order)."""
+    if isinstance(authorization, list):
+        if len(authorization) > 1:
+            message = f"given {len(authorization)} times; send it once"
+            raise ProblemError(
+                400,
+                f"header.authorization: {message}",
+                kind="invalid-request",
+                errors=[ProblemIssue(path="header.authorization", message=message)],
+            )
+        authorization = authorization[0] if authorization else None
     parts = (authorization or "").split(None, 1)
     return parts[1].strip() if len(parts) == 2 and parts[0].lower() == "bearer" else ""
 

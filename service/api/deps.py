@@ -98,7 +98,7 @@ async def require_token(
     if checked is not None:
         return checked
     del credentials  # HTTPBearer's reading splits at a space only: the header is read as the middleware reads it
-    return await authenticate(request.app.state.tokens, bearer_token(request.headers.get("authorization")))
+    return await authenticate(request.app.state.tokens, bearer_token(request.headers.getlist("authorization")))
 
 
 async def get_waits(request: Request) -> Counter[int]:

@@ -88,9 +88,9 @@ class TokenFirstMiddleware:
         if scope["type"] == "http" and scope["method"] in _WITH_BODY and route_path(scope).startswith("/v1/"):
             state = scope["app"].state
             if auth_required_for(state.settings, scope):
-                header = next(iter(_values(scope, b"authorization")), b"").decode("latin-1")
+                headers = [value.decode("latin-1") for value in _values(scope, b"authorization")]
                 try:  # the route's dependency reads the caller from the request's state: one check, not two
-                    scope.setdefault("state", {})["caller"] = await authenticate(state.tokens, bearer_token(header))
+                    scope.setdefault("state", {})["caller"] = await authenticate(state.tokens, bearer_token(headers))
                 except ProblemError as refusal:
                     response = problem_response(
                         Request(scope), refusal.status, refusal.detail, kind=refusal.kind, headers=refusal.headers

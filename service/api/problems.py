@@ -38,6 +38,7 @@ __all__ = [
     "install_problem_handlers",
     "on_database_down",
     "problem_response",
+    "under",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class ProblemError(Exception):
 
     @classmethod
     def from_spec_error(cls, exc: SpecError, *, field: str) -> ProblemError:
-        issues = [ProblemIssue(path=_under(field, issue.path), message=issue.message) for issue in exc.issues]
+        issues = [ProblemIssue(path=under(field, issue.path), message=issue.message) for issue in exc.issues]
         detail, issues = bounded(issues, "invalid spec", where=field)
         return cls(422, detail, kind="invalid-spec", errors=issues)
 
@@ -117,9 +118,9 @@ class ProblemError(Exception):
         return cls(422, f"{path}: {message}", kind="invalid-request", errors=[ProblemIssue(path=path, message=message)])
 
 
-def _under(field: str, path: str) -> str:
-    """A spec validator's path under the body field that holds the spec: ``spec.blocks[0]``,
-    ``spec["x-y"]`` (a quoted key), ``spec`` (the root)."""
+def under(field: str, path: str) -> str:
+    """A validator's path under the body field that holds what it validated: ``spec.blocks[0]``,
+    ``options.thresholds["a.b"]`` (a quoted key), ``spec`` (the root)."""
     if path == "$":
         return field
     return f"{field}{path}" if path.startswith("[") else f"{field}.{path}"

@@ -11,7 +11,7 @@ from nas.canonical import DATA_OPTION as DATA
 from nas.canonical import NOT_IN_KEY as _NOT_IN_KEY
 from nas.options import ConditionOptions
 from nas.spec import error_path, json_key, quote_short, readable_message
-from service.api.problems import DETAIL_ISSUES, ProblemError, ProblemIssue, bounded
+from service.api.problems import DETAIL_ISSUES, ProblemError, ProblemIssue, bounded, under
 
 __all__ = ["DATA", "canonical_tuning_options"]
 
@@ -45,7 +45,7 @@ def canonical_tuning_options(options: dict[str, Any], *, field: str = "options")
         detail, issues = bounded(
             [
                 ProblemIssue(
-                    path=_within(field, error_path(tuple(error["loc"]), error["type"])),
+                    path=under(field, error_path(tuple(error["loc"]), error["type"])),
                     message=readable_message(error),
                 )
                 for error in exc.errors(include_url=False)
@@ -59,8 +59,3 @@ def canonical_tuning_options(options: dict[str, Any], *, field: str = "options")
 
 def _is_batch_id(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
-
-
-def _within(field: str, path: str) -> str:
-    """``path`` (a quoted key's ``["a b"]`` too) inside the option ``field``."""
-    return f"{field}{path}" if path.startswith("[") else f"{field}.{path}"

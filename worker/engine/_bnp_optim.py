@@ -127,6 +127,8 @@ class BNP:
             if not (module.training and torch.is_grad_enabled()):
                 return
             h = args[0].detach()
+            if isinstance(module, nn.Linear) and h.dim() > 2:  # [N, T, D]: N x T samples of D features
+                h = h.reshape(-1, h.shape[-1])
             dims = (0,) if h.dim() == 2 else (0, 2, 3)
             with torch.no_grad():
                 mean = h.mean(dim=dims).to(stats.mu.dtype)

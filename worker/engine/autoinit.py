@@ -129,8 +129,8 @@ def autoinit(
         raise ValueError(f"output_std must be positive or None, but got {output_std=}.")
     started = time.perf_counter()
     units = analyse(model)
-    tuner = _Tuner(model, x, units, loss, kernel_lambda, n_vectors, tolerance, output_std, generator)
-    with conditioning_mode(model), torch.no_grad():
+    with conditioning_mode(model), torch.no_grad():  # the tuner's first passes too: dropout off, statistics kept
+        tuner = _Tuner(model, x, units, loss, kernel_lambda, n_vectors, tolerance, output_std, generator)
         result = tuner.run(steps, max_cost)
     result.seconds = time.perf_counter() - started
     result.cost = tuner.cost

@@ -382,7 +382,7 @@ async def _wait(
     while True:
         if auth_required_for(settings, request.scope) and time.monotonic() - checked >= _RECHECK_SECONDS:
             # a token revoked while its wait runs is refused within token_cache_seconds, as documented
-            await authenticate(tokens, bearer_token(request.headers.get("authorization")))
+            await authenticate(tokens, bearer_token(request.headers.getlist("authorization")))
             checked = time.monotonic()
         row = await run_in_threadpool(_read_once, engine, candidate_id, caller)
         if row is None:

@@ -750,6 +750,12 @@ def test_tokens_are_required_beyond_localhost_or_when_asked(
         assert client.post("/v1/candidates", json={"spec": spec()}, headers=good).status_code == 202
         tab = {"authorization": f"Bearer\t{token}"}  # any whitespace after the scheme: read as no token before
         assert client.get("/v1/candidates", headers=tab).status_code == 200
+        for route in ("/v1/candidates", "/v1/schema"):  # two Authorization headers: the first acted, in silence
+            twice = [("authorization", f"Bearer {token}"), ("authorization", "Bearer pf_wrong")]
+            problem = assert_problem(client.get(route, headers=twice), 400)
+            assert problem["errors"][0]["path"] == "header.authorization", problem
+        twice = [("authorization", "Bearer pf_wrong"), ("authorization", f"Bearer {token}")]
+        assert assert_problem(client.post("/v1/candidates", json={"spec": spec()}, headers=twice), 400)
         assert client.get("/healthz").status_code == 200
         with session_scope(sessions, write=True) as session:
             assert len(revoke_token(session, name="ci")) == 1

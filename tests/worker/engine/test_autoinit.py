@@ -218,3 +218,38 @@ def test_kernel_term_restrains_the_forward_growth_of_deep_silu_nets() -> None:
     assert growth["log"] > 3, growth
     assert math.log(growth["kernel"]) < 0.5 * math.log(growth["log"]), growth
     assert torch.all((apjn["kernel"] >= 0.6) & (apjn["kernel"] <= 1.25)), apjn["kernel"]
+
+
+def test_tuning_leaves_the_callers_batchnorm_statistics_as_they_were() -> None:
+    """The tuner's first forward passes (the pooling ratios, the attention logits) ran before
+    conditioning_mode, in the model's own training mode: they moved BatchNorm's running mean and
+    variance and counted a batch, which the restore at the end then kept."""
+    model = build_model(bn_cnn(), seed=0)
+    before = {name: value.clone() for name, value in model.named_buffers()}
+    autoinit(model, batch([3, 8, 8], 32), steps=2, generator=torch.Generator().manual_seed(1))
+    assert model.training
+    for name, value in model.named_buffers():
+        assert torch.equal(value, before[name]), name
+
+
+def test_dropout_is_off_for_the_pooling_ratio_of_the_kernel_target_as_for_the_tuning() -> None:
+    """A block with dropout before its pooling: the kernel target's pooling ratio (eq. 24) was
+    measured with dropout on (a training-mode model) while every Jacobian was measured with it
+    off; dropout at p = 0.5 and at p = 0 must tune alike, since neither acts during tuning."""
+
+    def spec(p: float) -> dict[str, Any]:
+        block = [{"type": "conv2d", "out": 8, "kernel": 3}, {"type": "relu"}, {"type": "dropout", "p": p}]
+        return {
+            "input_shape": [3, 8, 8],
+            "blocks": [
+                {"layers": [*block, {"type": "avgpool", "kernel": 4}]},
+                {"layers": [{"type": "flatten"}, {"type": "linear", "out": 10}]},
+            ],
+        }
+
+    x = batch([3, 8, 8], 32)
+    scales = [
+        autoinit(build_model(spec(p), seed=0), x, loss="kernel", generator=torch.Generator().manual_seed(1)).scales
+        for p in (0.5, 0.0)
+    ]
+    assert scales[0] == pytest.approx(scales[1], rel=1e-9)

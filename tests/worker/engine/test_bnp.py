@@ -63,6 +63,13 @@ def test_kappa_d_matches_an_independent_numpy_computation_for_dense_and_conv_inp
 
     assert math.isclose(got["blocks.0.0"], reference(conv_in), rel_tol=1e-9)
     assert math.isclose(got["blocks.1.1"], reference(lin_in.T), rel_tol=1e-9)
+    # every channel's std below 1, then above it: one end of the ratio is the bias column's 1, which
+    # channels with stds on both sides of 1 (above) never show
+    for scale in (0.05, 2.0):
+        y = torch.randn(8, 3, 5, 5, generator=_gen(1), dtype=torch.float64) * scale
+        y = y * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64).reshape(1, 3, 1, 1)
+        expected = reference(y.numpy().transpose(1, 0, 2, 3).reshape(3, -1))
+        assert math.isclose(kappa_d(net, y)["blocks.0.0"], expected, rel_tol=1e-9), scale
 
 
 def test_kappa_d_is_infinite_for_a_constant_feature() -> None:
@@ -184,6 +191,22 @@ def test_bnp_gradients_equal_p_p_transpose_times_the_gradient_for_dense_and_conv
         )
         torch.testing.assert_close(conv.weight.grad[rows].reshape(6 // groups, -1), gw_ref, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(conv.bias.grad[rows], gb_ref, rtol=1e-10, atol=1e-12)
+
+
+def test_a_dense_layer_on_tokens_is_preconditioned_as_on_its_n_times_t_samples() -> None:
+    """A linear layer on [N, T, D] (a transformer's tokens) raised IndexError: its statistics were
+    taken over dims (0, 2, 3). Each token is a sample of D features, so BNP's step equals the one on
+    the same tokens given as [N T, D]."""
+    x = torch.randn(4, 5, 8, generator=_gen(0), dtype=torch.float64) * 3 + 1
+    grads = []
+    for shaped in (x, x.reshape(20, 8)):
+        torch.manual_seed(0)
+        layer = nn.Linear(8, 3).double()
+        opt = BNP(torch.optim.SGD(layer.parameters(), lr=0.1), layer, rho=0.0)
+        layer(shaped).pow(2).sum().backward()
+        opt.precondition_()
+        grads.append((layer.weight.grad.clone(), layer.bias.grad.clone()))  # type: ignore[union-attr]
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize(("epsilon_1", "epsilon_2"), [(0.0, 0.0), (1e-2, 1e-4)])

@@ -498,3 +498,23 @@ def test_iterated_balancing_gives_the_same_multipliers_on_every_call(spec: dict[
         for _ in range(4)
     }
     assert len(answers) == 1
+
+
+def test_the_closed_form_gives_each_conv_the_second_moment_of_eq_3_with_its_own_kernel() -> None:
+    """Eq. (3) with c = 2 / k_typ (section 6.2): E[W^2] = c / (k sqrt(n_l n_{l+1})), n the channels,
+    k the layer's own kernel. The measured refinement absorbed a missing k, so only the closed
+    form (rounds=0) shows it: a 3x3 and a 1x1 convolution between the first layer and the head."""
+    spec = {
+        "input_shape": [3, 8, 8],
+        "blocks": [
+            {"layers": [{"type": "conv2d", "out": 16, "kernel": 3}, {"type": "relu"}]},
+            {"layers": [{"type": "conv2d", "out": 32, "kernel": 3}, {"type": "relu"}]},
+            {"layers": [{"type": "conv2d", "out": 8, "kernel": 1}, {"type": "relu"}]},
+            {"layers": [{"type": "global_avgpool"}, {"type": "linear", "out": 10}]},
+        ],
+    }
+    net = build_model(spec, seed=0)
+    result = balance(net, _x([3, 8, 8], 16), rounds=0)
+    for name, k, n_in, n_out in (("blocks.1.0.weight", 3, 16, 32), ("blocks.2.0.weight", 1, 32, 8)):
+        w_sq = float(net.get_parameter(name).detach().double().pow(2).mean()) * result.scales[name] ** 2
+        assert w_sq == pytest.approx((2 / 3) / (k * math.sqrt(n_in * n_out)), rel=1e-9), name
