@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -73,6 +74,10 @@ _SETTINGS = {"Settings": "PREFLIGHT_", "SpecLimits": "PREFLIGHT_SPEC_"}
 _PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 
 
+# what a write to a full or failing disk raises (standard output redirected to a file: `> /dev/full`, and
+# every print goes straight out under PYTHONUNBUFFERED=1, as the Dockerfile sets)
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
 # Modules whose package on PyPI has another name (a database URL can name their drivers).
 _DISTRIBUTIONS = {"MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary", "pymysql": "PyMySQL"}
 
@@ -99,6 +104,12 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         return EXIT_MISSING_DATA, _one_line(error)  # the message says how to get the files
     if isinstance(error, _PATH_ERRORS) and error.filename is not None:  # a path the user gave, or its folder
         return EXIT_USAGE, f"{error.strerror or _one_line(error)}: {error.filename}"
+    if isinstance(error, OSError) and error.errno in _FULL and error.filename is None:  # a print to a full disk
+        silence_stdout()
+        return 1, f"could not write its output ({error.strerror or _one_line(error)})"
+    if isinstance(error, OSError) and error.errno == errno.ENAMETOOLONG and error.filename is not None:
+        name = str(error.filename)
+        return EXIT_USAGE, f"{error.strerror}: {name[:80]}... ({len(name)} characters)"
     from pydantic import ValidationError
 
     if isinstance(error, ValidationError) and error.title in _SETTINGS:  # PREFLIGHT_* or the options that set them
@@ -139,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     (service down, token refused, database unavailable, extra missing) is one line on stderr and
     its own exit status, not a traceback."""
     try:
+        # numpy first: torch's C start-up imports it and swallows a Ctrl-C that lands there, so one
+        # pressed in the first fraction of a second was lost and the command ran on
+        import numpy  # noqa: F401
+
         args = build_parser().parse_args(argv)  # imports torch and SQLAlchemy: seconds a Ctrl-C can land in
     except KeyboardInterrupt:
         return 130

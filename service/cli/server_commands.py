@@ -57,9 +57,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--root-path", help="the path prefix a reverse proxy serves the API under and strips (/preflight)"
     )
     serve.add_argument(
-        "--embedded-worker", action="store_true", help="also run a job runner in this process (the one-machine default)"
+        "--embedded-worker",
+        action="store_true",
+        help="also run a job runner in this process (off by default; one machine with no separate worker needs it)",
     )
-    serve.add_argument("--device", default="auto", help="device of the embedded worker (default auto)")
+    serve.add_argument(
+        "--device", default="auto", help="device of the embedded worker (default auto; only with --embedded-worker)"
+    )
     serve.add_argument(
         "--migrate",
         action="store_true",
@@ -150,7 +154,7 @@ def _check_database_url(url: str) -> None:
         parsed = make_url(url)
         backend = parsed.get_backend_name()
         if backend in ("sqlite", "postgresql"):
-            parsed.get_dialect()  # a driver SQLAlchemy has no plugin for: "Can't load plugin" at the first connection
+            dialect = parsed.get_dialect()  # a driver SQLAlchemy has no plugin for: "Can't load plugin" at first use
     except (ArgumentError, ValueError):  # ValueError: a port that is no number (int() of "abc")
         shown = f" {url!r}" if "@" not in url else ""  # a password stays off the terminal
         raise UsageError(
@@ -165,6 +169,11 @@ def _check_database_url(url: str) -> None:
         )
     if backend != "sqlite":
         return
+    try:
+        dialect().create_connect_args(parsed)  # its query's options, read as the first connection reads them
+    except (TypeError, ValueError) as error:
+        query = url.partition("?")[2]
+        raise UsageError(f"PREFLIGHT_DATABASE_URL: an option of its query (?{query}) is invalid: {error}") from None
     file = sqlite_file(parsed)
     if file is None:
         raise UsageError(

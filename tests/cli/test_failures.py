@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ from nas.errors import AuthenticationError, ClientSettingError, PreflightConnect
         (ServerError(503, {"title": "Service Unavailable"}), cli.EXIT_SERVICE, "HTTP 503"),
         (ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"), cli.EXIT_MISSING_EXTRA, "[demo]"),
         (PermissionError(13, "Permission denied", "/root/out"), cli.EXIT_USAGE, "Permission denied: /root/out"),
+        # a path past the system's limit (Path.is_dir() raises it), a print to a full disk: tracebacks before
+        (OSError(errno.ENAMETOOLONG, "File name too long", "z" * 5000), cli.EXIT_USAGE, "(5000 characters)"),
+        (OSError(errno.ENOSPC, "No space left on device"), 1, "could not write its output (No space left"),
     ],
 )
 def test_each_fixable_failure_has_its_exit_status_and_one_line(
@@ -105,3 +109,33 @@ def test_a_url_or_token_the_client_cannot_use_is_a_usage_error_not_a_traceback(
     assert cli.main(["demo", *argv, "--trials", "1", "--no-plots", "--no-progress", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and words in err
+
+
+_INTERRUPTED_AT_NUMPY = """
+import builtins, sys
+real, fired = builtins.__import__, []
+def interrupted(name, *args, **kwargs):
+    if name == "numpy" and not fired:
+        fired.append(True)
+        raise KeyboardInterrupt  # as a Ctrl-C landing while numpy is first imported
+    return real(name, *args, **kwargs)
+import service.cli as cli
+assert "numpy" not in sys.modules and "torch" not in sys.modules
+builtins.__import__ = interrupted
+status = cli.main(["schema"])
+builtins.__import__ = real
+sys.stdout.flush()
+print("status", status, "fired", bool(fired), file=sys.stderr)
+"""
+
+
+def test_a_ctrl_c_while_torch_starts_ends_the_command_with_status_130() -> None:
+    """torch's C start-up imports numpy and swallows a KeyboardInterrupt raised inside it: a Ctrl-C
+    in the first fraction of a second was lost and `worker` or `condition` ran on (here `schema`
+    printed and exited 0). numpy is now imported first, where the interrupt is answered."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _INTERRUPTED_AT_NUMPY], capture_output=True, text=True, timeout=600)
+    assert done.stderr.strip().splitlines()[-1] == "status 130 fired True", done.stderr[-2000:]
+    assert done.stdout == ""

@@ -456,6 +456,7 @@ def _seconds(work: Callable[[], object]) -> float:
         ("postgres://user@localhost/db", "(PostgreSQL's URLs start postgresql+psycopg://)"),
         ("postgresql+psycopg://user:secret@localhost:abc/db", "is not a database URL"),  # int() traceback
         ("postgresql+nodriver://user:secret@localhost/db", "is not a database URL"),  # exit 5, "Can't load plugin"
+        ("sqlite:///{tmp}/p.db?timeout=abc", "an option of its query (?timeout=abc) is invalid"),  # was a traceback
     ],
     ids=[
         "memory",
@@ -471,6 +472,7 @@ def _seconds(work: Callable[[], object]) -> float:
         "postgres",
         "port-not-a-number",
         "unknown-driver",
+        "sqlite-option",
     ],
 )
 def test_a_database_url_no_command_can_use_is_a_usage_error_for_every_command(
