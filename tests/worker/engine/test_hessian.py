@@ -158,7 +158,7 @@ def test_mean_squared_singular_value_is_an_unbiased_estimate_of_the_blocks_trace
 def test_task_loss_blocks_are_positive_semidefinite_for_relu_with_squared_error() -> None:
     """With float targets (half squared error) a ReLU net's blocks are Gauss-Newton blocks with
     H_z = I / B, positive semi-definite: the top eigenvalue is positive and equals the chain-rule
-    estimate (rtol 1e-6, float32)."""
+    estimate (rtol 1e-4, float32)."""
     spec = _spec("relu")
     net = build_model(spec, seed=0)
     x = torch.randn(32, 6, generator=torch.Generator().manual_seed(0))
