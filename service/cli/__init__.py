@@ -124,6 +124,8 @@ def _failure(error: Exception) -> tuple[int, str] | None:
         extra = _EXTRAS.get(module)
         # from the clone: the package is not on PyPI
         fix = f'pip install ".[{extra}]" in the clone' if extra else f"pip install {_DISTRIBUTIONS.get(module, module)}"
+        if module == "psycopg2":  # a URL naming psycopg 2's driver: the one installed is psycopg 3's
+            fix += ", or name the driver Preflight installs: postgresql+psycopg://"
         return EXIT_MISSING_EXTRA, f"this command needs {module!r}, which is not installed: {fix}"
     try:
         from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError, ProgrammingError

@@ -20,6 +20,7 @@ from nas.errors import AuthenticationError, ClientSettingError, PreflightConnect
         (AuthenticationError(401, {"title": "Unauthorized", "detail": "bad token"}), cli.EXIT_AUTH, "token create"),
         (ServerError(503, {"title": "Service Unavailable"}), cli.EXIT_SERVICE, "HTTP 503"),
         (ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"), cli.EXIT_MISSING_EXTRA, "[demo]"),
+        (ModuleNotFoundError("No module named 'psycopg2'", name="psycopg2"), 6, "postgresql+psycopg://"),
         (PermissionError(13, "Permission denied", "/root/out"), cli.EXIT_USAGE, "Permission denied: /root/out"),
         # a path past the system's limit (Path.is_dir() raises it), a print to a full disk: tracebacks before
         (OSError(errno.ENAMETOOLONG, "File name too long", "z" * 5000), cli.EXIT_USAGE, "(5000 characters)"),
