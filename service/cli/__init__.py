@@ -159,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)  # imports torch and SQLAlchemy: seconds a Ctrl-C can land in
     except KeyboardInterrupt:
         return 130
+    _warn_misspelt_settings()
     try:
         status = int(args.handler(args) or 0)
     except KeyboardInterrupt:
@@ -174,6 +175,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"preflight {args.command}: {message}", file=sys.stderr)
         return status
     return _flushed(status, args.command)
+
+
+# what reads PREFLIGHT_* besides the settings models: the client (nas.client) and the dataset's folder
+_OTHER_VARIABLES = ("PREFLIGHT_URL", "PREFLIGHT_API_TOKEN", "PREFLIGHT_FASHION_MNIST_DIR")
+
+
+def _warn_misspelt_settings() -> None:
+    """A line on stderr for each PREFLIGHT_* variable that no setting reads but that is one typo
+    from one that does: pydantic-settings ignores it, so PREFLIGHT_DATABASE_ULR left the default
+    database in use with no word. Names far from every setting (CI's, compose's) say nothing."""
+    import difflib
+    import os
+
+    from nas.validate import SpecLimits
+    from service.settings import Settings
+
+    known = {
+        f"{prefix}{name.upper()}"
+        for model, prefix in ((Settings, "PREFLIGHT_"), (SpecLimits, "PREFLIGHT_SPEC_"))
+        for name in model.model_fields
+    } | set(_OTHER_VARIABLES)
+    for name in sorted(os.environ):
+        if name.startswith("PREFLIGHT_") and name not in known:
+            if close := difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85):
+                print(f"preflight: {name} is no setting and is ignored; did you mean {close[0]}?", file=sys.stderr)
 
 
 def _flushed(status: int, command: str) -> int:

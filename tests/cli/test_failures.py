@@ -140,3 +140,19 @@ def test_a_ctrl_c_while_torch_starts_ends_the_command_with_status_130() -> None:
     done = subprocess.run([sys.executable, "-c", _INTERRUPTED_AT_NUMPY], capture_output=True, text=True, timeout=600)
     assert done.stderr.strip().splitlines()[-1] == "status 130 fired True", done.stderr[-2000:]
     assert done.stdout == ""
+
+
+def test_a_setting_misspelt_by_one_typo_is_named_with_the_one_meant_and_others_say_nothing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pydantic-settings ignores an unknown PREFLIGHT_* variable: PREFLIGHT_DATABASE_ULR left the
+    default database in use with no word. A name far from every setting (CI's) stays silent."""
+    monkeypatch.setenv("PREFLIGHT_DATABASE_ULR", "sqlite:////tmp/meant.db")
+    monkeypatch.setenv("PREFLIGHT_LEASE_SECOND", "30")
+    monkeypatch.setenv("PREFLIGHT_REQUIRE_CHROMIUM", "1")
+    assert cli.main(["schema"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "preflight: PREFLIGHT_DATABASE_ULR is no setting and is ignored; did you mean PREFLIGHT_DATABASE_URL?",
+        "preflight: PREFLIGHT_LEASE_SECOND is no setting and is ignored; did you mean PREFLIGHT_LEASE_SECONDS?",
+    ]
