@@ -53,7 +53,7 @@ class Settings(BaseSettings):
     max_queued_per_owner: int = Field(10_000, ge=0, le=10_000_000)
     # Data batches one token that is not admin may store (0: no limit). A batch is kept until the
     # database is cleaned by hand (there is no delete), up to 2**20 numbers stored as JSON (about
-    # 20 MB), so an unbounded token could fill the database's disk; a search uploads one or a few.
+    # 22 MB), so an unbounded token could fill the database's disk; a search uploads one or a few.
     max_batches_per_owner: int = Field(100, ge=0, le=10_000_000)
     page_size: int = Field(50, ge=1, le=1000)
     # Threads of an API process for blocking (database) work, and so its connection pool

@@ -93,7 +93,12 @@ class TokenFirstMiddleware:
                     scope.setdefault("state", {})["caller"] = await authenticate(state.tokens, bearer_token(headers))
                 except ProblemError as refusal:
                     response = problem_response(
-                        Request(scope), refusal.status, refusal.detail, kind=refusal.kind, headers=refusal.headers
+                        Request(scope),
+                        refusal.status,
+                        refusal.detail,
+                        kind=refusal.kind,
+                        errors=refusal.errors,
+                        headers=refusal.headers,
                     )
                     await response(scope, receive, send)
                     return
@@ -154,6 +159,9 @@ def _query_parts(query: bytes, path: bytes) -> list[tuple[str, bytes]]:
     parts = [("path", path)]
     for pair in query.split(b"&"):
         name, _, value = pair.partition(b"=")
+        if not name:
+            parts.append(("query", value))
+            continue
         try:
             shown = unquote_to_bytes(name.replace(b"+", b" ")).decode("utf-8")
         except UnicodeDecodeError:

@@ -76,7 +76,7 @@ _PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirec
 
 # what a write to a full or failing disk raises (standard output redirected to a file: `> /dev/full`, and
 # every print goes straight out under PYTHONUNBUFFERED=1, as the Dockerfile sets)
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 # Modules whose package on PyPI has another name (a database URL can name their drivers).
 _DISTRIBUTIONS = {"MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary", "pymysql": "PyMySQL"}
@@ -157,9 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         import numpy  # noqa: F401
 
         args = build_parser().parse_args(argv)  # imports torch and SQLAlchemy: seconds a Ctrl-C can land in
+        _warn_misspelt_settings()
     except KeyboardInterrupt:
         return 130
-    _warn_misspelt_settings()
     try:
         status = int(args.handler(args) or 0)
     except KeyboardInterrupt:
@@ -196,8 +196,8 @@ def _warn_misspelt_settings() -> None:
         for model, prefix in ((Settings, "PREFLIGHT_"), (SpecLimits, "PREFLIGHT_SPEC_"))
         for name in model.model_fields
     } | set(_OTHER_VARIABLES)
-    for name in sorted(os.environ):
-        if name.startswith("PREFLIGHT_") and name not in known:
+    for name in sorted(os.environ):  # pydantic-settings reads them in any case
+        if name.upper().startswith("PREFLIGHT_") and name.upper() not in known:
             if close := difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85):
                 print(f"preflight: {name} is no setting and is ignored; did you mean {close[0]}?", file=sys.stderr)
 

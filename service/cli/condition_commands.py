@@ -39,6 +39,8 @@ def _option_faults(error: Any, given: dict[str, Any], names: Any) -> dict[str, l
     of a union (``output_std``: a number or "auto") is one fault with one reason a member, where
     pydantic's location holds each member's tag (``output_std.literal['auto']``): a part of the
     location that is no key or index of the given value is such a tag, and is left out."""
+    from nas.spec import readable_message
+
     faults: dict[str, list[str]] = {}
     for fault in error.errors(include_url=False):
         parts: list[str] = []
@@ -47,7 +49,7 @@ def _option_faults(error: Any, given: dict[str, Any], names: Any) -> dict[str, l
             if isinstance(value, dict) and part in value or isinstance(value, list) and isinstance(part, int):
                 parts.append(f"[{part}]" if isinstance(part, int) else f".{part}")
                 value = value[part] if isinstance(value, dict) else value[part] if part < len(value) else None
-        reason = fault["msg"].removeprefix("Value error, ")  # pydantic's wrapping of a validator's message
+        reason = readable_message(fault)  # without pydantic's "Value error, ", a lone surrogate as the API says it
         if fault["type"] == "extra_forbidden" and len(fault["loc"]) == 1:
             reason = f"no such option; the options are: {', '.join(sorted(names))}"
         faults.setdefault("".join(parts).removeprefix(".") or "$", []).append(reason)

@@ -72,6 +72,8 @@ def test_condition_repeats_the_reports_imbalance_note_on_stderr(
         (["--options", '{"output_std": -1}'], "invalid option output_std: Input should be greater than 0, or 'auto'\n"),
         (["--options", '{"probe_lrs": [0.1, "x"]}'], "invalid option probe_lrs[1]: Input should be a valid number"),
         (["--options", '{"probe_rates": [0.1]}'], "invalid option probe_rates: no such option; the options are: "),
+        # pydantic's "unable to parse raw data as a unicode string", in the API's words
+        (["--options", '{"loss": "\\ud800"}'], "invalid option loss: must be valid Unicode text (it holds a lone"),
     ],
 )
 def test_bad_options_exit_2_with_a_message(

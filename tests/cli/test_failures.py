@@ -20,7 +20,11 @@ from nas.errors import AuthenticationError, ClientSettingError, PreflightConnect
         (AuthenticationError(401, {"title": "Unauthorized", "detail": "bad token"}), cli.EXIT_AUTH, "token create"),
         (ServerError(503, {"title": "Service Unavailable"}), cli.EXIT_SERVICE, "HTTP 503"),
         (ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"), cli.EXIT_MISSING_EXTRA, "[demo]"),
-        (ModuleNotFoundError("No module named 'psycopg2'", name="psycopg2"), 6, "postgresql+psycopg://"),
+        (
+            ModuleNotFoundError("No module named 'psycopg2'", name="psycopg2"),
+            cli.EXIT_MISSING_EXTRA,
+            "postgresql+psycopg://",
+        ),
         (PermissionError(13, "Permission denied", "/root/out"), cli.EXIT_USAGE, "Permission denied: /root/out"),
         # a path past the system's limit (Path.is_dir() raises it), a print to a full disk: tracebacks before
         (OSError(errno.ENAMETOOLONG, "File name too long", "z" * 5000), cli.EXIT_USAGE, "(5000 characters)"),
@@ -150,6 +154,7 @@ def test_a_setting_misspelt_by_one_typo_is_named_with_the_one_meant_and_others_s
     monkeypatch.setenv("PREFLIGHT_DATABASE_ULR", "sqlite:////tmp/meant.db")
     monkeypatch.setenv("PREFLIGHT_LEASE_SECOND", "30")
     monkeypatch.setenv("PREFLIGHT_REQUIRE_CHROMIUM", "1")
+    monkeypatch.setenv("PREFLIGHT_HOSt", "127.0.0.1")  # read as PREFLIGHT_HOST: names are taken in any case
     assert cli.main(["schema"]) == 0
     err = capsys.readouterr().err.splitlines()
     assert err == [

@@ -58,7 +58,7 @@ def _store(sessions: sessionmaker[Session], body: Any, caller: Caller, quota: in
     except data_batches.BatchQuotaReached:
         raise ProblemError(
             409,
-            f"this token holds {quota} data batches, its quota (setting PREFLIGHT_MAX_BATCHES_PER_OWNER), and "
+            f"this token holds at least {quota} data batches, its quota (setting PREFLIGHT_MAX_BATCHES_PER_OWNER), and "
             "this content is not one of them: name one it holds in the option data (uploading one of them "
             "again is free), or ask an admin for more",
             kind="conflict",

@@ -755,7 +755,9 @@ def test_tokens_are_required_beyond_localhost_or_when_asked(
             problem = assert_problem(client.get(route, headers=twice), 400)
             assert problem["errors"][0]["path"] == "header.authorization", problem
         twice = [("authorization", "Bearer pf_wrong"), ("authorization", f"Bearer {token}")]
-        assert assert_problem(client.post("/v1/candidates", json={"spec": spec()}, headers=twice), 400)
+        for route, body in (("/v1/candidates", {"spec": spec()}), ("/v1/batches", {"x": [[1.0], [2.0]]})):
+            problem = assert_problem(client.post(route, json=body, headers=twice), 400)  # checked before the body
+            assert problem["errors"][0]["path"] == "header.authorization", problem
         assert client.get("/healthz").status_code == 200
         with session_scope(sessions, write=True) as session:
             assert len(revoke_token(session, name="ci")) == 1
