@@ -142,6 +142,7 @@ __all__ = [
     "WEIGHTED_LAYER_TYPES",
     "ZeroLayer",
     "error_path",
+    "primary_errors",
     "readable_message",
     "json_key",
     "json_path",
@@ -522,6 +523,13 @@ def _message(error: Mapping[str, Any]) -> str:
     return f"{message} (got {quote_short(error['input'])})" if kind != "value_error" else message
 
 
+def primary_errors(errors: list[Any]) -> list[Any]:
+    """pydantic's errors without a list's "too short" that only counts the items refused beside
+    it (``probe_lrs: [0]`` read "greater than 0" and "should have at least 1 item")."""
+    refused = {tuple(error["loc"][:-1]) for error in errors if error["loc"]}
+    return [e for e in errors if not (e["type"] == "too_short" and tuple(e["loc"]) in refused)]
+
+
 def readable_message(error: Mapping[str, Any]) -> str:
     """pydantic's message of ``error`` in the words every refusal uses: a validator's ValueError
     without pydantic's "Value error, ", a string holding a lone surrogate as ``storable_text`` says
@@ -548,7 +556,7 @@ def issues_from_validation_error(exc: ValidationError) -> list[SpecIssue]:
     """Turn pydantic's errors into path + message pairs a spec author can act on; the
     alternatives of a union at one path become one issue ("... or ...")."""
     by_path: dict[str, list[str]] = {}
-    for error in exc.errors(include_url=False):
+    for error in primary_errors(exc.errors(include_url=False)):
         messages = by_path.setdefault(error_path(tuple(error["loc"]), error["type"]), [])
         if (message := _message(error)) not in messages:
             messages.append(message)

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from nas.canonical import DATA_OPTION as DATA
 from nas.canonical import NOT_IN_KEY as _NOT_IN_KEY
 from nas.options import ConditionOptions
-from nas.spec import error_path, json_key, quote_short, readable_message
+from nas.spec import error_path, json_key, primary_errors, quote_short, readable_message
 from service.api.problems import DETAIL_ISSUES, ProblemError, ProblemIssue, bounded, under
 
 __all__ = ["DATA", "canonical_tuning_options"]
@@ -48,7 +48,7 @@ def canonical_tuning_options(options: dict[str, Any], *, field: str = "options")
                     path=under(field, error_path(tuple(error["loc"]), error["type"])),
                     message=readable_message(error),
                 )
-                for error in exc.errors(include_url=False)
+                for error in primary_errors(exc.errors(include_url=False))
             ],
             "invalid options",
         )

@@ -39,10 +39,10 @@ def _option_faults(error: Any, given: dict[str, Any], names: Any) -> dict[str, l
     of a union (``output_std``: a number or "auto") is one fault with one reason a member, where
     pydantic's location holds each member's tag (``output_std.literal['auto']``): a part of the
     location that is no key or index of the given value is such a tag, and is left out."""
-    from nas.spec import readable_message
+    from nas.spec import primary_errors, readable_message
 
     faults: dict[str, list[str]] = {}
-    for fault in error.errors(include_url=False):
+    for fault in primary_errors(error.errors(include_url=False)):
         parts: list[str] = []
         value: Any = given
         for part in fault["loc"]:

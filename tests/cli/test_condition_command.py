@@ -84,6 +84,16 @@ def test_bad_options_exit_2_with_a_message(
     assert message in err and err.startswith("preflight condition: ") and "Value error" not in err
 
 
+def test_a_refused_rate_is_the_one_fault_not_also_a_list_too_short(
+    spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pydantic counts the rates left after refusing one, and added "Tuple should have at least 1
+    item after validation, not 0" as a second line."""
+    assert main(["condition", str(spec_file), "--options", '{"probe_lrs": [0]}']) == 2
+    expected = "preflight condition: invalid option probe_lrs[0]: Input should be greater than 0\n"
+    assert capsys.readouterr().err == expected
+
+
 def test_data_of_the_wrong_shape_exits_2(spec_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "bad.npz"
     np.savez(data, x=np.zeros((4, 3), np.float32))

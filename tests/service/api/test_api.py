@@ -317,6 +317,16 @@ def test_a_spec_error_is_located_under_the_field_that_holds_the_spec(sqlite_api:
         assert [issue["path"] for issue in problem["errors"]] == [path], problem
 
 
+def test_a_refused_item_of_a_list_is_one_issue_not_also_a_list_too_short(sqlite_api: httpx.Client) -> None:
+    """pydantic counts the items left after refusing one: probe_lrs [0] also read "Tuple should have
+    at least 1 item after validation, not 0", as if the list were empty."""
+    body = {"spec": spec(), "options": {"probe_lrs": [0]}}
+    problem = assert_problem(sqlite_api.post("/v1/candidates", json=body), 422)
+    assert [issue["path"] for issue in problem["errors"]] == ["options.probe_lrs[0]"], problem
+    empty = assert_problem(sqlite_api.post("/v1/candidates", json={**body, "options": {"probe_lrs": []}}), 422)
+    assert [issue["path"] for issue in empty["errors"]] == ["options.probe_lrs"], empty  # a list that is empty
+
+
 @pytest.mark.parametrize(
     ("body", "path"),
     [
