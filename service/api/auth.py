@@ -12,6 +12,7 @@ import hmac
 import ipaddress
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
@@ -79,22 +80,20 @@ class TokenCache:
         return caller
 
 
-def bearer_token(authorization: str | list[str] | None) -> str:
-    """The token of an ``Authorization: Bearer <token>`` header (the scheme in any case, then any
-    whitespace: a tab there read as no token at all); empty when there is none or the scheme is
-    another. The header's every value, as a list: more than one is a 400 (RFC 9110 allows one;
-    the first was taken in silence, so which of two tokens acted depended on their order)."""
-    if isinstance(authorization, list):
-        if len(authorization) > 1:
-            message = f"given {len(authorization)} times; send it once"
-            raise ProblemError(
-                400,
-                f"header.authorization: {message}",
-                kind="invalid-request",
-                errors=[ProblemIssue(path="header.authorization", message=message)],
-            )
-        authorization = authorization[0] if authorization else None
-    parts = (authorization or "").split(None, 1)
+def bearer_token(authorization: Sequence[str]) -> str:
+    """The token of the ``Authorization: Bearer <token>`` header, given as its every value (the
+    scheme in any case, then any whitespace: a tab there read as no token at all); empty when there
+    is none or the scheme is another. More than one value is a 400 (RFC 9110 allows one; the first
+    was taken in silence, so which of two tokens acted depended on their order)."""
+    if len(authorization) > 1:
+        message = f"given {len(authorization)} times; send it once"
+        raise ProblemError(
+            400,
+            f"header.authorization: {message}",
+            kind="invalid-request",
+            errors=[ProblemIssue(path="header.authorization", message=message)],
+        )
+    parts = (authorization[0] if authorization else "").split(None, 1)
     return parts[1].strip() if len(parts) == 2 and parts[0].lower() == "bearer" else ""
 
 

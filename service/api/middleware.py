@@ -137,7 +137,7 @@ class RequestFormatMiddleware:
 
 def _refusal(scope: Scope) -> tuple[int, str, str] | None:
     """(status, where, why) for a request to refuse, else None."""
-    for where, raw in _query_parts(scope.get("query_string") or b"", scope.get("raw_path") or b""):
+    for where, raw in _path_and_query_parts(scope.get("raw_path") or b"", scope.get("query_string") or b""):
         try:
             unquote_to_bytes(raw).decode("utf-8")
         except UnicodeDecodeError as error:
@@ -153,7 +153,7 @@ def _refusal(scope: Scope) -> tuple[int, str, str] | None:
     return None
 
 
-def _query_parts(query: bytes, path: bytes) -> list[tuple[str, bytes]]:
+def _path_and_query_parts(path: bytes, query: bytes) -> list[tuple[str, bytes]]:
     """The raw path, then each query parameter's name and value, with where a fault in each is:
     ``query.<name>`` when the name itself is text (``?study=%ff`` is at ``query.study``)."""
     parts = [("path", path)]

@@ -186,11 +186,7 @@ def _location(loc: tuple[Any, ...], kind: str) -> str:
     if source == "body" and rest and rest[0] in SUBMISSION_TAGS:
         rest = rest[1:]  # the union member pydantic tried, not a place in the body
     path = error_path(tuple(rest), kind)
-    if source == "body":
-        return path
-    if not rest:
-        return str(source)
-    return f"{source}{path}" if path.startswith("[") else f"{source}.{path}"
+    return path if source == "body" else under(str(source), path)
 
 
 async def _on_problem(request: Request, exc: Exception) -> JSONResponse:

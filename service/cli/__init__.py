@@ -188,18 +188,23 @@ def _warn_misspelt_settings() -> None:
     import difflib
     import os
 
+    given = sorted(name for name in os.environ if name.upper().startswith("PREFLIGHT_"))  # read in any case
+    if not given:
+        return  # the common case: no settings model is loaded for nothing
     from nas.validate import SpecLimits
     from service.settings import Settings
 
-    known = {
-        f"{prefix}{name.upper()}"
-        for model, prefix in ((Settings, "PREFLIGHT_"), (SpecLimits, "PREFLIGHT_SPEC_"))
-        for name in model.model_fields
-    } | set(_OTHER_VARIABLES)
-    for name in sorted(os.environ):  # pydantic-settings reads them in any case
-        if name.upper().startswith("PREFLIGHT_") and name.upper() not in known:
-            if close := difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85):
-                print(f"preflight: {name} is no setting and is ignored; did you mean {close[0]}?", file=sys.stderr)
+    known = sorted(
+        {
+            f"{model.model_config['env_prefix']}{name.upper()}"
+            for model in (Settings, SpecLimits)
+            for name in model.model_fields
+        }
+        | set(_OTHER_VARIABLES)
+    )
+    for name in given:
+        if name.upper() not in known and (close := difflib.get_close_matches(name, known, n=1, cutoff=0.85)):
+            print(f"preflight: {name} is no setting and is ignored; did you mean {close[0]}?", file=sys.stderr)
 
 
 def _flushed(status: int, command: str) -> int:
