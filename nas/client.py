@@ -473,11 +473,13 @@ class _Core:
         timeout: float | None = None,
         deadline: float | None = None,
         poll: Callable[[], float] | None = None,
+        deletes: bool = False,
     ) -> _Operation[Any]:
         """One API call with retries; returns the decoded JSON. ``deadline`` (``time.monotonic``):
         the end of the operation it serves (a wait, a ``condition``), until which an outage is
         ridden out (``RetryPolicy.ride_out``). ``poll``: a long-poll's seconds, computed again for
-        each try, so that a retry does not ask the server for the first try's whole poll."""
+        each try, so that a retry does not ask the server for the first try's whole poll.
+        ``deletes``: a 404 to a retry is None, since a try that got no answer may have deleted it."""
         attempt = 0
         while True:
             attempt += 1
@@ -504,6 +506,8 @@ class _Core:
             if self.retry.retries_status(status) and self._another_try(attempt, deadline, status, poll is not None):
                 yield _Sleep(self._pause(attempt, deadline, _retry_after(response)))
                 continue
+            if deletes and attempt > 1 and status == 404:
+                return None
             return decode(response)
 
     def _build(
@@ -670,6 +674,11 @@ class _Core:
         for warning in stored.get("warnings", []):  # e.g. imbalanced labels: the probe's figure flatters
             warnings.warn(f"data batch {stored['id']}: {warning}", BatchWarning, stacklevel=4)
         return str(stored["id"])
+
+    def delete_batch(self, batch_id: str) -> _Operation[None]:
+        if not isinstance(batch_id, str):
+            raise TypeError(f"a data batch id is a string, but got a {type(batch_id).__name__}")
+        yield from self.request("DELETE", f"/v1/batches/{quote(batch_id, safe='')}", deletes=True)
 
 
 def _batch_body(x: Any, y: Any) -> dict[str, Any]:
@@ -857,6 +866,13 @@ class PreflightClient:
         warns :class:`~nas.errors.BatchWarning` for labels that make reports read wrong."""
         return self._run(self._core.upload_batch(_batch_body(x, y)))
 
+    def delete_batch(self, batch_id: str) -> None:
+        """Let go of an uploaded batch, freeing a place in the token's quota of batches (the
+        content is deleted with its last holder). Raises :class:`~nas.errors.NotFoundError` when
+        the token holds no such batch, :class:`~nas.errors.ConflictError` while its queued or
+        running candidates name it."""
+        self._run(self._core.delete_batch(batch_id))
+
     def close(self) -> None:
         self._http.close()
 
@@ -967,6 +983,10 @@ class AsyncPreflightClient:
     async def upload_batch(self, x: Any, y: Any = None) -> str:
         """See :meth:`PreflightClient.upload_batch` (the arrays are written out in a thread)."""
         return await self._run(self._core.upload_batch(await asyncio.to_thread(_batch_body, x, y)))
+
+    async def delete_batch(self, batch_id: str) -> None:
+        """See :meth:`PreflightClient.delete_batch`."""
+        await self._run(self._core.delete_batch(batch_id))
 
     async def aclose(self) -> None:
         """Close this event loop's connections (a pool another open loop holds is closed by

@@ -8,7 +8,9 @@ labels; on the benchmark that flags untrainable candidates with precision 0.82 a
 worker hands it to ``worker.engine.condition(spec, data={"x": ..., "y": ...})``.
 
 A batch belongs to each owner that uploaded it (``data_batch_owners``; the content is stored
-once): to any other token it does not exist, neither to read nor to name in a submission.
+once): to any other token it does not exist, neither to read nor to name in a submission. An
+owner lets go of it with ``release`` (``DELETE /v1/batches/{id}``); the content goes with the last
+hold, unless a queued or running job still names it.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from nas import ArchitectureSpec
+from nas.canonical import DATA_OPTION as DATA
 from nas.options import ConditionOptions
 from nas.shapes import trace_shapes
 from nas.spec import json_key
@@ -37,21 +40,24 @@ from nas.targets import (
     whole_floats_warning,
 )
 from service.store.db import insert_ignoring_duplicates
-from service.store.errors import BatchQuotaReached, InvalidBatch
-from service.store.models import DataBatch, DataBatchOwner
+from service.store.errors import BatchInUse, BatchQuotaReached, InvalidBatch
+from service.store.models import Candidate, DataBatch, DataBatchOwner, OwnedCandidate, Status
 from service.store.owners import ANONYMOUS, ANONYMOUS_OWNER, Caller
 
 __all__ = [
     "MAX_ROWS",
     "MAX_VALUES",
+    "BatchInUse",
     "BatchQuotaReached",
     "BatchShape",
     "InvalidBatch",
     "check_batch_size",
     "check_fits",
+    "held",
     "label_warnings",
     "load",
     "parse",
+    "release",
     "shape_of",
     "store",
 ]
@@ -299,7 +305,9 @@ def _holds_at_least(session: Session, owner_id: int, count: int, *, unless: str)
 
 
 def _stored(session: Session, key: str, x: dict[str, Any], y: dict[str, Any] | None, shape: BatchShape) -> DataBatch:
-    existing = session.get(DataBatch, key)
+    # FOR KEY SHARE (PostgreSQL; SQLite serializes writers): a release that would delete the content
+    # waits for this upload's hold, or went first and the content is inserted anew
+    existing = session.get(DataBatch, key, with_for_update={"key_share": True})
     if existing is not None:
         if existing.shape != shape:  # stored before the shape kept the labels' "y" and "classes"
             existing.shape = shape
@@ -325,6 +333,65 @@ def shape_of(bind: Session | Connection, key: str, caller: Caller = ANONYMOUS) -
         )
         query = query.where(owned.exists())
     return bind.execute(query).scalar_one_or_none()
+
+
+def held(
+    bind: Session | Connection, caller: Caller = ANONYMOUS, *, limit: int, after: str | None = None
+) -> list[tuple[str, BatchShape]]:
+    """The (id, shape) of the batches the caller holds (an admin: every stored batch), in the order
+    of their ids, from the first id above ``after``: the ids are content hashes, so a page resumes
+    where the last ended without a cursor that says anything of other owners' batches."""
+    query = select(DataBatch.id, DataBatch.shape).order_by(DataBatch.id).limit(limit)
+    if not caller.admin:
+        query = query.join(DataBatchOwner, DataBatchOwner.batch_id == DataBatch.id).where(
+            DataBatchOwner.owner_id == caller.owner_id
+        )
+    if after is not None:
+        query = query.where(DataBatch.id > after)
+    return [(key, shape) for key, shape in bind.execute(query)]
+
+
+def release(session: Session, key: str, caller: Caller = ANONYMOUS) -> bool:
+    """Remove the caller's hold on the batch (an admin's: every owner's), and its content once no
+    owner holds it and no queued or running job names it. False: the caller holds no such batch
+    (an admin: none is stored). Raises :class:`BatchInUse`, changing nothing, while queued or
+    running submissions of the caller (an admin: anyone's) name it, since their jobs would fail.
+
+    The content row is locked first (PostgreSQL), so two owners letting go at once cannot each see
+    the other's hold and both leave the content behind."""
+    if session.get(DataBatch, key, with_for_update=True) is None:
+        return False
+    holds = delete(DataBatchOwner).where(DataBatchOwner.batch_id == key)
+    if not caller.admin:
+        mine = select(DataBatchOwner.owner_id).where(
+            DataBatchOwner.batch_id == key, DataBatchOwner.owner_id == caller.owner_id
+        )
+        if session.scalar(mine) is None:
+            return False
+        holds = holds.where(DataBatchOwner.owner_id == caller.owner_id)
+    waiting = _unfinished_naming(session, key, None if caller.admin else caller.owner_id)
+    if waiting:
+        raise BatchInUse(waiting)
+    session.execute(holds)
+    left = select(DataBatchOwner.owner_id).where(DataBatchOwner.batch_id == key).limit(1)
+    if session.scalar(left) is None and not _unfinished_naming(session, key, None):
+        session.execute(delete(DataBatch).where(DataBatch.id == key))
+    return True
+
+
+def _unfinished_naming(session: Session, key: str, owner_id: int | None) -> int:
+    """How many queued or running jobs name the batch in their option ``data`` (``owner_id``: only
+    the submissions of that owner it has not cancelled)."""
+    query = (
+        select(func.count())
+        .select_from(Candidate)
+        .where(Candidate.status.in_([Status.QUEUED, Status.RUNNING]), Candidate.options[DATA].as_string() == key)
+    )
+    if owner_id is not None:
+        query = query.join(OwnedCandidate, OwnedCandidate.candidate_id == Candidate.id).where(
+            OwnedCandidate.owner_id == owner_id, OwnedCandidate.cancelled_at.is_(None)
+        )
+    return int(session.scalar(query) or 0)
 
 
 def load(session: Session, key: str) -> dict[str, Any] | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BatchQuotaReached", "InvalidBatch"]
+__all__ = ["BatchInUse", "BatchQuotaReached", "InvalidBatch"]
 
 
 class InvalidBatch(ValueError):
@@ -22,3 +22,12 @@ class BatchQuotaReached(Exception):
     def __init__(self, quota: int) -> None:
         super().__init__(f"quota of {quota} data batches reached")
         self.quota = quota
+
+
+class BatchInUse(Exception):
+    """``count`` queued or running submissions name the data batch to be deleted, and their jobs
+    would fail without it; the API answers 409 and deletes nothing."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"{count} queued or running submissions name the data batch")
+        self.count = count

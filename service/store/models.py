@@ -255,6 +255,7 @@ class DataBatchOwner(Base):
     it may read it and name it in its submissions; to any other token it does not exist."""
 
     __tablename__ = "data_batch_owners"
+    __table_args__ = (Index("ix_data_batch_owners_owner", "owner_id", "batch_id"),)  # migration 0007
 
     batch_id: Mapped[str] = mapped_column(ForeignKey("data_batches.id", ondelete="CASCADE"), primary_key=True)
     owner_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)

@@ -676,3 +676,28 @@ def test_condition_submits_through_an_outage_within_its_timeout() -> None:
         client.get("a")  # the service has answered this client
         assert client.condition({}, timeout=60).status == "done"
     assert len(posts) == 6  # the same submission again: the service finds the same job
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+def test_a_batch_delete_whose_first_try_got_no_answer_is_done_when_the_retry_finds_it_gone(run: Any) -> None:
+    """The first try may have deleted it before the connection dropped: the retry's 404 is that
+    delete, not an unknown id; a 404 to the first try is (NotFoundError)."""
+    from nas.errors import NotFoundError
+
+    calls: list[httpx.Request] = []
+    missing = {"type": "about:blank", "title": "Not Found", "status": 404, "detail": "no data batch with id ab"}
+
+    def dropped_then_gone(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) == 1:
+            raise httpx.ReadError("connection reset", request=request)
+        return httpx.Response(404, json=missing, headers={"content-type": "application/problem+json"})
+
+    assert run(dropped_then_gone, lambda client: client.delete_batch("ab")) is None
+    assert [(r.method, r.url.path) for r in calls] == [("DELETE", "/v1/batches/ab")] * 2
+
+    def gone(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json=missing, headers={"content-type": "application/problem+json"})
+
+    with pytest.raises(NotFoundError, match="no data batch with id ab"):
+        run(gone, lambda client: client.delete_batch("ab"))

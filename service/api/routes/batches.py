@@ -1,13 +1,14 @@
-"""/v1/batches: upload a data batch (inputs and optional labels) to condition candidates on.
+"""/v1/batches: upload a data batch (inputs and optional labels) to condition candidates on, list
+the batches held, and let one go.
 
 A batch is its uploaders' (``service.store.owners``): another token reads it as absent (404)
-and cannot name it in a submission; an admin token reads every batch."""
+and cannot name it in a submission; an admin token reads, lists and deletes every batch."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 from sqlalchemy import Engine
@@ -21,7 +22,7 @@ from service.store import data_batches
 from service.store.db import read_connection, session_scope
 from service.store.owners import Caller
 
-__all__ = ["DataBatchPublic", "router"]
+__all__ = ["DataBatchList", "DataBatchPublic", "router"]
 
 router = APIRouter(
     route_class=StrictJSONRoute, prefix="/v1/batches", tags=["batches"], dependencies=[AuthDep, StrictQueryDep]
@@ -34,6 +35,11 @@ class DataBatchPublic(BaseModel):
     labels: str | None  # "class" (integer targets), "float", or null (no labels)
     balance: float | None = None  # class labels: their entropy over ln(classes), 1 = balanced
     warnings: list[str] = []  # what the batch will make the report read wrong; it is stored all the same
+
+
+class DataBatchList(BaseModel):
+    batches: list[DataBatchPublic]  # in the order of their ids
+    next_cursor: str | None  # pass as ?cursor= for the next page; null on the last
 
 
 def _public(shape: data_batches.BatchShape, key: str) -> DataBatchPublic:
@@ -60,7 +66,8 @@ def _store(sessions: sessionmaker[Session], body: Any, caller: Caller, quota: in
             409,
             f"this token holds at least {quota} data batches, its quota (setting PREFLIGHT_MAX_BATCHES_PER_OWNER), and "
             "this content is not one of them: name one it holds in the option data (uploading one of them "
-            "again is free), or ask an admin for more",
+            "again is free), delete one it no longer needs (DELETE /v1/batches/{id}; GET /v1/batches lists "
+            "them), or ask an admin for more",
             kind="conflict",
         ) from None
 
@@ -89,6 +96,37 @@ async def upload_batch(
     return Response(public.model_dump_json(), status_code=201 if created else 200, media_type="application/json")
 
 
+def _is_batch_id(text: str) -> bool:
+    """Ids are hex digests: anything else (a NUL byte, a lone surrogate) is no batch, not a query."""
+    return text.isascii() and text.isalnum()
+
+
+def _held(engine: Engine, caller: Caller, limit: int, after: str | None) -> list[tuple[str, data_batches.BatchShape]]:
+    with read_connection(engine) as connection:
+        return data_batches.held(connection, caller, limit=limit, after=after)
+
+
+@router.get("", response_model=DataBatchList, summary="List the data batches the caller holds, by id")
+async def list_batches(
+    engine: EngineDep,
+    settings: SettingsDep,
+    caller: CallerDep,
+    limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    cursor: Annotated[str | None, Query(max_length=100)] = None,
+) -> DataBatchList:
+    """The batches the caller uploaded and still holds (an admin: every stored batch), in the order
+    of their ids; a page resumes after ``cursor``, the last id of the page before."""
+    if cursor is not None and not _is_batch_id(cursor):
+        raise ProblemError.at("query.cursor", "invalid cursor; pass next_cursor from the previous page")
+    page = limit or settings.page_size
+    rows = await run_in_threadpool(_held, engine, caller, page + 1, cursor)
+    more = len(rows) > page
+    rows = rows[:page]
+    return DataBatchList(
+        batches=[_public(shape, key) for key, shape in rows], next_cursor=rows[-1][0] if more and rows else None
+    )
+
+
 def _shape(engine: Engine, key: str, caller: Caller) -> data_batches.BatchShape | None:
     with read_connection(engine) as connection:
         return data_batches.shape_of(connection, key, caller)
@@ -101,9 +139,46 @@ def _shape(engine: Engine, key: str, caller: Caller) -> data_batches.BatchShape 
     summary="A data batch's shape",
 )
 async def get_batch(engine: EngineDep, caller: CallerDep, batch_id: str) -> DataBatchPublic:
-    # ids are hex digests: anything else (a NUL byte, a lone surrogate) is no batch, not a query
-    ok = batch_id.isascii() and batch_id.isalnum()
-    shape = await run_in_threadpool(_shape, engine, batch_id, caller) if ok else None
+    shape = await run_in_threadpool(_shape, engine, batch_id, caller) if _is_batch_id(batch_id) else None
     if shape is None:
         raise ProblemError.not_found("data batch", batch_id)
     return _public(shape, batch_id)
+
+
+def _release(sessions: sessionmaker[Session], key: str, caller: Caller) -> None:
+    try:
+        with session_scope(sessions, write=True) as session:
+            released = data_batches.release(session, key, caller)
+    except data_batches.BatchInUse as exc:
+        one = exc.count == 1
+        whose = "" if caller.admin else " of this token"
+        raise ProblemError(
+            409,
+            f"{exc.count} queued or running submission{'' if one else 's'}{whose} name{'s' if one else ''} data "
+            f"batch {key} in the option data, and {'its job needs' if one else 'their jobs need'} it: wait for "
+            f"{'it' if one else 'them'} to finish, or cancel {'it' if one else 'them'} (DELETE /v1/candidates/{{id}}), "
+            "then delete the batch",
+            kind="conflict",
+        ) from None
+    if not released:
+        raise ProblemError.not_found("data batch", key)
+
+
+@router.delete(
+    "/{batch_id}",
+    status_code=204,
+    responses={
+        404: {"model": Problem, "description": "no data batch with this id that the caller holds"},
+        409: {"model": Problem, "description": "queued or running submissions of the caller name it"},
+    },
+    summary="Let go of a data batch",
+)
+async def delete_batch(sessions: SessionsDep, caller: CallerDep, batch_id: str) -> Response:
+    """Remove the caller's hold on the batch, which frees a place in its quota: the batch no longer
+    exists for this token (another token that uploaded it keeps it). The content is deleted with the
+    last hold. An admin token deletes the batch for every owner. Finished reports conditioned on it
+    stay, and uploading the same content again gives the same id (a 201) and the same cached jobs."""
+    if not _is_batch_id(batch_id):
+        raise ProblemError.not_found("data batch", batch_id)
+    await run_in_threadpool(_release, sessions, batch_id, caller)
+    return Response(status_code=204)

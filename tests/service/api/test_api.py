@@ -441,7 +441,8 @@ def test_a_method_a_path_does_not_allow_is_405_naming_every_method_it_does(sqlit
     for method, path, template, allowed in [
         ("DELETE", "/v1/candidates", "/v1/candidates", {"GET", "HEAD", "POST"}),
         ("POST", "/v1/candidates/c_abc", "/v1/candidates/{candidate_id}", {"GET", "HEAD", "DELETE"}),
-        ("GET", "/v1/batches", "/v1/batches", {"POST"}),
+        ("DELETE", "/v1/batches", "/v1/batches", {"GET", "HEAD", "POST"}),
+        ("POST", "/v1/batches/ab", "/v1/batches/{batch_id}", {"GET", "HEAD", "DELETE"}),
     ]:
         response = sqlite_api.request(method, path)
         problem = assert_problem(response, 405)

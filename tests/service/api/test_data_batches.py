@@ -68,6 +68,24 @@ def test_an_imbalanced_batch_is_stored_with_a_warning_that_names_its_labels(api:
     assert api.post("/v1/batches", json={"x": X}).json()["balance"] is None  # no labels, nothing to weigh
 
 
+def test_the_client_deletes_a_batch_and_is_told_when_it_holds_none_or_jobs_still_need_it(
+    sqlite_url: str, make_settings: Callable[..., Settings]
+) -> None:
+    from nas.client import PreflightClient
+    from nas.errors import ConflictError, NotFoundError
+
+    with live_server(make_settings(sqlite_url)) as url, PreflightClient(url) as client:
+        batch = client.upload_batch(X, Y)
+        queued = client.submit(SPEC, {"data": batch})
+        with pytest.raises(ConflictError, match="1 queued or running submission names data batch"):
+            client.delete_batch(batch)
+        client.cancel(queued.id)
+        client.delete_batch(batch)
+        with pytest.raises(NotFoundError, match=f"no data batch with id {batch}"):
+            client.delete_batch(batch)
+        assert client.upload_batch(X, Y) == batch  # the same content, the same id
+
+
 def test_the_client_raises_a_batch_warning_for_an_imbalanced_upload(
     sqlite_url: str, make_settings: Callable[..., Settings]
 ) -> None:

@@ -365,6 +365,109 @@ def test_a_token_stores_at_most_its_quota_of_data_batches_and_is_not_told_what_o
     assert stored == 6  # A's two, B's, the admin's three: nothing of the refused uploads
 
 
+def _stored_batches(tenants: Tenants) -> int:
+    with session_scope(tenants.store) as session:
+        return session.scalar(select(func.count()).select_from(DataBatch)) or 0
+
+
+def test_deleting_a_batch_frees_a_place_in_the_quota_and_the_content_goes_with_the_last_hold(
+    tenants: Tenants,
+) -> None:
+    """A token at its quota of 2 lets one batch go (204) and uploads a new one; the content another
+    token holds stays for it; the last hold takes the content with it; uploading it again is a 201."""
+
+    def upload(client: httpx.Client, shift: float) -> dict[str, Any]:
+        response = client.post("/v1/batches", json={"x": [[v + shift for v in row] for row in X], "y": Y})
+        assert response.status_code in (200, 201), response.text
+        return cast(dict[str, Any], response.json())
+
+    shared, own = upload(tenants.a, 0.0), upload(tenants.a, 1.0)
+    upload(tenants.b, 0.0)
+    assert tenants.a.post("/v1/batches", json={"x": [[v + 2.0 for v in row] for row in X]}).status_code == 409
+    assert tenants.a.delete(f"/v1/batches/{own['id']}").status_code == 204
+    assert_not_found(tenants.a.get(f"/v1/batches/{own['id']}"))
+    assert_not_found(tenants.a.delete(f"/v1/batches/{own['id']}"))  # gone: a second delete finds nothing
+    assert _stored_batches(tenants) == 1  # A's own batch had no other holder
+    upload(tenants.a, 2.0)  # the freed place
+    assert tenants.a.delete(f"/v1/batches/{shared['id']}").status_code == 204
+    assert_not_found(tenants.a.get(f"/v1/batches/{shared['id']}"))
+    assert tenants.b.get(f"/v1/batches/{shared['id']}").json() == shared  # B's hold keeps it
+    assert _stored_batches(tenants) == 2
+    assert tenants.b.delete(f"/v1/batches/{shared['id']}").status_code == 204
+    assert _stored_batches(tenants) == 1  # the last hold took the content
+    again = tenants.b.post("/v1/batches", json={"x": X, "y": Y})
+    assert again.status_code == 201 and again.json() == shared
+
+
+def test_a_token_cannot_see_or_delete_another_tokens_batch_by_deleting_it(tenants: Tenants) -> None:
+    """Deleting a batch only another token holds is the 404 of one never uploaded, and leaves it."""
+    theirs = tenants.b.post("/v1/batches", json={"x": X}).json()
+    refused = tenants.a.delete(f"/v1/batches/{theirs['id']}")
+    nobodys = tenants.a.delete("/v1/batches/" + "e" * 64)
+    assert_not_found(refused)
+    assert refused.json()["detail"].replace(theirs["id"], "e" * 64) == nobodys.json()["detail"]
+    assert tenants.b.get(f"/v1/batches/{theirs['id']}").json() == theirs
+    assert_not_found(tenants.a.delete("/v1/batches/not%00hex"))
+
+
+def test_a_batch_that_queued_jobs_name_is_not_deleted_until_they_finish_or_are_cancelled(
+    tenants: Tenants, sample_report: ConditioningReport
+) -> None:
+    """Deleting would fail their jobs (the worker could not load the batch): a 409 that counts the
+    caller's queued or running submissions naming it, and nothing deleted. Another token's job does
+    not hold back this token's delete; a cancelled submission does not either."""
+    batch = tenants.a.post("/v1/batches", json={"x": X, "y": Y}).json()["id"]
+    tenants.b.post("/v1/batches", json={"x": X, "y": Y})
+    mine = submit(tenants.a, {"spec": spec(4), "options": {"data": batch}})
+    submit(tenants.a, {"spec": spec(5), "options": {"data": batch}})
+    submit(tenants.b, {"spec": spec(6), "options": {"data": batch}})
+    refused = tenants.a.delete(f"/v1/batches/{batch}")
+    assert refused.status_code == 409 and refused.headers["content-type"].startswith(PROBLEM)
+    assert "2 queued or running submissions of this token name data batch" in refused.json()["detail"]
+    assert tenants.a.get(f"/v1/batches/{batch}").status_code == 200
+    tenants.a.delete(f"/v1/candidates/{mine['id']}")
+    with session_scope(tenants.store, write=True) as session:  # a worker takes spec(5)'s job: running
+        job = jobs.claim(session, worker="test", device_kind="cpu", lease_seconds=30)
+    assert job is not None and job.spec["blocks"][0]["layers"][0]["out"] == 5
+    assert (
+        "1 queued or running submission of this token names"
+        in tenants.a.delete(f"/v1/batches/{batch}").json()["detail"]
+    )
+    with session_scope(tenants.store, write=True) as session:
+        assert jobs.complete(session, job_id=job.id, token=job.lease_token, report=sample_report)
+    assert tenants.a.delete(f"/v1/batches/{batch}").status_code == 204  # B's queued job is B's
+    assert tenants.b.get(f"/v1/batches/{batch}").status_code == 200
+    admin = tenants.admin.delete(f"/v1/batches/{batch}")  # nor does an admin delete under a queued job
+    assert admin.status_code == 409 and "1 queued or running submission names" in admin.json()["detail"]
+
+
+def test_a_token_lists_the_batches_it_holds_page_by_page_and_an_admin_lists_all(tenants: Tenants) -> None:
+    a = [tenants.a.post("/v1/batches", json={"x": [[v + s for v in row] for row in X]}).json() for s in (0.0, 1.0)]
+    b = tenants.b.post("/v1/batches", json={"x": [[v + 9.0 for v in row] for row in X]}).json()
+    first = tenants.a.get("/v1/batches", params={"limit": 1}).json()
+    assert (
+        first["batches"] == [min(a, key=lambda item: item["id"])] and first["next_cursor"] == first["batches"][0]["id"]
+    )
+    second = tenants.a.get("/v1/batches", params={"limit": 1, "cursor": first["next_cursor"]}).json()
+    assert second == {"batches": [max(a, key=lambda item: item["id"])], "next_cursor": None}
+    assert tenants.b.get("/v1/batches").json() == {"batches": [b], "next_cursor": None}
+    listed = tenants.admin.get("/v1/batches").json()["batches"]
+    assert [item["id"] for item in listed] == sorted(item["id"] for item in [*a, b])
+    bad = tenants.a.get("/v1/batches", params={"cursor": "x y"})
+    assert bad.status_code == 422 and bad.json()["errors"][0]["path"] == "query.cursor"
+    assert tenants.a.get("/v1/batches", params={"limit": 0}).status_code == 422
+
+
+def test_an_admin_deletes_a_batch_for_every_owner(tenants: Tenants) -> None:
+    batch = tenants.a.post("/v1/batches", json={"x": X}).json()["id"]
+    tenants.b.post("/v1/batches", json={"x": X})
+    assert tenants.admin.delete(f"/v1/batches/{batch}").status_code == 204
+    assert_not_found(tenants.a.get(f"/v1/batches/{batch}"))
+    assert_not_found(tenants.b.get(f"/v1/batches/{batch}"))
+    assert _stored_batches(tenants) == 0
+    assert_not_found(tenants.admin.delete(f"/v1/batches/{batch}"))
+
+
 def test_an_admin_token_sees_reads_and_cancels_every_owners_items(tenants: Tenants) -> None:
     a = submit(tenants.a, {"spec": spec(1), "options": {"study": "shared-name"}})
     b = submit(tenants.b, {"spec": spec(2), "options": {"study": "shared-name"}})

@@ -1,6 +1,7 @@
 """Data batches in the store: parsing refuses a bad upload with a plain :class:`InvalidBatch`
 naming the JSON path (the API turns it into a 422), and, on PostgreSQL, two uploads of the
-same content racing to insert it both get the one row."""
+same content racing to insert it both get the one row, two owners letting go of one batch at once
+leave no content behind, and an upload racing the last hold's delete stores the content anew."""
 
 from __future__ import annotations
 
@@ -164,6 +165,71 @@ def test_an_upload_that_loses_the_insert_race_gets_the_winners_row(pg_url: str, 
     assert "error" not in outcome, outcome
     row, created = outcome["result"]
     assert (row.id, created) == (data_batches.batch_id(x, y, "class"), False)
+
+
+def _stored_ids(sessions: Any) -> list[str]:
+    from sqlalchemy import select
+
+    from service.store.models import DataBatch
+
+    with sessions() as session:
+        return list(session.scalars(select(DataBatch.id)))
+
+
+@pytest.mark.postgres
+def test_two_owners_letting_go_of_a_batch_at_once_take_the_content_with_the_last_hold(pg_url: str, race: Any) -> None:
+    """Each delete would see the other's uncommitted hold and keep the content, leaving it held by
+    nobody; the second waits on the first's lock of the content row instead, and deletes it."""
+    from service.store import data_batches
+    from service.store.db import make_engine, make_sessionmaker
+    from service.store.owners import Caller
+
+    engine = make_engine(pg_url)
+    sessions = make_sessionmaker(engine)
+    x, y, shape = data_batches.parse({"x": X, "y": Y})
+    key = data_batches.batch_id(x, y, "class")
+    owners = iter([Caller(owner_id=1), Caller(owner_id=2)])
+    try:
+        for owner in (1, 2):
+            with sessions.begin() as session:
+                data_batches.store(session, x, y, shape, owner_id=owner)
+        outcome = race(sessions, lambda session: data_batches.release(session, key, next(owners)))
+        assert outcome["first"] is True and outcome["blocked"] and outcome.get("result") is True, outcome
+        assert _stored_ids(sessions) == []
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_an_upload_racing_the_last_holds_delete_stores_the_content_anew(pg_url: str, race: Any) -> None:
+    """The upload read the content row as there, and its hold then referenced a deleted row (an
+    integrity error, a 500); it waits on the delete's lock instead and inserts the content again."""
+    from service.store import data_batches
+    from service.store.db import make_engine, make_sessionmaker
+    from service.store.owners import Caller
+
+    engine = make_engine(pg_url)
+    sessions = make_sessionmaker(engine)
+    x, y, shape = data_batches.parse({"x": X, "y": Y})
+    key = data_batches.batch_id(x, y, "class")
+    steps = iter(["release", "upload"])
+
+    def act(session: Any) -> Any:
+        if next(steps) == "release":
+            return data_batches.release(session, key, Caller(owner_id=1))
+        return data_batches.store(session, x, y, shape, owner_id=2)[1]
+
+    try:
+        with sessions.begin() as session:
+            data_batches.store(session, x, y, shape, owner_id=1)
+        outcome = race(sessions, act)
+        assert "error" not in outcome, outcome
+        assert outcome["first"] is True and outcome["blocked"] and outcome["result"] is True
+        assert _stored_ids(sessions) == [key]
+        with sessions() as session:
+            assert data_batches.shape_of(session, key, Caller(owner_id=2)) == shape
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 0003 (tenancy) gives what was stored before it to the anonymous owner, with fresh opaque ids,
 and goes back down cleanly; 0004 (engine revisions) leaves the jobs queued before it claimable;
 0005 (one active token per name) renames the duplicates older versions allowed, keeping every token;
-0006 widens study names to Optuna's 512 characters and cuts them back to 200 going down."""
+0006 widens study names to Optuna's 512 characters and cuts them back to 200 going down; 0007
+indexes a token's data batches."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def test_the_migrations_build_exactly_the_models_schema(db_url: str) -> None:
     engine = make_engine(db_url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            assert current_revision(engine) == head_revision() == "0006"
+            assert current_revision(engine) == head_revision() == "0007"
             assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
     finally:
         engine.dispose()
@@ -102,7 +103,7 @@ def test_upgrading_to_tenancy_gives_what_existed_to_the_anonymous_owner_and_down
     with engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM candidates")).scalar_one() == 2
     upgrade(empty_url)
-    assert current_revision(engine) == "0006"
+    assert current_revision(engine) == "0007"
     engine.dispose()
 
 
@@ -231,8 +232,8 @@ def test_a_sqlite_migration_that_breaks_a_reference_is_rolled_back_whole(tmp_pat
 
     scripts = tmp_path / "migrations"
     shutil.copytree(HERE, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0007_orphan.py").write_text(
-        'from alembic import op\nimport sqlalchemy as sa\nrevision = "0007"\ndown_revision = "0006"\n'
+    (scripts / "versions" / "0099_orphan.py").write_text(
+        'from alembic import op\nimport sqlalchemy as sa\nrevision = "0099"\ndown_revision = "0007"\n'
         "branch_labels = None\ndepends_on = None\n\n\ndef upgrade() -> None:\n"
         '    op.execute(sa.text("INSERT INTO submissions (candidate_id, study, trial, created_at) '
         "VALUES (999, 'x', 0, '2026-01-01')\"))\n\n\ndef downgrade() -> None:\n    pass\n"
@@ -241,7 +242,7 @@ def test_a_sqlite_migration_that_breaks_a_reference_is_rolled_back_whole(tmp_pat
     upgrade(url, "0005")
     config = alembic_config(url)
     config.set_main_option("script_location", str(scripts))
-    with pytest.raises(MigrationsPending, match=r"\(0006, 0007\) was rolled back .* submissions row"):
+    with pytest.raises(MigrationsPending, match=r"\(0006, 0007, 0099\) was rolled back .* submissions row"):
         command.upgrade(config, "head")
     engine = make_engine(url, poolclass=NullPool)
     try:
