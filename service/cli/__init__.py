@@ -115,7 +115,7 @@ def _failure(error: Exception) -> tuple[int, str] | None:
     if isinstance(error, ValidationError) and error.title in _SETTINGS:  # PREFLIGHT_* or the options that set them
         prefix = _SETTINGS[error.title]
         fields = "; ".join(
-            f"{prefix + '_'.join(map(str, e['loc'])).upper() if e['loc'] else '$'}: {settings_reason(e['msg'])}"
+            f"{prefix + '_'.join(map(str, e['loc'])).upper() if e['loc'] else '$'}: {settings_reason(e)}"
             for e in error.errors()[:5]
         )
         return EXIT_USAGE, f"invalid settings (PREFLIGHT_* or the options that set them): {fields}"

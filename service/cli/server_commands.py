@@ -135,10 +135,19 @@ def _settings(**overrides: Any) -> Any:
     return settings
 
 
+def _spec_limits() -> None:
+    """Read ``PREFLIGHT_SPEC_*`` now: the app reads them at start-up and the engine at every build,
+    where a bad value was uvicorn's traceback ("Application startup failed") or the worker's failed
+    warm-up and every job failed; the CLI names the variable instead."""
+    from nas.validate import SpecLimits
+
+    SpecLimits()
+
+
 def _named_fault(fault: Any, given: dict[str, Any]) -> str:
     field = str(fault["loc"][0]) if fault["loc"] else ""
     source = _OPTION_OF_FIELD[field] if field in given else f"PREFLIGHT_{field.upper()}" if field else "$"
-    return f"{source}: {settings_reason(fault['msg'])}"
+    return f"{source}: {settings_reason(fault)}"
 
 
 def _check_database_url(url: str) -> None:
@@ -257,6 +266,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1 and args.embedded_worker:  # before the database is touched or a line logged
         raise UsageError("--embedded-worker runs in one process; drop --workers")
     settings = _settings(host=args.host, port=args.port, root_path=args.root_path)
+    _spec_limits()
     _check_listen(settings.host, settings.port, "--host" if args.host is not None else "PREFLIGHT_HOST")
     _logging(args.log_level)
     if args.embedded_worker:
@@ -332,6 +342,7 @@ def _any_token(settings: Any) -> bool:
 def _worker(args: argparse.Namespace) -> int:
     _check_worker_name(args.name)
     settings = _settings()
+    _spec_limits()
     _logging(args.log_level)
     if args.devices != "all":
         _check_device(args.device)
@@ -466,8 +477,12 @@ def _token_revoke(args: argparse.Namespace) -> int:
     if again:
         print(f"token {token_id} was revoked already{cancelled_its}")
         return 0
+    if not count:  # "revoked 0 token(s)" read as a success that changed nothing, not as a miss
+        which = f"with id {args.token}" if args.token.isdecimal() else f"named {args.token!r}"
+        print(f"preflight token revoke: no active token {which}; preflight token list shows them", file=sys.stderr)
+        return 1
     print(f"revoked {count} token(s){cancelled_its}")
-    return 0 if count else 1
+    return 0
 
 
 def _token_list(args: argparse.Namespace) -> int:
