@@ -12,6 +12,7 @@ from nas.canonical import NOT_IN_KEY as _NOT_IN_KEY
 from nas.options import ConditionOptions
 from nas.spec import error_path, json_key, primary_errors, quote_short, readable_message
 from service.api.problems import DETAIL_ISSUES, ProblemError, ProblemIssue, bounded, under
+from service.store.data_batches import is_batch_id
 
 __all__ = ["DATA", "canonical_tuning_options"]
 
@@ -20,7 +21,7 @@ def canonical_tuning_options(options: dict[str, Any], *, field: str = "options")
     """Validate tuning options with the engine's model; raise a 422 problem naming the bad key."""
     model = ConditionOptions
     data = options.pop(DATA, None)
-    if data is not None and not _is_batch_id(data):
+    if data is not None and not is_batch_id(data):
         raise ProblemError(
             422,
             f"{field}.{DATA}: expected the id of an uploaded data batch (POST /v1/batches), got {quote_short(data)}",
@@ -55,7 +56,3 @@ def canonical_tuning_options(options: dict[str, Any], *, field: str = "options")
         raise ProblemError(422, detail, kind="invalid-request", errors=issues) from None
     canonical = parsed.model_dump(mode="json", exclude=set(_NOT_IN_KEY))
     return canonical | ({DATA: data} if data is not None else {})
-
-
-def _is_batch_id(value: object) -> bool:
-    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)

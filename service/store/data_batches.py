@@ -54,6 +54,7 @@ __all__ = [
     "check_batch_size",
     "check_fits",
     "held",
+    "is_batch_id",
     "label_warnings",
     "load",
     "parse",
@@ -259,6 +260,12 @@ def batch_id(x: dict[str, Any], y: dict[str, Any] | None, labels: str | None) ->
     for part in parts:
         digest.update(part.tobytes())
     return digest.hexdigest()
+
+
+def is_batch_id(value: object) -> bool:
+    """Whether ``value`` can name a batch: a SHA-256 hex digest as :func:`batch_id` writes it (64
+    lowercase hex digits). Anything else names none, and is answered without a query."""
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
 def _canonical(values: Any, dtype: type[np.generic]) -> np.ndarray:

@@ -96,11 +96,6 @@ async def upload_batch(
     return Response(public.model_dump_json(), status_code=201 if created else 200, media_type="application/json")
 
 
-def _is_batch_id(text: str) -> bool:
-    """Ids are hex digests: anything else (a NUL byte, a lone surrogate) is no batch, not a query."""
-    return text.isascii() and text.isalnum()
-
-
 def _held(engine: Engine, caller: Caller, limit: int, after: str | None) -> list[tuple[str, data_batches.BatchShape]]:
     with read_connection(engine) as connection:
         return data_batches.held(connection, caller, limit=limit, after=after)
@@ -116,7 +111,7 @@ async def list_batches(
 ) -> DataBatchList:
     """The batches the caller uploaded and still holds (an admin: every stored batch), in the order
     of their ids; a page resumes after ``cursor``, the last id of the page before."""
-    if cursor is not None and not _is_batch_id(cursor):
+    if cursor is not None and not data_batches.is_batch_id(cursor):
         raise ProblemError.at("query.cursor", "invalid cursor; pass next_cursor from the previous page")
     page = limit or settings.page_size
     rows = await run_in_threadpool(_held, engine, caller, page + 1, cursor)
@@ -139,7 +134,7 @@ def _shape(engine: Engine, key: str, caller: Caller) -> data_batches.BatchShape 
     summary="A data batch's shape",
 )
 async def get_batch(engine: EngineDep, caller: CallerDep, batch_id: str) -> DataBatchPublic:
-    shape = await run_in_threadpool(_shape, engine, batch_id, caller) if _is_batch_id(batch_id) else None
+    shape = await run_in_threadpool(_shape, engine, batch_id, caller) if data_batches.is_batch_id(batch_id) else None
     if shape is None:
         raise ProblemError.not_found("data batch", batch_id)
     return _public(shape, batch_id)
@@ -178,7 +173,7 @@ async def delete_batch(sessions: SessionsDep, caller: CallerDep, batch_id: str) 
     exists for this token (another token that uploaded it keeps it). The content is deleted with the
     last hold. An admin token deletes the batch for every owner. Finished reports conditioned on it
     stay, and uploading the same content again gives the same id (a 201) and the same cached jobs."""
-    if not _is_batch_id(batch_id):
+    if not data_batches.is_batch_id(batch_id):
         raise ProblemError.not_found("data batch", batch_id)
     await run_in_threadpool(_release, sessions, batch_id, caller)
     return Response(status_code=204)
