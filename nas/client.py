@@ -273,6 +273,16 @@ def json_safe(value: Any, path: str) -> Any:
     raise TypeError(f"{path} is a {type(value).__name__}, which JSON cannot carry: give numbers, text, lists and dicts")
 
 
+# a proxy's answers when the request went on to the service and no answer came back
+_RELAYED_WITHOUT_ANSWER = frozenset({502, 504})
+
+
+def _may_have_acted(error: httpx.TransportError) -> bool:
+    """Whether a failed try may have been carried out: the request may have been sent (a read or a
+    write that failed, a broken answer), not a connection never made or a pool never left."""
+    return not isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+
+
 def _retry_after(response: httpx.Response) -> float | None:
     value = response.headers.get("retry-after")
     if value is None:
@@ -479,8 +489,10 @@ class _Core:
         the end of the operation it serves (a wait, a ``condition``), until which an outage is
         ridden out (``RetryPolicy.ride_out``). ``poll``: a long-poll's seconds, computed again for
         each try, so that a retry does not ask the server for the first try's whole poll.
-        ``deletes``: a 404 to a retry is None, since a try that got no answer may have deleted it."""
+        ``deletes``: a 404 to a retry after a try that may have reached the service and got no
+        answer of its own (``_may_have_acted``) is None: that try may have deleted it."""
         attempt = 0
+        acted = False  # an earlier try may have been carried out
         while True:
             attempt += 1
             request = self._build(method, path, params, body, timeout, poll)
@@ -492,6 +504,7 @@ class _Core:
                     "is PREFLIGHT_URL the service's base URL, with no proxy rewriting its answers?"
                 ) from None
             except httpx.TransportError as exc:
+                acted = acted or _may_have_acted(exc)
                 if not (self.retry.retries_error(exc) and self._another_try(attempt, deadline, None, poll is not None)):
                     raise PreflightConnectionError(
                         f"{method} {_shown(request.url)} failed after {attempt} tries: "
@@ -504,9 +517,10 @@ class _Core:
             self.answered = True
             status = response.status_code
             if self.retry.retries_status(status) and self._another_try(attempt, deadline, status, poll is not None):
+                acted = acted or status in _RELAYED_WITHOUT_ANSWER
                 yield _Sleep(self._pause(attempt, deadline, _retry_after(response)))
                 continue
-            if deletes and attempt > 1 and status == 404:
+            if deletes and acted and status == 404:
                 return None
             return decode(response)
 
@@ -676,9 +690,7 @@ class _Core:
         return str(stored["id"])
 
     def delete_batch(self, batch_id: str) -> _Operation[None]:
-        if not isinstance(batch_id, str):
-            raise TypeError(f"a data batch id is a string, but got a {type(batch_id).__name__}")
-        yield from self.request("DELETE", f"/v1/batches/{quote(batch_id, safe='')}", deletes=True)
+        yield from self.request("DELETE", _batch_path(batch_id), deletes=True)
 
 
 def _batch_body(x: Any, y: Any) -> dict[str, Any]:
@@ -753,7 +765,21 @@ def _candidate_path(candidate_id: str) -> str:
     if not isinstance(candidate_id, str):  # a Candidate sent its 5 KB repr as the id; None sent "None"
         hint = " (pass candidate.id)" if isinstance(candidate_id, Candidate) else ""
         raise TypeError(f"a candidate id is a string{hint}, but got a {type(candidate_id).__name__}")
-    return f"/v1/candidates/{quote(candidate_id, safe='')}"
+    return f"/v1/candidates/{_path_segment(candidate_id, 'candidate')}"
+
+
+def _batch_path(batch_id: str) -> str:
+    if not isinstance(batch_id, str):
+        raise TypeError(f"a data batch id is a string, but got a {type(batch_id).__name__}")
+    return f"/v1/batches/{_path_segment(batch_id, 'data batch')}"
+
+
+def _path_segment(item_id: str, what: str) -> str:
+    """The id as one path segment. An empty id, "." or ".." is none: the request would go to the
+    collection or above it (an empty id read as a redirect to fix PREFLIGHT_URL)."""
+    if item_id in ("", ".", ".."):
+        raise ValueError(f"{item_id!r} is no {what} id")
+    return quote(item_id, safe="")
 
 
 class PreflightClient:

@@ -108,12 +108,13 @@ class AuthenticationError(ClientError):
 
 
 class NotFoundError(ClientError):
-    """No such candidate or study (HTTP 404)."""
+    """No such candidate, study or data batch that the token may see (HTTP 404)."""
 
 
 class ConflictError(ClientError):
     """The request conflicts with the resource's state (HTTP 409), e.g. cancelling a
-    finished candidate, or uploading a data batch past the token's quota of them."""
+    finished candidate, uploading a data batch past the token's quota of them, or deleting one
+    that the token's queued or running candidates name."""
 
 
 class PayloadTooLargeError(ClientError):

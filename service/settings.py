@@ -52,8 +52,8 @@ class Settings(BaseSettings):
     # that queued 100,000 jobs held the workers for days, and every claim slows as the queue grows.
     max_queued_per_owner: int = Field(10_000, ge=0, le=10_000_000)
     # Data batches one token that is not admin may store (0: no limit). A batch is kept until the
-    # database is cleaned by hand (there is no delete), up to 2**20 numbers stored as JSON (about
-    # 22 MB), so an unbounded token could fill the database's disk; a search uploads one or a few.
+    # token deletes it (DELETE /v1/batches/{id}), up to 2**20 numbers stored as JSON (about 22 MB),
+    # so an unbounded token could fill the database's disk; a search uploads one or a few.
     max_batches_per_owner: int = Field(100, ge=0, le=10_000_000)
     page_size: int = Field(50, ge=1, le=1000)
     # Threads of an API process for blocking (database) work, and so its connection pool

@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterator
@@ -456,11 +457,13 @@ def _token_revoke(args: argparse.Namespace) -> int:
 
     if not args.token.strip():  # `token revoke "$UNSET"` answered "revoked 0 token(s)"
         raise UsageError("the token argument is empty: give a token's id or name (preflight token list)")
-    # beyond a 64-bit id it names no token (and SQLite cannot take it)
-    token_id = int(args.token) if args.token.isdecimal() and int(args.token) < 2**63 else None
+    # ASCII digits only: str.isdecimal took '٣' for token 3; beyond a 64-bit id it names no token
+    # (SQLite cannot take it, and int() refuses more than 4,300 digits)
+    by_id = re.fullmatch(r"[0-9]+", args.token) is not None
+    token_id = int(args.token) if by_id and len(args.token) <= 19 and int(args.token) < 2**63 else None
 
     def revoke(session: Any) -> tuple[int, bool, int]:
-        if args.token.isdecimal():
+        if by_id:
             revoked = [] if token_id is None else revoke_token(session, token_id=token_id)
         else:
             revoked = revoke_token(session, name=args.token)
@@ -478,7 +481,8 @@ def _token_revoke(args: argparse.Namespace) -> int:
         print(f"token {token_id} was revoked already{cancelled_its}")
         return 0
     if not count:  # "revoked 0 token(s)" read as a success that changed nothing, not as a miss
-        which = f"with id {args.token}" if args.token.isdecimal() else f"named {args.token!r}"
+        shown = args.token if len(args.token) <= 40 else f"{args.token[:40]}... ({len(args.token)} characters)"
+        which = f"with id {shown}" if by_id else f"named {args.token!r}"
         print(f"preflight token revoke: no active token {which}; preflight token list shows them", file=sys.stderr)
         return 1
     print(f"revoked {count} token(s){cancelled_its}")

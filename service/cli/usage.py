@@ -20,9 +20,12 @@ class UsageError(Exception):
 def settings_reason(fault: Any) -> str:
     """A settings validator's message without pydantic's "Value error, " (a ValueError it raised),
     and the value it refused (but a database URL's), so a typo shows where the variable is long."""
+    own = str(fault["msg"]).startswith("Value error, ")  # our validator's message, not pydantic's
     reason = str(fault["msg"]).removeprefix("Value error, ")
     field = str(fault["loc"][0]) if fault.get("loc") else ""
     if field in _SECRET_FIELDS or "input" not in fault or isinstance(fault["input"], dict):
+        return reason
+    if own and str(fault["input"]) in reason:  # our validators name the value they refuse
         return reason
     shown = repr(fault["input"])
     return f"{reason} (got {shown if len(shown) <= _SHOWN else shown[:_SHOWN] + '...'})"

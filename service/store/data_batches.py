@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, delete, func, select
+from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -284,23 +284,23 @@ def store(
     *,
     owner_id: int = ANONYMOUS_OWNER,
     quota: int = 0,
-) -> tuple[DataBatch, bool]:
-    """Insert the batch unless its id exists, and make it the owner's; returns (row, created:
-    new to this owner). Two clients uploading the same content at once both get the one row:
-    the loser of the insert race reads the winner's (on PostgreSQL the existence check does
-    not lock). ``quota`` (0: none): raise BatchQuotaReached, storing nothing, when the owner holds
-    that many batches and this content is new to it, whether or not another owner stored it (the
-    answer must not tell). Concurrent uploads of one owner can pass it by what they carry."""
+) -> tuple[str, bool]:
+    """Insert the batch unless its id exists, and make it the owner's; returns (id, created: new
+    to this owner). Two clients uploading the same content at once both get the one row: the
+    loser of the insert race reads the winner's. ``quota`` (0: none): raise BatchQuotaReached,
+    storing nothing, when the owner holds that many batches and this content is new to it, whether
+    or not another owner stored it (the answer must not tell). Concurrent uploads of one owner can
+    pass it by what they carry."""
     key = batch_id(x, y, shape["labels"])
     if quota and _holds_at_least(session, owner_id, quota, unless=key):
         raise BatchQuotaReached(quota)
-    row = _stored(session, key, x, y, shape)
+    _stored(session, key, x, y, shape)
     now = datetime.now(UTC).replace(tzinfo=None)
     link = insert_ignoring_duplicates(session, DataBatchOwner, ["batch_id", "owner_id"])
     result = session.execute(
-        link.returning(DataBatchOwner.owner_id), {"batch_id": row.id, "owner_id": owner_id, "created_at": now}
+        link.returning(DataBatchOwner.owner_id), {"batch_id": key, "owner_id": owner_id, "created_at": now}
     )
-    return row, result.first() is not None
+    return key, result.first() is not None
 
 
 def _holds_at_least(session: Session, owner_id: int, count: int, *, unless: str) -> bool:
@@ -311,23 +311,35 @@ def _holds_at_least(session: Session, owner_id: int, count: int, *, unless: str)
     return (session.scalar(select(func.count()).select_from(mine.limit(count).subquery())) or 0) >= count
 
 
-def _stored(session: Session, key: str, x: dict[str, Any], y: dict[str, Any] | None, shape: BatchShape) -> DataBatch:
-    # FOR KEY SHARE (PostgreSQL; SQLite serializes writers): a release that would delete the content
-    # waits for this upload's hold, or went first and the content is inserted anew
-    existing = session.get(DataBatch, key, with_for_update={"key_share": True})
-    if existing is not None:
-        if existing.shape != shape:  # stored before the shape kept the labels' "y" and "classes"
-            existing.shape = shape
-        return existing
-    row = DataBatch(id=key, shape=shape, x=x, y=y, created_at=datetime.now(UTC).replace(tzinfo=None))
-    try:
-        with session.begin_nested():
-            session.add(row)
-    except IntegrityError:
-        winner = session.get(DataBatch, key)
-        assert winner is not None
-        return winner
-    return row
+_STORE_TRIES = 5  # each try that finds no row and loses the insert waits for another upload's commit
+
+
+def _stored(session: Session, key: str, x: dict[str, Any], y: dict[str, Any] | None, shape: BatchShape) -> None:
+    """Make sure the content is stored under ``key``, and keep it there until this transaction ends.
+
+    The row is read FOR KEY SHARE (PostgreSQL; SQLite serializes writers), by its id and shape
+    only (the content is up to 2**20 numbers): a release that would delete it waits for this
+    upload's hold, or went first and the content is inserted anew. An insert that loses the race
+    to another upload reads the winner's row the same way, and inserts again if a release has
+    taken it since."""
+    found = select(DataBatch.shape).where(DataBatch.id == key).with_for_update(key_share=True)
+    for _ in range(_STORE_TRIES):
+        stored = session.execute(found).first()
+        if stored is not None:
+            if stored.shape != shape:  # stored before the shape kept the labels' "y" and "classes"
+                session.execute(update(DataBatch).where(DataBatch.id == key).values(shape=shape))
+            return
+        try:
+            with session.begin_nested():
+                session.execute(
+                    insert(DataBatch).values(
+                        id=key, shape=shape, x=x, y=y, created_at=datetime.now(UTC).replace(tzinfo=None)
+                    )
+                )
+            return
+        except IntegrityError:
+            continue  # another upload inserted it first: read its row
+    raise RuntimeError(f"data batch {key}: stored and deleted by others {_STORE_TRIES} times while uploading")
 
 
 def shape_of(bind: Session | Connection, key: str, caller: Caller = ANONYMOUS) -> BatchShape | None:
@@ -364,18 +376,21 @@ def release(session: Session, key: str, caller: Caller = ANONYMOUS) -> bool:
     (an admin: none is stored). Raises :class:`BatchInUse`, changing nothing, while queued or
     running submissions of the caller (an admin: anyone's) name it, since their jobs would fail.
 
-    The content row is locked first (PostgreSQL), so two owners letting go at once cannot each see
-    the other's hold and both leave the content behind."""
-    if session.get(DataBatch, key, with_for_update=True) is None:
-        return False
+    The content row is locked (PostgreSQL), so two owners letting go at once cannot each see the
+    other's hold and both leave the content behind."""
     holds = delete(DataBatchOwner).where(DataBatchOwner.batch_id == key)
     if not caller.admin:
         mine = select(DataBatchOwner.owner_id).where(
             DataBatchOwner.batch_id == key, DataBatchOwner.owner_id == caller.owner_id
         )
+        # checked before the lock too: another token's batch is answered as absent at once, not
+        # after waiting on that token's upload, as an id never stored is
         if session.scalar(mine) is None:
             return False
         holds = holds.where(DataBatchOwner.owner_id == caller.owner_id)
+    locked = select(DataBatch.id).where(DataBatch.id == key).with_for_update()  # its id only: not the content
+    if session.scalar(locked) is None or (not caller.admin and session.scalar(mine) is None):
+        return False  # gone, or let go of by a concurrent delete of the caller's
     waiting = _unfinished_naming(session, key, None if caller.admin else caller.owner_id)
     if waiting:
         raise BatchInUse(waiting)

@@ -101,7 +101,7 @@ def _check_name(session: Session, name: str) -> None:
         raise ValueError(f"a token's name must be printable, without tabs or newlines: {name!r}")
     if name.isdecimal():
         raise ValueError(
-            f"a token's name must not be a number ({name!r}): `token revoke {name}` would read it as an id"
+            f"a token's name must not be a number ({name!r}): `token revoke {name}` could be read as an id"
         )
     taken = select(ApiToken.id).where(ApiToken.name == name, ApiToken.revoked_at.is_(None)).limit(1)
     if session.scalar(taken) is not None:

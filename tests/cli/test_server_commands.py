@@ -318,6 +318,12 @@ def test_a_file_that_is_no_database_and_a_token_id_beyond_64_bits_are_one_line(t
     assert "file is not a database" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     db = tmp_path / "p.db"
     assert preflight(db, "db", "upgrade").returncode == 0
+    assert preflight(db, "token", "create", "third").returncode == 0  # token 1
+    result = preflight(db, "token", "revoke", "\u0661")  # ARABIC-INDIC DIGIT ONE: revoked token 1
+    assert result.returncode == 1 and "no active token named" in result.stderr, result
+    assert "third" in preflight(db, "token", "list").stdout
+    result = preflight(db, "token", "revoke", "9" * 5000)  # int() refuses 4,300 digits: a traceback
+    assert result.returncode == 1 and "Traceback" not in result.stderr and "(5000 characters)" in result.stderr
     result = preflight(db, "token", "revoke", "9" * 25)
     assert result.returncode == 1 and result.stdout == "", result
     assert (

@@ -420,6 +420,20 @@ def test_a_candidate_or_none_given_as_an_id_is_refused_before_any_request() -> N
         client.get(Candidate(id="a", status="done"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="but got a NoneType"):
         client.cancel(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="a data batch id is a string, but got a int"):
+        client.delete_batch(3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("item_id", ["", ".", ".."])
+def test_an_empty_or_dot_id_is_refused_before_any_request(item_id: str) -> None:
+    """``""`` went to the collection (a redirect, reported as a wrong PREFLIGHT_URL), "." and ".."
+    to the collection or above it (a 405, or DELETE /v1)."""
+    client = PreflightClient("http://127.0.0.1:1", retry=RetryPolicy(attempts=1))
+    with pytest.raises(ValueError, match=f"{re.escape(repr(item_id))} is no data batch id"):
+        client.delete_batch(item_id)
+    for call in (client.get, client.cancel):
+        with pytest.raises(ValueError, match="is no candidate id"):
+            call(item_id)
 
 
 def test_a_missing_x_is_named_and_a_boolean_array_is_sent_as_numbers() -> None:
@@ -701,3 +715,35 @@ def test_a_batch_delete_whose_first_try_got_no_answer_is_done_when_the_retry_fin
 
     with pytest.raises(NotFoundError, match="no data batch with id ab"):
         run(gone, lambda client: client.delete_batch("ab"))
+
+
+@pytest.mark.parametrize("run", RUNNERS)
+@pytest.mark.parametrize(
+    "first_try",
+    [
+        pytest.param(lambda request: httpx.Response(503, json={"title": "busy"}), id="503"),
+        pytest.param(lambda request: httpx.Response(429, json={"title": "slow down"}), id="429"),
+        pytest.param(
+            lambda request: (_ for _ in ()).throw(httpx.ConnectError("refused", request=request)), id="refused"
+        ),
+    ],
+)
+def test_a_batch_delete_whose_first_try_was_not_carried_out_reports_an_unknown_id(
+    run: Any, first_try: Callable[[httpx.Request], httpx.Response]
+) -> None:
+    """A 503, a 429 or a refused connection deleted nothing: the retry's 404 is the id's own (it
+    read as done, so a mistyped id was reported deleted)."""
+    from nas.errors import NotFoundError
+
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) == 1:
+            return first_try(request)
+        missing = {"type": "about:blank", "title": "Not Found", "status": 404, "detail": "no data batch with id ab"}
+        return httpx.Response(404, json=missing, headers={"content-type": "application/problem+json"})
+
+    with pytest.raises(NotFoundError, match="no data batch with id ab"):
+        run(handler, lambda client: client.delete_batch("ab"))
+    assert len(calls) == 2

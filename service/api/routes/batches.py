@@ -59,8 +59,8 @@ def _store(sessions: sessionmaker[Session], body: Any, caller: Caller, quota: in
         raise ProblemError.from_invalid_batch(exc) from None
     try:
         with session_scope(sessions, write=True) as session:
-            row, created = data_batches.store(session, x, y, shape, owner_id=caller.owner_id, quota=quota)
-            return _public(row.shape, row.id), created
+            key, created = data_batches.store(session, x, y, shape, owner_id=caller.owner_id, quota=quota)
+            return _public(shape, key), created
     except data_batches.BatchQuotaReached:
         raise ProblemError(
             409,
@@ -146,10 +146,13 @@ def _release(sessions: sessionmaker[Session], key: str, caller: Caller) -> None:
             released = data_batches.release(session, key, caller)
     except data_batches.BatchInUse as exc:
         one = exc.count == 1
-        whose = "" if caller.admin else " of this token"
+        # an admin's count is of jobs (anyone's, each once), a token's of its own submissions
+        what = (
+            ("job" if one else "jobs") if caller.admin else ("submission" if one else "submissions") + " of this token"
+        )
         raise ProblemError(
             409,
-            f"{exc.count} queued or running submission{'' if one else 's'}{whose} name{'s' if one else ''} data "
+            f"{exc.count} queued or running {what} name{'s' if one else ''} data "
             f"batch {key} in the option data, and {'its job needs' if one else 'their jobs need'} it: wait for "
             f"{'it' if one else 'them'} to finish, or cancel {'it' if one else 'them'} (DELETE /v1/candidates/{{id}}), "
             "then delete the batch",
@@ -164,15 +167,19 @@ def _release(sessions: sessionmaker[Session], key: str, caller: Caller) -> None:
     status_code=204,
     responses={
         404: {"model": Problem, "description": "no data batch with this id that the caller holds"},
-        409: {"model": Problem, "description": "queued or running submissions of the caller name it"},
+        409: {
+            "model": Problem,
+            "description": "queued or running submissions of the caller (an admin: any queued or running job) name it",
+        },
     },
     summary="Let go of a data batch",
 )
 async def delete_batch(sessions: SessionsDep, caller: CallerDep, batch_id: str) -> Response:
     """Remove the caller's hold on the batch, which frees a place in its quota: the batch no longer
     exists for this token (another token that uploaded it keeps it). The content is deleted with the
-    last hold. An admin token deletes the batch for every owner. Finished reports conditioned on it
-    stay, and uploading the same content again gives the same id (a 201) and the same cached jobs."""
+    last hold, unless a queued or running job (an admin's, which needs no hold) still names it. An
+    admin token deletes the batch for every owner. Finished reports conditioned on it stay, and
+    uploading the same content again gives the same id (a 201) and the same cached jobs."""
     if not data_batches.is_batch_id(batch_id):
         raise ProblemError.not_found("data batch", batch_id)
     await run_in_threadpool(_release, sessions, batch_id, caller)

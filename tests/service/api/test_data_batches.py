@@ -77,7 +77,7 @@ def test_the_client_deletes_a_batch_and_is_told_when_it_holds_none_or_jobs_still
     with live_server(make_settings(sqlite_url)) as url, PreflightClient(url) as client:
         batch = client.upload_batch(X, Y)
         queued = client.submit(SPEC, {"data": batch})
-        with pytest.raises(ConflictError, match="1 queued or running submission names data batch"):
+        with pytest.raises(ConflictError, match="1 queued or running job names data batch"):
             client.delete_batch(batch)
         client.cancel(queued.id)
         client.delete_batch(batch)

@@ -438,7 +438,7 @@ def test_a_batch_that_queued_jobs_name_is_not_deleted_until_they_finish_or_are_c
     assert tenants.a.delete(f"/v1/batches/{batch}").status_code == 204  # B's queued job is B's
     assert tenants.b.get(f"/v1/batches/{batch}").status_code == 200
     admin = tenants.admin.delete(f"/v1/batches/{batch}")  # nor does an admin delete under a queued job
-    assert admin.status_code == 409 and "1 queued or running submission names" in admin.json()["detail"]
+    assert admin.status_code == 409 and "1 queued or running job names" in admin.json()["detail"]
 
 
 def test_a_token_lists_the_batches_it_holds_page_by_page_and_an_admin_lists_all(tenants: Tenants) -> None:

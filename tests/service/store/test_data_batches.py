@@ -163,8 +163,7 @@ def test_an_upload_that_loses_the_insert_race_gets_the_winners_row(pg_url: str, 
         engine.dispose()
     assert outcome["first"][1] and outcome["blocked"]  # the first inserted it; the second waited on its key
     assert "error" not in outcome, outcome
-    row, created = outcome["result"]
-    assert (row.id, created) == (data_batches.batch_id(x, y, "class"), False)
+    assert outcome["result"] == (data_batches.batch_id(x, y, "class"), False)
 
 
 def _stored_ids(sessions: Any) -> list[str]:
@@ -228,6 +227,62 @@ def test_an_upload_racing_the_last_holds_delete_stores_the_content_anew(pg_url: 
         assert _stored_ids(sessions) == [key]
         with sessions() as session:
             assert data_batches.shape_of(session, key, Caller(owner_id=2)) == shape
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_an_upload_that_loses_the_insert_race_to_content_deleted_since_stores_it_anew(pg_url: str) -> None:
+    """B's insert waits on A's uncommitted row, A commits, and A lets go of the batch before B
+    reads the winner's row (here: as B's insert fails). B read it unlocked and found nothing (an
+    assertion, a 500), or found it and then held a deleted row (a foreign key violation, found by
+    a stress run); it now reads it locked and inserts the content again when it is gone."""
+    import threading
+
+    from sqlalchemy import event
+
+    from service.store import data_batches
+    from service.store.db import make_engine, make_sessionmaker
+    from service.store.owners import Caller
+
+    engine = make_engine(pg_url)
+    sessions = make_sessionmaker(engine)
+    x, y, shape = data_batches.parse({"x": X, "y": Y})
+    key = data_batches.batch_id(x, y, "class")
+    released: list[bool] = []
+
+    def release_on_lost_insert(context: Any) -> None:  # in B's thread, as its insert fails
+        if not released and "data_batches_pkey" in str(context.original_exception):
+            with sessions.begin() as session:
+                released.append(data_batches.release(session, key, Caller(owner_id=1)))
+
+    event.listen(engine, "handle_error", release_on_lost_insert)
+    outcome: dict[str, Any] = {}
+
+    def upload_b() -> None:
+        try:
+            with sessions.begin() as session:
+                outcome["result"] = data_batches.store(session, x, y, shape, owner_id=2)
+        except Exception as exc:
+            outcome["error"] = exc
+
+    try:
+        first = sessions()
+        data_batches.store(first, x, y, shape, owner_id=1)  # inserted, not committed
+        racer = threading.Thread(target=upload_b, daemon=True)
+        racer.start()
+        racer.join(1.0)
+        blocked = racer.is_alive()
+        first.commit()
+        first.close()
+        racer.join(30)
+        assert blocked and not racer.is_alive()
+        assert released == [True] and "error" not in outcome, outcome
+        assert outcome["result"] == (key, True)
+        assert _stored_ids(sessions) == [key]
+        with sessions() as session:
+            assert data_batches.shape_of(session, key, Caller(owner_id=2)) == shape
+            assert data_batches.shape_of(session, key, Caller(owner_id=1)) is None
     finally:
         engine.dispose()
 
