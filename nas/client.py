@@ -273,6 +273,8 @@ def json_safe(value: Any, path: str) -> Any:
     raise TypeError(f"{path} is a {type(value).__name__}, which JSON cannot carry: give numbers, text, lists and dicts")
 
 
+_BATCHES_PAGE = 1000  # the service's largest page
+
 # a proxy's answers when the request went on to the service and no answer came back
 _RELAYED_WITHOUT_ANSWER = frozenset({502, 504})
 
@@ -692,6 +694,20 @@ class _Core:
     def delete_batch(self, batch_id: str) -> _Operation[None]:
         yield from self.request("DELETE", _batch_path(batch_id), deletes=True)
 
+    def list_batches(self) -> _Operation[list[dict[str, Any]]]:
+        """Every page of ``GET /v1/batches``."""
+        batches: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            params = {"limit": _BATCHES_PAGE} | ({} if cursor is None else {"cursor": cursor})
+            page = yield from self.request("GET", "/v1/batches", params=params)
+            if not isinstance(page, Mapping) or not isinstance(page.get("batches"), list):
+                raise UnexpectedResponseError(f"the answer is not a list of data batches (got {_shape_of(page)})")
+            batches += page["batches"]
+            cursor = page.get("next_cursor")
+            if cursor is None:
+                return batches
+
 
 def _batch_body(x: Any, y: Any) -> dict[str, Any]:
     """The JSON body of an upload, its NaNs and infinities refused here (about a second per 2**20
@@ -899,6 +915,12 @@ class PreflightClient:
         running candidates name it."""
         self._run(self._core.delete_batch(batch_id))
 
+    def list_batches(self) -> list[dict[str, Any]]:
+        """The data batches this token holds (an admin token: every stored one), in the order of
+        their ids, as ``GET /v1/batches`` gives them: ``{"id", "shape", "labels", "balance",
+        "warnings"}`` each."""
+        return self._run(self._core.list_batches())
+
     def close(self) -> None:
         self._http.close()
 
@@ -1013,6 +1035,10 @@ class AsyncPreflightClient:
     async def delete_batch(self, batch_id: str) -> None:
         """See :meth:`PreflightClient.delete_batch`."""
         await self._run(self._core.delete_batch(batch_id))
+
+    async def list_batches(self) -> list[dict[str, Any]]:
+        """See :meth:`PreflightClient.list_batches`."""
+        return await self._run(self._core.list_batches())
 
     async def aclose(self) -> None:
         """Close this event loop's connections (a pool another open loop holds is closed by

@@ -66,8 +66,8 @@ def _store(sessions: sessionmaker[Session], body: Any, caller: Caller, quota: in
             409,
             f"this token holds at least {quota} data batches, its quota (setting PREFLIGHT_MAX_BATCHES_PER_OWNER), and "
             "this content is not one of them: name one it holds in the option data (uploading one of them "
-            "again is free), delete one it no longer needs (DELETE /v1/batches/{id}; GET /v1/batches lists "
-            "them), or ask an admin for more",
+            "again is free), delete one it no longer needs (DELETE /v1/batches/{id}, or the client's "
+            "delete_batch; GET /v1/batches, or list_batches, lists them), or ask an admin for more",
             kind="conflict",
         ) from None
 

@@ -84,6 +84,28 @@ def test_the_client_deletes_a_batch_and_is_told_when_it_holds_none_or_jobs_still
         with pytest.raises(NotFoundError, match=f"no data batch with id {batch}"):
             client.delete_batch(batch)
         assert client.upload_batch(X, Y) == batch  # the same content, the same id
+        other = client.upload_batch(X)
+        assert [item["id"] for item in client.list_batches()] == sorted([batch, other])
+
+
+def test_the_client_lists_every_page_of_batches(
+    sqlite_url: str, make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from nas import client as client_module
+    from nas.client import AsyncPreflightClient, PreflightClient
+
+    monkeypatch.setattr(client_module, "_BATCHES_PAGE", 2)
+    with live_server(make_settings(sqlite_url)) as url, PreflightClient(url) as client:
+        ids = [client.upload_batch([[v + shift for v in row] for row in X]) for shift in range(5)]
+        assert [item["id"] for item in client.list_batches()] == sorted(ids)
+
+        async def listed() -> list[dict[str, Any]]:
+            async with AsyncPreflightClient(url) as async_client:
+                return await async_client.list_batches()
+
+        assert [item["id"] for item in asyncio.run(listed())] == sorted(ids)
 
 
 def test_the_client_raises_a_batch_warning_for_an_imbalanced_upload(
