@@ -256,7 +256,12 @@ def test_an_idle_worker_polling_less_often_than_its_lease_stays_live_and_ready(
     )
     runner = run_runner(settings)
     try:
-        wait_until(lambda: runner.liveness() is None and runner.name.endswith(":cpu"), 120, "the runner to start")
+        # the name is set when the engine is up, the file at the loop's first progress, just after it
+        wait_until(
+            lambda: runner.liveness() is None and runner.name.endswith(":cpu") and alive.exists(),
+            120,
+            "the runner to start and touch its alive file",
+        )
         seen, touched, until = set(), set(), time.monotonic() + 14.0  # beyond one poll
         while time.monotonic() < until:
             seen.add(runner.liveness())
