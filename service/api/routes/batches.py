@@ -25,7 +25,14 @@ from service.store.owners import Caller
 __all__ = ["DataBatchList", "DataBatchPublic", "router"]
 
 router = APIRouter(
-    route_class=StrictJSONRoute, prefix="/v1/batches", tags=["batches"], dependencies=[AuthDep, StrictQueryDep]
+    route_class=StrictJSONRoute,
+    prefix="/v1/batches",
+    tags=["batches"],
+    dependencies=[AuthDep, StrictQueryDep],
+    responses={
+        401: {"model": Problem, "description": "missing or invalid bearer token"},
+        422: {"model": Problem, "description": "invalid batch or request"},
+    },
 )
 
 
@@ -80,6 +87,7 @@ def _store(sessions: sessionmaker[Session], body: Any, caller: Caller, quota: in
     responses={
         **NOT_JSON,
         409: {"model": Problem, "description": "the token holds PREFLIGHT_MAX_BATCHES_PER_OWNER batches already"},
+        413: {"model": Problem, "description": "request body over PREFLIGHT_MAX_BATCH_BODY_BYTES"},
     },
 )
 async def upload_batch(

@@ -93,12 +93,22 @@ def _database_check(engine: Any) -> asyncio.Future[None]:
     summary="JSON Schema of the architecture spec (format 1.1)",
     tags=["spec"],
     dependencies=[AuthDep, StrictQueryDep],
+    responses={
+        401: {"model": Problem, "description": "missing or invalid bearer token"},
+        422: {"model": Problem, "description": "a query parameter (it takes none)"},
+    },
 )
 def schema() -> dict[str, Any]:
     """Behind the token like every ``/v1`` route (docs/service.md, Security)."""
     return spec_json_schema()
 
 
-@router.get("/metrics", summary="Prometheus metrics", dependencies=[AuthDep], response_class=Response)
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    dependencies=[AuthDep],
+    response_class=Response,
+    responses={401: {"model": Problem, "description": "missing or invalid bearer token"}},
+)
 def metrics(metrics: MetricsDep) -> Response:
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

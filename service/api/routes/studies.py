@@ -22,7 +22,15 @@ from service.store.reports import study_figures
 
 __all__ = ["quantile", "router"]
 
-router = APIRouter(prefix="/v1/studies", tags=["studies"], dependencies=[AuthDep, StrictQueryDep])
+router = APIRouter(
+    prefix="/v1/studies",
+    tags=["studies"],
+    dependencies=[AuthDep, StrictQueryDep],
+    responses={
+        401: {"model": Problem, "description": "missing or invalid bearer token"},
+        422: {"model": Problem, "description": "invalid request"},
+    },
+)
 
 DEFAULT_QUANTILES = [0.1, 0.25, 0.5, 0.75, 0.9]
 

@@ -1019,6 +1019,13 @@ def test_the_openapi_declares_the_bearer_scheme_and_problem_json_errors(sqlite_a
     assert errors and all(list(r["content"]) == ["application/problem+json"] for r in errors.values())
     assert "415" in errors and "415" in spec["paths"]["/v1/batches"]["post"]["responses"]  # the middleware's refusal
     assert "security" not in spec["paths"]["/healthz"]["get"]
+    for path, item in spec["paths"].items():  # the batch and study routes listed pydantic's 422 and no 401
+        for method, operation in item.items():
+            if operation.get("security"):  # behind the token
+                assert "401" in operation["responses"], (method, path)
+            for code, response in operation["responses"].items():
+                if code[0] in "45":
+                    assert list(response["content"]) == ["application/problem+json"], (method, path, code)
 
 
 def test_an_integer_longer_than_python_reads_is_refused_at_its_place_not_with_sys_advice(
