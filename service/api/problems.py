@@ -126,6 +126,11 @@ def under(field: str, path: str) -> str:
     return f"{field}{path}" if path.startswith("[") else f"{field}.{path}"
 
 
+# what every route behind the token may answer (service.api.auth)
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: {"model": Problem, "description": "missing or invalid bearer token"}
+}
+
 # what a POST route answers when service.api.middleware.RequestFormatMiddleware refuses the body's media type
 NOT_JSON: dict[int | str, dict[str, Any]] = {
     415: {"model": Problem, "description": "the body is sent as another media type than application/json"}

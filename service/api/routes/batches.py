@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.api.deps import AuthDep, CallerDep, EngineDep, SessionsDep, SettingsDep
 from service.api.json_body import StrictJSONRoute
-from service.api.problems import NOT_JSON, Problem, ProblemError
+from service.api.problems import NOT_JSON, UNAUTHORIZED, Problem, ProblemError
 from service.api.strict_query import StrictQueryDep
 from service.store import data_batches
 from service.store.db import read_connection, session_scope
@@ -30,7 +30,7 @@ router = APIRouter(
     tags=["batches"],
     dependencies=[AuthDep, StrictQueryDep],
     responses={
-        401: {"model": Problem, "description": "missing or invalid bearer token"},
+        **UNAUTHORIZED,
         422: {"model": Problem, "description": "invalid batch or request"},
     },
 )

@@ -35,7 +35,7 @@ from service.api.deps import (
     WaitsDep,
 )
 from service.api.json_body import StrictJSONRoute
-from service.api.problems import MAX_ISSUES, NOT_JSON, Problem, ProblemError, ProblemIssue
+from service.api.problems import MAX_ISSUES, NOT_JSON, UNAUTHORIZED, Problem, ProblemError, ProblemIssue
 from service.api.schemas import (
     CandidateBatchCreate,
     CandidateBatchPublic,
@@ -59,7 +59,7 @@ router = APIRouter(
     tags=["candidates"],
     dependencies=[AuthDep, StrictQueryDep],
     responses={
-        401: {"model": Problem, "description": "missing or invalid bearer token"},
+        **UNAUTHORIZED,
         413: {"model": Problem, "description": "request body too large"},
         422: {"model": Problem, "description": "invalid spec or request"},
     },

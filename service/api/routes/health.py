@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nas import spec_json_schema
 from service.api.deps import AuthDep, EngineDep, MetricsDep, WorkerLivenessDep
-from service.api.problems import RETRY_SOON, Problem, ProblemError
+from service.api.problems import RETRY_SOON, UNAUTHORIZED, Problem, ProblemError
 from service.api.strict_query import StrictQueryDep
 from service.store.db import ping
 from service.store.migrations import MigrationsPending, check_current
@@ -94,7 +94,7 @@ def _database_check(engine: Any) -> asyncio.Future[None]:
     tags=["spec"],
     dependencies=[AuthDep, StrictQueryDep],
     responses={
-        401: {"model": Problem, "description": "missing or invalid bearer token"},
+        **UNAUTHORIZED,
         422: {"model": Problem, "description": "a query parameter (it takes none)"},
     },
 )
@@ -108,7 +108,7 @@ def schema() -> dict[str, Any]:
     summary="Prometheus metrics",
     dependencies=[AuthDep],
     response_class=Response,
-    responses={401: {"model": Problem, "description": "missing or invalid bearer token"}},
+    responses=UNAUTHORIZED,
 )
 def metrics(metrics: MetricsDep) -> Response:
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

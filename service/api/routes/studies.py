@@ -13,7 +13,7 @@ from starlette.convertors import PathConvertor, register_url_convertor
 
 from nas.spec import quote_short, storable_text
 from service.api.deps import AuthDep, CallerDep, SessionDep
-from service.api.problems import Problem, ProblemError
+from service.api.problems import UNAUTHORIZED, Problem, ProblemError
 from service.api.route_table import STUDY_NAME_PATTERN
 from service.api.schemas import ScoreSummary, StudySummary
 from service.api.strict_query import StrictQueryDep
@@ -27,7 +27,7 @@ router = APIRouter(
     tags=["studies"],
     dependencies=[AuthDep, StrictQueryDep],
     responses={
-        401: {"model": Problem, "description": "missing or invalid bearer token"},
+        **UNAUTHORIZED,
         422: {"model": Problem, "description": "invalid request"},
     },
 )
