@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, Select, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -305,10 +305,15 @@ def store(
 
 def _holds_at_least(session: Session, owner_id: int, count: int, *, unless: str) -> bool:
     """Whether the owner holds ``count`` batches or more, and not the batch ``unless``."""
-    mine = select(DataBatchOwner.batch_id).where(DataBatchOwner.owner_id == owner_id)
-    if session.scalar(mine.where(DataBatchOwner.batch_id == unless)) is not None:
+    if session.scalar(_hold(unless, owner_id)) is not None:
         return False
+    mine = select(DataBatchOwner.batch_id).where(DataBatchOwner.owner_id == owner_id)
     return (session.scalar(select(func.count()).select_from(mine.limit(count).subquery())) or 0) >= count
+
+
+def _hold(key: str, owner_id: int) -> Select[str]:
+    """The owner's hold on the batch ``key``: a row when it holds it."""
+    return select(DataBatchOwner.batch_id).where(DataBatchOwner.batch_id == key, DataBatchOwner.owner_id == owner_id)
 
 
 _STORE_TRIES = 5  # each try that finds no row and loses the insert waits for another upload's commit
@@ -347,10 +352,7 @@ def shape_of(bind: Session | Connection, key: str, caller: Caller = ANONYMOUS) -
     is as absent as one never uploaded), in a session or on a plain connection."""
     query = select(DataBatch.shape).where(DataBatch.id == key)
     if not caller.admin:
-        owned = select(DataBatchOwner.batch_id).where(
-            DataBatchOwner.batch_id == key, DataBatchOwner.owner_id == caller.owner_id
-        )
-        query = query.where(owned.exists())
+        query = query.where(_hold(key, caller.owner_id).exists())
     return bind.execute(query).scalar_one_or_none()
 
 
@@ -380,9 +382,7 @@ def release(session: Session, key: str, caller: Caller = ANONYMOUS) -> bool:
     other's hold and both leave the content behind."""
     holds = delete(DataBatchOwner).where(DataBatchOwner.batch_id == key)
     if not caller.admin:
-        mine = select(DataBatchOwner.owner_id).where(
-            DataBatchOwner.batch_id == key, DataBatchOwner.owner_id == caller.owner_id
-        )
+        mine = _hold(key, caller.owner_id)
         # checked before the lock too: another token's batch is answered as absent at once, not
         # after waiting on that token's upload, as an id never stored is
         if session.scalar(mine) is None:
