@@ -10,7 +10,6 @@ __all__ = ["UsageError", "settings_reason"]
 
 # what a refused setting's value is not echoed for: a database URL may carry a password
 _SECRET_FIELDS = ("database_url",)
-_SHOWN = 60  # characters of a refused value shown
 
 
 class UsageError(Exception):
@@ -18,14 +17,16 @@ class UsageError(Exception):
 
 
 def settings_reason(fault: Any) -> str:
-    """A settings validator's message without pydantic's "Value error, " (a ValueError it raised),
-    and the value it refused (but a database URL's), so a typo shows where the variable is long."""
-    own = str(fault["msg"]).startswith("Value error, ")  # our validator's message, not pydantic's
-    reason = str(fault["msg"]).removeprefix("Value error, ")
+    """A settings fault in the words every refusal uses (``readable_message``: a validator's
+    message without pydantic's "Value error, "), with the value it refused quoted as a spec's is
+    (``quote_short``), so a typo shows where the variable is long; not a database URL's, and not
+    where our validator's message names it already."""
+    from nas.spec import quote_short, readable_message  # a failure's path: not at every start
+
+    reason = readable_message(fault)
     field = str(fault["loc"][0]) if fault.get("loc") else ""
     if field in _SECRET_FIELDS or "input" not in fault or isinstance(fault["input"], dict):
         return reason
-    if own and str(fault["input"]) in reason:  # our validators name the value they refuse
+    if fault["type"] == "value_error" and str(fault["input"]) in reason:  # our validators name the value
         return reason
-    shown = repr(fault["input"])
-    return f"{reason} (got {shown if len(shown) <= _SHOWN else shown[:_SHOWN] + '...'})"
+    return f"{reason} (got {quote_short(fault['input'])})"
